@@ -1,0 +1,127 @@
+"""The standard CNNs, layer for layer as torchvision defines them, as training-iteration graphs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .graph import Graph
+from .layers import (GraphBuilder, GraphError, adaptive_avg_pool2d, add, batch_norm2d, conv2d,
+                     dropout, linear, max_pool2d, relu)
+
+NUM_CLASSES = 1000
+DEFAULT_IMAGE_SIZE = 224
+MAX_BATCH = 1 << 20
+
+
+def _begin(model: str, batch: int, image_size: int) -> tuple[GraphBuilder, int, int]:
+    b = GraphBuilder(model, batch, image_size)
+    images = b.input("input.images", (batch, 3, image_size, image_size))
+    labels = b.input("input.labels", (batch,), "int32")
+    return b, images, labels
+
+
+def alexnet(batch: int, image_size: int = DEFAULT_IMAGE_SIZE) -> Graph:
+    b, x, labels = _begin("alexnet", batch, image_size)
+    x = relu(b, conv2d(b, x, "features.0", 64, 11, 4, 2), "features.1")
+    x = max_pool2d(b, x, "features.2", 3, 2)
+    x = relu(b, conv2d(b, x, "features.3", 192, 5, 1, 2), "features.4")
+    x = max_pool2d(b, x, "features.5", 3, 2)
+    x = relu(b, conv2d(b, x, "features.6", 384, 3, 1, 1), "features.7")
+    x = relu(b, conv2d(b, x, "features.8", 256, 3, 1, 1), "features.9")
+    x = relu(b, conv2d(b, x, "features.10", 256, 3, 1, 1), "features.11")
+    x = max_pool2d(b, x, "features.12", 3, 2)
+    x = adaptive_avg_pool2d(b, x, "avgpool", 6)
+    x = dropout(b, x, "classifier.0")
+    x = relu(b, linear(b, x, "classifier.1", 4096), "classifier.2")
+    x = dropout(b, x, "classifier.3")
+    x = relu(b, linear(b, x, "classifier.4", 4096), "classifier.5")
+    return b.build(linear(b, x, "classifier.6", NUM_CLASSES), labels)
+
+
+_VGG = {
+    "vgg11": [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
+    "vgg16": [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"],
+    "vgg19": [64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512, 512, "M",
+              512, 512, 512, 512, "M"],
+}
+
+
+def vgg(name: str, batch: int, image_size: int = DEFAULT_IMAGE_SIZE) -> Graph:
+    b, x, labels = _begin(name, batch, image_size)
+    i = 0
+    for v in _VGG[name]:
+        if v == "M":
+            x = max_pool2d(b, x, f"features.{i}", 2, 2)
+            i += 1
+        else:
+            x = relu(b, conv2d(b, x, f"features.{i}", int(v), 3, 1, 1), f"features.{i + 1}")
+            i += 2
+    x = adaptive_avg_pool2d(b, x, "avgpool", 7)
+    x = dropout(b, relu(b, linear(b, x, "classifier.0", 4096), "classifier.1"), "classifier.2")
+    x = dropout(b, relu(b, linear(b, x, "classifier.3", 4096), "classifier.4"), "classifier.5")
+    return b.build(linear(b, x, "classifier.6", NUM_CLASSES), labels)
+
+
+def _basic_block(b: GraphBuilder, x: int, name: str, planes: int, stride: int) -> int:
+    inplanes = b.shape(x)[1]
+    out = relu(b, batch_norm2d(b, conv2d(b, x, f"{name}.conv1", planes, 3, stride, 1, bias=False),
+                               f"{name}.bn1"), f"{name}.relu1")
+    out = batch_norm2d(b, conv2d(b, out, f"{name}.conv2", planes, 3, 1, 1, bias=False), f"{name}.bn2")
+    return relu(b, add(b, out, _shortcut(b, x, name, planes, stride, inplanes), f"{name}.add"),
+                f"{name}.relu")
+
+
+def _bottleneck(b: GraphBuilder, x: int, name: str, planes: int, stride: int) -> int:
+    inplanes = b.shape(x)[1]
+    out = relu(b, batch_norm2d(b, conv2d(b, x, f"{name}.conv1", planes, 1, 1, 0, bias=False),
+                               f"{name}.bn1"), f"{name}.relu1")
+    # torchvision's ResNet v1.5: the stride sits on the 3x3 convolution
+    out = relu(b, batch_norm2d(b, conv2d(b, out, f"{name}.conv2", planes, 3, stride, 1, bias=False),
+                               f"{name}.bn2"), f"{name}.relu2")
+    out = batch_norm2d(b, conv2d(b, out, f"{name}.conv3", planes * 4, 1, 1, 0, bias=False), f"{name}.bn3")
+    return relu(b, add(b, out, _shortcut(b, x, name, planes * 4, stride, inplanes), f"{name}.add"),
+                f"{name}.relu")
+
+
+def _shortcut(b: GraphBuilder, x: int, name: str, channels: int, stride: int, inplanes: int) -> int:
+    if stride == 1 and inplanes == channels:
+        return x
+    down = conv2d(b, x, f"{name}.downsample.0", channels, 1, stride, 0, bias=False)
+    return batch_norm2d(b, down, f"{name}.downsample.1")
+
+
+_RESNET = {"resnet18": (_basic_block, 1, (2, 2, 2, 2)),
+           "resnet50": (_bottleneck, 4, (3, 4, 6, 3)),
+           "resnet152": (_bottleneck, 4, (3, 8, 36, 3))}
+
+
+def resnet(name: str, batch: int, image_size: int = DEFAULT_IMAGE_SIZE) -> Graph:
+    block, _, depths = _RESNET[name]
+    b, x, labels = _begin(name, batch, image_size)
+    x = relu(b, batch_norm2d(b, conv2d(b, x, "conv1", 64, 7, 2, 3, bias=False), "bn1"), "relu")
+    x = max_pool2d(b, x, "maxpool", 3, 2, 1)
+    for stage, (planes, depth) in enumerate(zip((64, 128, 256, 512), depths), start=1):
+        for i in range(depth):
+            x = block(b, x, f"layer{stage}.{i}", planes, 2 if (i == 0 and stage > 1) else 1)
+    x = adaptive_avg_pool2d(b, x, "avgpool", 1)
+    return b.build(linear(b, x, "fc", NUM_CLASSES), labels)
+
+
+MODELS: dict[str, Callable[[int, int], Graph]] = {
+    "alexnet": alexnet,
+    **{name: (lambda batch, size, name=name: vgg(name, batch, size)) for name in _VGG},
+    **{name: (lambda batch, size, name=name: resnet(name, batch, size)) for name in _RESNET},
+}
+
+
+def build_graph(model: str, batch: int, image_size: int = DEFAULT_IMAGE_SIZE) -> Graph:
+    """The graph of one training iteration; raises GraphError with a fix for any bad argument."""
+    if model not in MODELS:
+        raise GraphError(f"unknown model {model!r}; choose one of: {', '.join(MODELS)}")
+    if not isinstance(batch, int) or batch <= 0:
+        raise GraphError(f"batch must be a positive integer, not {batch!r}")
+    if batch > MAX_BATCH:
+        raise GraphError(f"batch {batch} is beyond any sensible run (at most {MAX_BATCH})")
+    if not isinstance(image_size, int) or image_size <= 0:
+        raise GraphError(f"image size must be a positive integer, not {image_size!r}")
+    return MODELS[model](batch, image_size)

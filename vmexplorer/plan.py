@@ -1,0 +1,82 @@
+"""A plan: every memory operation of one steady-state iteration, as data.
+
+Policies write plans, the validator checks them, the simulator and the executor run them. Op indices
+refer to `Graph.ops`; `issue_after == -1` means at the start of the iteration and
+`complete_before == len(graph.ops)` means by its end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class PlanError(ValueError):
+    """A plan that cannot run: the message names the op, the tensor and the bytes involved."""
+
+
+class Direction(StrEnum):
+    TO_HOST = "to_host"  # offload / eviction
+    TO_DEVICE = "to_device"  # prefetch / fault-in
+
+
+class Mode(StrEnum):
+    ASYNC = "async"  # cudaMemPrefetchAsync on a copy stream, ordered by CUDA events
+    SYNC = "sync"  # eviction on the compute stream: the next op waits for it
+    FAULT = "fault"  # the op's kernels demand-fault the pages in
+
+
+class Origin(StrEnum):
+    PLAN = "plan"  # decided by the policy or by a person
+    DRIVER = "driver"  # what the UVM driver does on its own: LRU evictions and demand faults
+
+
+@dataclass(frozen=True)
+class MemOp:
+    tensor: int
+    direction: Direction
+    mode: Mode
+    issue_after: int
+    complete_before: int
+    origin: Origin
+
+
+@dataclass(frozen=True)
+class Move:
+    """A tensor's planned round trip: offloaded after op `offload_after`, prefetched after op
+    `prefetch_after` (None: left on the host until something touches it). What a person edits."""
+
+    tensor: int
+    offload_after: int
+    prefetch_after: int | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    model: str
+    batch: int
+    image_size: int
+    policy: str
+    capacity: int
+    memops: tuple[MemOp, ...]
+    resident_at_start: tuple[int, ...]  # persistent tensors on the device when an iteration begins
+    peak_resident: int  # the most bytes occupying the device at any op
+    options: dict[str, str | int | float] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        return (self.model, self.batch, self.image_size)
+
+    @property
+    def moves(self) -> tuple[Move, ...]:
+        """The plan-origin round trips, recovered from the memops (what the app draws as markers)."""
+        out, open_offloads = [], {}
+        for m in sorted(self.memops, key=lambda m: (m.issue_after, m.direction != Direction.TO_HOST)):
+            if m.origin is not Origin.PLAN:
+                continue
+            if m.direction is Direction.TO_HOST:
+                open_offloads[m.tensor] = m.issue_after
+            elif m.tensor in open_offloads:
+                out.append(Move(m.tensor, open_offloads.pop(m.tensor), m.issue_after))
+        out += [Move(t, a, None) for t, a in open_offloads.items()]
+        return tuple(sorted(out, key=lambda mv: (mv.offload_after, mv.tensor)))

@@ -1,0 +1,73 @@
+"""What ran, or what the simulator predicts would run: columns on one clock, in ns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .graph import Graph
+from .plan import Direction, Mode, Plan
+
+
+@dataclass(frozen=True, eq=False)
+class Timeline:
+    """Per-op and per-memory-operation spans, and resident device bytes over time.
+
+    Rows are executions: an op run in iteration 3 is one row. `op_index` points into `Graph.ops`,
+    `memop_index` into `Plan.memops`. Times are ns from the start of the first recorded iteration.
+    `op_stall_ns` is the time an op waited for memory operations (prefetches, evictions) before it
+    could start; `op_fault_bytes` the bytes its kernels demand-faulted in.
+    """
+
+    source: str  # "simulated" | "measured"
+    op_iteration: np.ndarray
+    op_index: np.ndarray
+    op_start_ns: np.ndarray
+    op_end_ns: np.ndarray
+    op_stall_ns: np.ndarray
+    op_fault_bytes: np.ndarray
+    memop_iteration: np.ndarray
+    memop_index: np.ndarray
+    memop_start_ns: np.ndarray
+    memop_end_ns: np.ndarray
+    resident_t_ns: np.ndarray
+    resident_bytes: np.ndarray
+
+    @property
+    def iterations(self) -> int:
+        return int(self.op_iteration.max()) + 1 if len(self.op_iteration) else 0
+
+    def iteration_ns(self) -> np.ndarray:
+        """Duration of each iteration: from its first op's start to the next iteration's first op
+        (the last iteration ends at its last op or memory operation, whichever is later)."""
+        n = self.iterations
+        starts = np.array([self.op_start_ns[self.op_iteration == i].min() for i in range(n)])
+        last_end = max(int(self.op_end_ns.max()), int(self.memop_end_ns.max()) if len(self.memop_end_ns) else 0)
+        ends = np.append(starts[1:], last_end)
+        return ends - starts
+
+
+def summarize(graph: Graph, plan: Plan, timeline: Timeline) -> dict[str, float | int | str]:
+    """The figures a person compares: per iteration, the median over recorded iterations."""
+    its = timeline.iteration_ns()
+    n = max(timeline.iterations, 1)
+    moved = {Direction.TO_HOST: 0, Direction.TO_DEVICE: 0}
+    for i in timeline.memop_index:
+        m = plan.memops[int(i)]
+        if m.mode is not Mode.FAULT:
+            moved[m.direction] += graph.tensors[m.tensor].nbytes
+    fault_bytes = int(timeline.op_fault_bytes.sum())
+    return {
+        "source": timeline.source,
+        "iterations": timeline.iterations,
+        "iteration_ns": int(np.median(its)) if len(its) else 0,
+        "stall_ns": int(timeline.op_stall_ns.sum()) // n,
+        "compute_ns": int((timeline.op_end_ns - timeline.op_start_ns).sum()) // n,
+        "fault_bytes": fault_bytes // n,
+        "bytes_to_host": moved[Direction.TO_HOST] // n,
+        "bytes_to_device": (moved[Direction.TO_DEVICE] + fault_bytes) // n,
+        "peak_resident_bytes": int(timeline.resident_bytes.max()) if len(timeline.resident_bytes) else 0,
+        "capacity_bytes": plan.capacity,
+        "footprint_bytes": graph.footprint,
+    }
