@@ -1,0 +1,257 @@
+"""Where every tensor is, op by op: one replay that both repairs plans and validates them.
+
+Repair mode is the UVM driver's view: given the transfers a policy planned (possibly none), it adds
+what the driver would do on its own — demand faults for tensors an op touches on the host, and LRU
+evictions when the device would exceed its capacity. Strict mode adds nothing and reports every
+place where a complete plan breaks a rule. Both walk the same state machine, so a repaired plan
+always validates.
+
+Per op k the order is: offloads issued after op k-1 start leaving; transfers due before op k
+complete; prefetches issued after op k-1 start arriving; op k's tensors must be on the device; the
+device must hold at most `capacity` bytes; after op k, tensors with no later use are released.
+A tensor that is leaving or arriving occupies device memory until its transfer completes.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from .graph import Graph
+from .plan import Direction, MemOp, Mode, Move, Origin, PlanError
+
+DEAD, HOST, DEVICE, LEAVING, ARRIVING = "dead", "host", "device", "leaving", "arriving"
+_OCCUPYING = (DEVICE, LEAVING, ARRIVING)
+_STEADY_STATE_ROUNDS = 5
+
+
+@dataclass
+class _Transfer:
+    tensor: int
+    direction: Direction
+    mode: Mode
+    issue_after: int
+    complete_before: int | None  # None: an offload whose deadline the capacity decides
+    origin: Origin
+
+    def frozen(self, n_ops: int) -> MemOp:
+        due = n_ops if self.complete_before is None else self.complete_before
+        return MemOp(self.tensor, self.direction, self.mode, self.issue_after, due, self.origin)
+
+
+@dataclass(frozen=True)
+class Replay:
+    memops: tuple[MemOp, ...]
+    resident_at_start: tuple[int, ...]
+    occupied_bytes: tuple[int, ...]  # device bytes taken while each op runs
+    problems: tuple[str, ...]  # strict mode only
+
+    @property
+    def peak(self) -> int:
+        return max(self.occupied_bytes, default=0)
+
+
+def transfers_for_moves(graph: Graph, moves: list[Move]) -> list[_Transfer]:
+    """A move's offload deadline is left open; its prefetch is due at the tensor's next use."""
+    out = []
+    for mv in moves:
+        out.append(_Transfer(mv.tensor, Direction.TO_HOST, Mode.ASYNC, mv.offload_after, None, Origin.PLAN))
+        if mv.prefetch_after is not None:
+            due = next_use(graph, mv.tensor, mv.prefetch_after)
+            assert due is not None, "moves are checked before they are replayed"
+            out.append(_Transfer(mv.tensor, Direction.TO_DEVICE, Mode.ASYNC, mv.prefetch_after, due,
+                                 Origin.PLAN))
+    return out
+
+
+def next_use(graph: Graph, tensor: int, after: int) -> int | None:
+    """First op after `after` that touches the tensor, or None."""
+    for k in range(after + 1, len(graph.ops)):
+        if tensor in graph.ops[k].touches:
+            return k
+    return None
+
+
+def repair(graph: Graph, capacity: int, planned: list[_Transfer]) -> Replay:
+    """Run iterations until the residency at the start of one repeats; return that iteration."""
+    start = _initial_residency(graph, capacity)
+    seen: list[tuple[int, ...]] = []
+    lru: OrderedDict[int, None] = OrderedDict((t, None) for t in start)
+    for _ in range(_STEADY_STATE_ROUNDS):
+        seen.append(start)
+        result, end = _walk(graph, capacity, [_copy(t) for t in planned], start, lru, fix=True)
+        if end == start or end in seen:
+            return result if end == start else _walk(graph, capacity, [_copy(t) for t in planned],
+                                                      end, lru, fix=True)[0]
+        start = end
+    return result
+
+
+def check(graph: Graph, capacity: int, memops: tuple[MemOp, ...], start: tuple[int, ...]) -> Replay:
+    transfers = [_Transfer(m.tensor, m.direction, m.mode, m.issue_after, m.complete_before, m.origin)
+                 for m in memops]
+    lru: OrderedDict[int, None] = OrderedDict((t, None) for t in start)
+    result, end = _walk(graph, capacity, transfers, start, lru, fix=False)
+    if end != start:
+        moved = sorted(set(end) ^ set(start))[:3]
+        names = ", ".join(graph.tensors[t].name for t in moved)
+        problem = f"not a steady state: the iteration ends with a different set on the device ({names} ...)"
+        result = Replay(result.memops, result.resident_at_start, result.occupied_bytes,
+                        result.problems + (problem,))
+    return result
+
+
+def _copy(t: _Transfer) -> _Transfer:
+    return _Transfer(t.tensor, t.direction, t.mode, t.issue_after, t.complete_before, t.origin)
+
+
+def _initial_residency(graph: Graph, capacity: int) -> tuple[int, ...]:
+    out, used = [], 0
+    for t, tensor in enumerate(graph.tensors):
+        if tensor.persistent and used + tensor.nbytes <= capacity:
+            out.append(t)
+            used += tensor.nbytes
+    return tuple(out)
+
+
+def _walk(graph: Graph, capacity: int, transfers: list[_Transfer], start: tuple[int, ...],
+          lru: OrderedDict[int, None], fix: bool) -> tuple[Replay, tuple[int, ...]]:
+    n = len(graph.ops)
+    tensors = graph.tensors
+    last_use = graph.last_use
+    loc = [HOST if t.persistent else DEAD for t in tensors]
+    for t in start:
+        loc[t] = DEVICE
+    occupied = sum(tensors[t].nbytes for t in start)
+    issued: list[list[_Transfer]] = [[] for _ in range(n + 1)]
+    for tr in transfers:
+        issued[tr.issue_after + 1].append(tr)
+    due: list[list[_Transfer]] = [[] for _ in range(n + 1)]
+    open_offloads: dict[int, _Transfer] = {}
+    out: list[_Transfer] = []
+    problems: list[str] = []
+    per_op: list[int] = []
+
+    def name(k: int) -> str:
+        return graph.ops[k].name if 0 <= k < n else ("iteration start" if k < 0 else "iteration end")
+
+    def complete(tr: _Transfer) -> None:
+        nonlocal occupied
+        t = tr.tensor
+        if tr.direction is Direction.TO_HOST and loc[t] == LEAVING:
+            loc[t] = HOST
+            occupied -= tensors[t].nbytes
+            lru.pop(t, None)
+        elif tr.direction is Direction.TO_DEVICE and loc[t] == ARRIVING:
+            loc[t] = DEVICE
+            lru[t] = None
+
+    def close(tr: _Transfer, k: int) -> None:
+        tr.complete_before = k
+        open_offloads.pop(tr.tensor, None)
+        complete(tr)
+
+    for k in range(n + 1):
+        for tr in issued[k]:  # offloads and evictions issued after op k-1 start leaving
+            if tr.direction is not Direction.TO_HOST:
+                continue
+            out.append(tr)
+            if loc[tr.tensor] != DEVICE:
+                problems.append(f"{tensors[tr.tensor].name} is offloaded after {name(k - 1)} but is "
+                                f"not on the device there (it is {loc[tr.tensor]})")
+                continue
+            loc[tr.tensor] = LEAVING
+            if tr.complete_before is None:
+                open_offloads[tr.tensor] = tr
+            else:
+                due[tr.complete_before].append(tr)
+        for tr in due[k]:
+            complete(tr)
+        for tr in issued[k]:  # prefetches issued after op k-1 start arriving
+            if tr.direction is not Direction.TO_DEVICE or tr.mode is Mode.FAULT:
+                continue
+            out.append(tr)
+            t = tr.tensor
+            if t in open_offloads:  # the copy stream must finish the offload first
+                close(open_offloads[t], k)
+            if loc[t] != HOST:
+                problems.append(f"{tensors[t].name} is prefetched after {name(k - 1)} but is not on "
+                                f"the host there (it is {loc[t]})")
+                continue
+            loc[t] = ARRIVING
+            occupied += tensors[t].nbytes
+            if tr.complete_before is None or tr.complete_before <= k:
+                complete(tr)
+            else:
+                due[tr.complete_before].append(tr)
+        if k == n:
+            break
+        op = graph.ops[k]
+        touches = op.touches
+        faults = {tr.tensor: tr for tr in issued[k] if tr.mode is Mode.FAULT}
+        for t in touches:
+            state = loc[t]
+            if t in faults and state != HOST:
+                problems.append(f"{tensors[t].name} is faulted in at {op.name} but is {state} there")
+            if tensors[t].producer == k and state == DEAD:
+                loc[t] = DEVICE
+                occupied += tensors[t].nbytes
+            elif state == HOST and (fix or t in faults):
+                tr = faults.get(t) or _Transfer(t, Direction.TO_DEVICE, Mode.FAULT, k - 1, k, Origin.DRIVER)
+                out.append(tr)
+                loc[t] = DEVICE
+                occupied += tensors[t].nbytes
+            elif state != DEVICE:
+                if fix:
+                    raise PlanError(f"{op.name} touches {tensors[t].name} while it is {state}; "
+                                    "a planned transfer overlaps a use of its tensor")
+                problems.append(f"{op.name} touches {tensors[t].name}, which is {state} there")
+            lru[t] = None
+            lru.move_to_end(t)
+        for t in faults.keys() - set(touches):
+            problems.append(f"{tensors[t].name} is faulted in at {op.name}, which does not touch it")
+        if occupied > capacity and fix:
+            for tr in sorted(open_offloads.values(), key=lambda tr: tr.issue_after):
+                if occupied <= capacity:
+                    break
+                close(tr, k)  # the op waits for an offload already under way
+            # LRU order first; prefetches still arriving only as a last resort: the driver then
+            # evicts what was just brought in, and the op that needs it faults it back (thrashing)
+            victims = iter(list(lru) + sorted((t for t, s in enumerate(loc) if s == ARRIVING),
+                                              key=lambda t: -next_use(graph, t, k - 1)))  # type: ignore[operator]
+            while occupied > capacity:
+                victim = next(victims, None)
+                if victim is None:
+                    raise PlanError(f"{op.name} needs {_gib(occupied)} on the device with what is in "
+                                    f"flight, above the capacity {_gib(capacity)}")
+                if loc[victim] not in (DEVICE, ARRIVING) or victim in touches:
+                    continue
+                out.append(_Transfer(victim, Direction.TO_HOST, Mode.SYNC, k - 1, k, Origin.DRIVER))
+                loc[victim] = HOST
+                occupied -= tensors[victim].nbytes
+                lru.pop(victim)
+        elif occupied > capacity:
+            problems.append(f"{op.name} runs with {_gib(occupied)} on the device, above the capacity "
+                            f"{_gib(capacity)}")
+        per_op.append(occupied)
+        for t in touches:
+            if last_use[t] == k and not tensors[t].persistent:
+                if loc[t] in _OCCUPYING:
+                    occupied -= tensors[t].nbytes
+                loc[t] = DEAD
+                lru.pop(t, None)
+    for tr in list(open_offloads.values()):
+        close(tr, n)
+    for t, state in enumerate(loc):
+        if state == LEAVING:
+            loc[t] = HOST
+        elif state == ARRIVING:
+            loc[t] = DEVICE
+    end = tuple(t for t, tensor in enumerate(tensors) if tensor.persistent and loc[t] == DEVICE)
+    memops = tuple(sorted((tr.frozen(n) for tr in out),
+                          key=lambda m: (m.issue_after, m.direction != Direction.TO_HOST, m.tensor)))
+    return Replay(memops, start, tuple(per_op), tuple(problems)), end
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"
