@@ -76,6 +76,15 @@ class Graph:
         return (self.model, self.batch, self.image_size)
 
     @cached_property
+    def uses(self) -> tuple[tuple[int, ...], ...]:
+        """Ops touching each tensor (reading or writing it), ascending."""
+        out: list[list[int]] = [[] for _ in self.tensors]
+        for i, op in enumerate(self.ops):
+            for t in op.touches:
+                out[t].append(i)
+        return tuple(tuple(u) for u in out)
+
+    @cached_property
     def last_use(self) -> tuple[int, ...]:
         """Last op touching each tensor (its producer if nothing reads it)."""
         last = [t.producer for t in self.tensors]

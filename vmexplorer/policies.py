@@ -44,6 +44,9 @@ POLICIES: dict[str, PolicySpec] = {
         "offload": OptionSpec(str, "needed", "offload only as many feature maps as the capacity needs "
                                              "(earliest first), or all without immediate reuse",
                               choices=("needed", "all")),
+        "tensors": OptionSpec(str, "activations", "plan feature maps only (AutoVM), or every tensor with "
+                                                  "a long reuse gap: weights, gradients, momentum too",
+                              choices=("activations", "all")),
     }),
     "manual": PolicySpec("manual", "a person's plan (moves), repaired with forced evictions where it "
                                    "would exceed the capacity"),
@@ -63,7 +66,8 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
     if moves and policy != "manual":
         raise PlanError(f"moves are a manual plan; the {policy} policy makes its own")
     if policy == "autovm":
-        moves = autovm_moves(graph, capacity, opts["prefetch_distance"], opts["offload"])
+        moves = autovm_moves(graph, capacity, opts["prefetch_distance"], opts["offload"],
+                             opts["tensors"])
     elif policy == "manual":
         check_moves(graph, moves)
     replay = repair(graph, capacity, transfers_for_moves(graph, list(moves)))
@@ -78,23 +82,29 @@ def check_capacity(graph: Graph, capacity: int) -> None:
                         f"{graph.batch}: {graph.ops[op].name} alone touches {_gib(need)} ({need} bytes)")
 
 
-def autovm_moves(graph: Graph, capacity: int, prefetch_distance: int = 3, offload: str = "needed") -> list[Move]:
-    """Offload feature maps after their last forward use; prefetch `prefetch_distance` ops before
-    their first backward use. Tensors reused sooner than that stay put. With offload="needed", take
-    the earliest-produced ones (the longest trips, so the most time to move) until the static
-    profile fits the capacity."""
+MIN_MOVE_BYTES = 2 << 20  # below one 2 MiB page group a trip costs more in calls than it frees
+
+
+def autovm_moves(graph: Graph, capacity: int, prefetch_distance: int = 3, offload: str = "needed",
+                 tensors: str = "activations") -> list[Move]:
+    """Offload after the last use before a long gap, prefetch `prefetch_distance` ops before the use
+    that ends it. AutoVM's gaps are a feature map's, from its last forward use to its first backward
+    use; tensors="all" takes every tensor's gaps, a persistent tensor's gap across the iteration
+    boundary included (a trip with prefetch_after < offload_after). With offload="needed", take the
+    earliest trips (the most time to move) until the static profile fits the capacity."""
     candidates = []
+    n = len(graph.ops)
     for t, tensor in enumerate(graph.tensors):
-        if tensor.kind is not Kind.ACTIVATION or tensor.persistent:
+        if tensor.nbytes < MIN_MOVE_BYTES or not (tensors == "all" or tensor.kind is Kind.ACTIVATION):
             continue
-        forward = [k for k in (tensor.producer, *tensor.consumers) if graph.ops[k].phase is not Phase.BACKWARD]
-        backward = [k for k in tensor.consumers if graph.ops[k].phase is Phase.BACKWARD]
-        if not backward:
-            continue
-        last_forward, first_backward = max(forward), min(backward)
-        prefetch_after = first_backward - prefetch_distance
-        if prefetch_after > last_forward:
-            candidates.append(Move(t, last_forward, prefetch_after))
+        for last, use in _gaps(graph, t, feature_maps_only=tensors != "all"):
+            prefetch_after = use - prefetch_distance
+            if use >= n:  # a wrapped gap: the prefetch is issued in the next iteration, at its start at the earliest
+                prefetch_after = max(prefetch_after - n, -1)
+                if use - n > prefetch_after:
+                    candidates.append(Move(t, last, prefetch_after))
+            elif prefetch_after > last:
+                candidates.append(Move(t, last, prefetch_after))
     candidates.sort(key=lambda mv: (mv.offload_after, -graph.tensors[mv.tensor].nbytes))
     if offload == "all":
         return _fit_prefetches(graph, capacity, candidates)
@@ -106,35 +116,66 @@ def autovm_moves(graph: Graph, capacity: int, prefetch_distance: int = 3, offloa
         if not len(over):
             return _fit_prefetches(graph, capacity, chosen)
         k = int(over[0])
-        pick = next((mv for mv in remaining if mv.offload_after < k <= mv.prefetch_after), None)  # type: ignore[operator]
-        if pick is None:  # no feature map is away at this op: the LRU fallback takes over here
+        pick = next((mv for mv in remaining
+                     if any(lo <= k < hi for lo, hi in _away(mv, len(graph.ops)))), None)
+        if pick is None:  # nothing planned can be away at this op: the LRU fallback takes over here
             occupied[k] = 0
             continue
         remaining.remove(pick)
         chosen.append(pick)
-        occupied[pick.offload_after + 1: pick.prefetch_after + 1] -= graph.tensors[pick.tensor].nbytes  # type: ignore[operator]
+        for lo, hi in _away(pick, len(graph.ops)):
+            occupied[lo:hi] -= graph.tensors[pick.tensor].nbytes
+
+
+def _away(mv: Move, n: int) -> list[tuple[int, int]]:
+    """Op ranges [lo, hi) during which a move's tensor is off the device in the static profile."""
+    p = mv.prefetch_after
+    assert p is not None
+    if p >= mv.offload_after:
+        return [(mv.offload_after + 1, p + 1)]
+    return [(mv.offload_after + 1, n), (0, p + 1)]
+
+
+def _gaps(graph: Graph, t: int, feature_maps_only: bool) -> list[tuple[int, int]]:
+    """(last use, next use) pairs; a use past the end of the iteration is numbered from n on."""
+    tensor = graph.tensors[t]
+    if feature_maps_only:
+        if tensor.persistent:
+            return []
+        forward = [k for k in (tensor.producer, *tensor.consumers) if graph.ops[k].phase is not Phase.BACKWARD]
+        backward = [k for k in tensor.consumers if graph.ops[k].phase is Phase.BACKWARD]
+        return [(max(forward), min(backward))] if backward else []
+    uses = graph.uses[t]
+    pairs = list(zip(uses, uses[1:]))
+    if tensor.persistent:
+        pairs.append((uses[-1], uses[0] + len(graph.ops)))
+    return pairs
 
 
 def _fit_prefetches(graph: Graph, capacity: int, moves: list[Move]) -> list[Move]:
     """Issue prefetches late enough that, while they are in flight, they and each op's own tensors
     fit: neither can be evicted, so an earlier prefetch would only be thrown out again."""
-    working = [graph.working_set(k) for k in range(len(graph.ops))]
-    arriving = np.zeros(len(graph.ops) + 1, dtype=np.int64)
+    working = np.array([graph.working_set(k) for k in range(len(graph.ops))], dtype=np.int64)
+    arriving = np.zeros(len(graph.ops), dtype=np.int64)
     out = []
     for mv in sorted(moves, key=lambda mv: -(mv.prefetch_after or 0)):  # latest uses claim room first
         nbytes = graph.tensors[mv.tensor].nbytes
-        use = next_use(graph, mv.tensor, mv.prefetch_after)  # type: ignore[arg-type]
         p = mv.prefetch_after
-        assert p is not None and use is not None
-        while p < use - 1 and any(working[k] + arriving[k] + nbytes > capacity for k in range(p + 1, use)):
-            p += 1
+        assert p is not None
+        use = next_use(graph, mv.tensor, p)
+        assert use is not None
+        tight = np.flatnonzero(working[p + 1:use] + arriving[p + 1:use] + nbytes > capacity)
+        if len(tight):  # issue after the last op it would not fit beside
+            p = min(p + 1 + int(tight[-1]), use - 1)
         arriving[p + 1:use] += nbytes
         out.append(Move(mv.tensor, mv.offload_after, p))
     return sorted(out, key=lambda mv: (mv.offload_after, mv.tensor))
 
 
 def check_moves(graph: Graph, moves: Sequence[Move]) -> None:
-    """A person's moves must make sense on the graph; each error names the tensor, ops and a fix."""
+    """A person's moves must make sense on the graph; each error names the tensor, ops and a fix.
+    A persistent tensor's trip may wrap: offloaded after its last use, prefetched (prefetch_after <
+    offload_after) before its first use in the next iteration."""
     n = len(graph.ops)
     trips: dict[int, list[tuple[int, int]]] = {}
     for mv in moves:
@@ -146,28 +187,39 @@ def check_moves(graph: Graph, moves: Sequence[Move]) -> None:
         if not tensor.persistent and mv.offload_after < tensor.producer:
             raise PlanError(f"{tensor.name} is offloaded after {_op(graph, mv.offload_after)}, before its "
                             f"producer {graph.ops[tensor.producer].name} runs; offload it after that")
-        end = n - 1 if mv.prefetch_after is None else mv.prefetch_after
-        if mv.prefetch_after is not None:
-            if not mv.offload_after <= mv.prefetch_after < n:
-                raise PlanError(f"{tensor.name}: prefetch_after {mv.prefetch_after} must be an op between "
-                                f"its offload ({mv.offload_after}) and {n - 1}")
-            if next_use(graph, mv.tensor, mv.prefetch_after) is None:
-                raise PlanError(f"{tensor.name} is prefetched after {graph.ops[mv.prefetch_after].name}, "
-                                "after its last use; prefetch it before that use or drop the prefetch")
-        elif next_use(graph, mv.tensor, mv.offload_after) is None and not tensor.persistent:
-            raise PlanError(f"{tensor.name} is not used after {_op(graph, mv.offload_after)}: there is "
-                            "nothing to offload it for")
+        p = mv.prefetch_after
+        if p is not None and not -1 <= p < n:
+            raise PlanError(f"{tensor.name}: prefetch_after {p} is not an op (-1..{n - 1})")
         used = next_use(graph, mv.tensor, mv.offload_after)
-        if mv.prefetch_after is not None and used is not None and used <= mv.prefetch_after:
-            raise PlanError(f"{tensor.name} is used by {graph.ops[used].name} between its offload after "
-                            f"{_op(graph, mv.offload_after)} and its prefetch after "
-                            f"{graph.ops[mv.prefetch_after].name}: the prefetch comes after the use; "
-                            f"prefetch before op {used} or offload after it")
+        if p is not None and p < mv.offload_after:
+            if not tensor.persistent:
+                raise PlanError(f"{tensor.name} is prefetched after {_op(graph, p)}, before its offload "
+                                f"after {_op(graph, mv.offload_after)}; only persistent tensors can wrap "
+                                "into the next iteration")
+            first = next_use(graph, mv.tensor, -1)
+            if used is not None or (first is not None and first <= p):
+                clash = used if used is not None else first
+                raise PlanError(f"{tensor.name} is used by {graph.ops[clash].name} while it is away "  # type: ignore[index]
+                                f"(offloaded after {_op(graph, mv.offload_after)}, prefetched after "
+                                f"{_op(graph, p)} of the next iteration)")
+            spans = [(mv.offload_after, n - 1), (-1, p)]
+        else:
+            if p is not None and next_use(graph, mv.tensor, p) is None:
+                raise PlanError(f"{tensor.name} is prefetched after {_op(graph, p)}, after its last use; "
+                                "prefetch it before that use or drop the prefetch")
+            if p is None and used is None and not tensor.persistent:
+                raise PlanError(f"{tensor.name} is not used after {_op(graph, mv.offload_after)}: there "
+                                "is nothing to offload it for")
+            if p is not None and used is not None and used <= p:
+                raise PlanError(f"{tensor.name} is used by {graph.ops[used].name} between its offload after "
+                                f"{_op(graph, mv.offload_after)} and its prefetch after {_op(graph, p)}: "
+                                f"the prefetch comes after the use; prefetch before op {used} or offload "
+                                "after it")
+            spans = [(mv.offload_after, n - 1 if p is None else p)]
         for a, b in trips.get(mv.tensor, []):
-            if mv.offload_after <= b and a <= end:
-                raise PlanError(f"{tensor.name} has two overlapping moves (ops {a}..{b} and "
-                                f"{mv.offload_after}..{end})")
-        trips.setdefault(mv.tensor, []).append((mv.offload_after, end))
+            if any(lo <= b and a <= hi for lo, hi in spans):
+                raise PlanError(f"{tensor.name} has two overlapping moves (one away over ops {a}..{b})")
+        trips.setdefault(mv.tensor, []).extend(spans)
 
 
 def load_moves(graph: Graph, data: Any) -> list[Move]:

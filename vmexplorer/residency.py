@@ -14,6 +14,7 @@ A tensor that is leaving or arriving occupies device memory until its transfer c
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -66,10 +67,9 @@ def transfers_for_moves(graph: Graph, moves: list[Move]) -> list[_Transfer]:
 
 def next_use(graph: Graph, tensor: int, after: int) -> int | None:
     """First op after `after` that touches the tensor, or None."""
-    for k in range(after + 1, len(graph.ops)):
-        if tensor in graph.ops[k].touches:
-            return k
-    return None
+    uses = graph.uses[tensor]
+    i = bisect_right(uses, after)
+    return uses[i] if i < len(uses) else None
 
 
 def repair(graph: Graph, capacity: int, planned: list[_Transfer]) -> Replay:

@@ -1,0 +1,104 @@
+"""Predict the timeline of any plan from a cost model: what a run would look like, with no GPU.
+
+The model follows the executor's strategy (DESIGN.md): the host thread enqueues ops far ahead of the
+GPU and makes each asynchronous memory call just before it enqueues the op that waits for it, so
+the GPU keeps queued work while a call blocks the host. Three streams: compute, and one copy stream
+per direction (the H100 has a copy engine each way). A copy starts once the op it is issued after
+has finished, its stream is free and the host has made the call; the call blocks the host for
+`host_block` of the transfer. Driver evictions run on the compute stream before the op that needed
+the room; demand faults lengthen the op whose kernels take them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .costmodel import H100_DEFAULT, CostModel
+from .graph import Graph
+from .plan import Direction, Mode, Plan
+from .records import Timeline
+
+
+def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timeline:
+    cost = cost or H100_DEFAULT
+    ops, tensors, memops = graph.ops, graph.tensors, plan.memops
+    n = len(ops)
+    compute = [cost.compute_ns(op.name, op.flops, op.bytes_touched) for op in ops]
+    due_async: list[list[int]] = [[] for _ in range(n + 1)]
+    due_sync: list[list[int]] = [[] for _ in range(n + 1)]
+    faults: list[list[int]] = [[] for _ in range(n + 1)]
+    for i, m in enumerate(memops):
+        {Mode.ASYNC: due_async, Mode.SYNC: due_sync, Mode.FAULT: faults}[m.mode][m.complete_before].append(i)
+    rate = {Direction.TO_DEVICE: cost.prefetch_bytes_per_ns, Direction.TO_HOST: cost.evict_bytes_per_ns}
+
+    op_start, op_end = np.zeros(n), np.zeros(n)
+    op_stall, op_fault = np.zeros(n), np.zeros(n, dtype=np.int64)
+    room = np.zeros(n + 1)  # when the driver's evictions before each op have made their room
+    mem_start, mem_end = np.zeros(len(memops)), np.zeros(len(memops))
+    host = gpu = 0.0
+    copy_free = {Direction.TO_DEVICE: 0.0, Direction.TO_HOST: 0.0}
+    for k in range(n + 1):
+        arrived = max(gpu, host)  # op k-1 is done and the host has reached op k
+        t = arrived
+        for i in due_sync[k]:
+            mem_start[i] = t
+            t += tensors[memops[i].tensor].nbytes / cost.evict_bytes_per_ns
+            mem_end[i] = t
+        room[k] = t
+        for i in sorted(due_async[k], key=lambda i: memops[i].issue_after):
+            m = memops[i]
+            after = op_end[m.issue_after] if m.issue_after >= 0 else 0.0
+            if m.direction is Direction.TO_DEVICE:  # a prefetch lands in the room made before the next op
+                after = max(after, room[m.issue_after + 1])
+            start = max(after, copy_free[m.direction], host)
+            end = start + tensors[m.tensor].nbytes / rate[m.direction]
+            mem_start[i], mem_end[i] = start, end
+            copy_free[m.direction] = end
+            host += cost.host_block * max(0.0, end - host)
+            t = max(t, end)
+        if k == n:
+            break
+        t = max(t, host)
+        fault_bytes = sum(tensors[memops[i].tensor].nbytes for i in faults[k])
+        op_stall[k], op_fault[k], op_start[k] = t - arrived, fault_bytes, t
+        gpu = op_end[k] = t + compute[k] + fault_bytes / cost.fault_bytes_per_ns
+        for i in faults[k]:
+            mem_start[i], mem_end[i] = t, gpu
+        host += cost.launch_ns
+    resident_t, resident = _resident(graph, plan, op_start, op_end, mem_start, mem_end)
+    i64 = lambda a: np.rint(a).astype(np.int64)  # noqa: E731
+    return Timeline(
+        source="simulated",
+        op_iteration=np.zeros(n, dtype=np.int64), op_index=np.arange(n, dtype=np.int64),
+        op_start_ns=i64(op_start), op_end_ns=i64(op_end), op_stall_ns=i64(op_stall),
+        op_fault_bytes=op_fault,
+        memop_iteration=np.zeros(len(memops), dtype=np.int64),
+        memop_index=np.arange(len(memops), dtype=np.int64),
+        memop_start_ns=i64(mem_start), memop_end_ns=i64(mem_end),
+        resident_t_ns=i64(resident_t), resident_bytes=resident,
+    )
+
+
+def _resident(graph: Graph, plan: Plan, op_start: np.ndarray, op_end: np.ndarray,
+              mem_start: np.ndarray, mem_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Device bytes over time as a step function: a tensor counts from its creation, its prefetch's
+    start or its fault, until its release, its offload's end or its eviction's end."""
+    times, deltas = [0.0], [sum(graph.tensors[t].nbytes for t in plan.resident_at_start)]
+    last_use = graph.last_use
+    for t, tensor in enumerate(graph.tensors):
+        if not tensor.persistent:
+            times += [op_start[tensor.producer], op_end[last_use[t]]]
+            deltas += [tensor.nbytes, -tensor.nbytes]
+    for i, m in enumerate(plan.memops):
+        nbytes = graph.tensors[m.tensor].nbytes
+        if m.direction is Direction.TO_DEVICE:
+            times.append(mem_start[i])
+            deltas.append(nbytes)
+        else:
+            times.append(mem_end[i])
+            deltas.append(-nbytes)
+    order = np.argsort(np.array(times), kind="stable")
+    t_sorted = np.array(times)[order]
+    level = np.cumsum(np.array(deltas, dtype=np.int64)[order])
+    keep = np.append(t_sorted[1:] != t_sorted[:-1], True)  # one level per instant: the last one
+    return t_sorted[keep], level[keep]
