@@ -39,6 +39,7 @@ class MemOp:
     issue_after: int
     complete_before: int
     origin: Origin
+    nbytes: int  # what moves: a tensor can be partly resident, as the driver evicts page by page
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ class Plan:
     policy: str
     capacity: int
     memops: tuple[MemOp, ...]
-    resident_at_start: tuple[int, ...]  # persistent tensors on the device when an iteration begins
+    resident_at_start: tuple[tuple[int, int], ...]  # (tensor, bytes on the device) as an iteration begins
     peak_resident: int  # the most bytes occupying the device at any op
     options: dict[str, str | int | float] = field(default_factory=dict)
 

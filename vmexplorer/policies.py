@@ -116,11 +116,14 @@ def autovm_moves(graph: Graph, capacity: int, prefetch_distance: int = 3, offloa
         if not len(over):
             return _fit_prefetches(graph, capacity, chosen)
         k = int(over[0])
-        pick = next((mv for mv in remaining
-                     if any(lo <= k < hi for lo, hi in _away(mv, len(graph.ops)))), None)
-        if pick is None:  # nothing planned can be away at this op: the LRU fallback takes over here
+        covering = [mv for mv in remaining if any(lo <= k < hi for lo, hi in _away(mv, len(graph.ops)))]
+        if not covering:  # nothing planned can be away at this op: the LRU fallback takes over here
             occupied[k] = 0
             continue
+        # the earliest trip that alone clears the excess (each byte offloaded costs slow eviction
+        # bandwidth), else the earliest: candidates are in order of their offloads
+        excess = occupied[k] - capacity
+        pick = next((mv for mv in covering if graph.tensors[mv.tensor].nbytes >= excess), covering[0])
         remaining.remove(pick)
         chosen.append(pick)
         for lo, hi in _away(pick, len(graph.ops)):
@@ -260,9 +263,10 @@ def validate_plan(graph: Graph, plan: Plan) -> None:
         if m.mode.value != "async" and m.complete_before != m.issue_after + 1:
             raise PlanError(f"memory operation {i} is {m.mode.value}, so it must complete before the "
                             "next op")
-    for t in plan.resident_at_start:
-        if not (0 <= t < t_count and graph.tensors[t].persistent):
-            raise PlanError(f"resident_at_start names {t}, which is not a persistent tensor")
+    for t, nbytes in plan.resident_at_start:
+        if not (0 <= t < t_count and graph.tensors[t].persistent and 0 < nbytes <= graph.tensors[t].nbytes):
+            raise PlanError(f"resident_at_start has {nbytes} bytes of tensor {t}: not a persistent "
+                            "tensor or not that many bytes")
     problems = check(graph, plan.capacity, plan.memops, plan.resident_at_start).problems
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""

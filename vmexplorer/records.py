@@ -56,7 +56,7 @@ def summarize(graph: Graph, plan: Plan, timeline: Timeline) -> dict[str, float |
     for i in timeline.memop_index:
         m = plan.memops[int(i)]
         if m.mode is not Mode.FAULT:
-            moved[m.direction] += graph.tensors[m.tensor].nbytes
+            moved[m.direction] += m.nbytes
     fault_bytes = int(timeline.op_fault_bytes.sum())
     return {
         "source": timeline.source,

@@ -34,16 +34,21 @@ class _Transfer:
     issue_after: int
     complete_before: int | None  # None: an offload whose deadline the capacity decides
     origin: Origin
+    nbytes: int | None = None  # None until issued: what moves depends on what is resident then
 
     def frozen(self, n_ops: int) -> MemOp:
         due = n_ops if self.complete_before is None else self.complete_before
-        return MemOp(self.tensor, self.direction, self.mode, self.issue_after, due, self.origin)
+        return MemOp(self.tensor, self.direction, self.mode, self.issue_after, due, self.origin,
+                     self.nbytes or 0)
+
+
+Residency = tuple[tuple[int, int], ...]  # (tensor, bytes on the device), persistent tensors only
 
 
 @dataclass(frozen=True)
 class Replay:
     memops: tuple[MemOp, ...]
-    resident_at_start: tuple[int, ...]
+    resident_at_start: Residency
     occupied_bytes: tuple[int, ...]  # device bytes taken while each op runs
     problems: tuple[str, ...]  # strict mode only
 
@@ -75,54 +80,60 @@ def next_use(graph: Graph, tensor: int, after: int) -> int | None:
 def repair(graph: Graph, capacity: int, planned: list[_Transfer]) -> Replay:
     """Run iterations until the residency at the start of one repeats; return that iteration."""
     start = _initial_residency(graph, capacity)
-    seen: list[tuple[int, ...]] = []
-    lru: OrderedDict[int, None] = OrderedDict((t, None) for t in start)
+    seen: list[Residency] = []
+    lru: OrderedDict[int, None] = OrderedDict((t, None) for t, _ in start)
+    result = None
     for _ in range(_STEADY_STATE_ROUNDS):
         seen.append(start)
         result, end = _walk(graph, capacity, [_copy(t) for t in planned], start, lru, fix=True)
-        if end == start or end in seen:
-            return result if end == start else _walk(graph, capacity, [_copy(t) for t in planned],
-                                                      end, lru, fix=True)[0]
+        if end == start:
+            return result
+        if end in seen:  # a cycle longer than one iteration: report the one that starts from here
+            return _walk(graph, capacity, [_copy(t) for t in planned], end, lru, fix=True)[0]
         start = end
+    assert result is not None
     return result
 
 
-def check(graph: Graph, capacity: int, memops: tuple[MemOp, ...], start: tuple[int, ...]) -> Replay:
-    transfers = [_Transfer(m.tensor, m.direction, m.mode, m.issue_after, m.complete_before, m.origin)
-                 for m in memops]
-    lru: OrderedDict[int, None] = OrderedDict((t, None) for t in start)
+def check(graph: Graph, capacity: int, memops: tuple[MemOp, ...], start: Residency) -> Replay:
+    transfers = [_Transfer(m.tensor, m.direction, m.mode, m.issue_after, m.complete_before, m.origin,
+                           m.nbytes) for m in memops]
+    lru: OrderedDict[int, None] = OrderedDict((t, None) for t, _ in start)
     result, end = _walk(graph, capacity, transfers, start, lru, fix=False)
     if end != start:
         moved = sorted(set(end) ^ set(start))[:3]
-        names = ", ".join(graph.tensors[t].name for t in moved)
-        problem = f"not a steady state: the iteration ends with a different set on the device ({names} ...)"
+        names = ", ".join(graph.tensors[t].name for t, _ in moved)
+        problem = f"not a steady state: the iteration ends with other bytes on the device ({names})"
         result = Replay(result.memops, result.resident_at_start, result.occupied_bytes,
                         result.problems + (problem,))
     return result
 
 
 def _copy(t: _Transfer) -> _Transfer:
-    return _Transfer(t.tensor, t.direction, t.mode, t.issue_after, t.complete_before, t.origin)
+    return _Transfer(t.tensor, t.direction, t.mode, t.issue_after, t.complete_before, t.origin, t.nbytes)
 
 
-def _initial_residency(graph: Graph, capacity: int) -> tuple[int, ...]:
+def _initial_residency(graph: Graph, capacity: int) -> Residency:
     out, used = [], 0
     for t, tensor in enumerate(graph.tensors):
         if tensor.persistent and used + tensor.nbytes <= capacity:
-            out.append(t)
+            out.append((t, tensor.nbytes))
             used += tensor.nbytes
     return tuple(out)
 
 
-def _walk(graph: Graph, capacity: int, transfers: list[_Transfer], start: tuple[int, ...],
-          lru: OrderedDict[int, None], fix: bool) -> tuple[Replay, tuple[int, ...]]:
+def _walk(graph: Graph, capacity: int, transfers: list[_Transfer], start: Residency,
+          lru: OrderedDict[int, None], fix: bool) -> tuple[Replay, Residency]:
     n = len(graph.ops)
     tensors = graph.tensors
     last_use = graph.last_use
+    size = [t.nbytes for t in tensors]
     loc = [HOST if t.persistent else DEAD for t in tensors]
-    for t in start:
-        loc[t] = DEVICE
-    occupied = sum(tensors[t].nbytes for t in start)
+    dev = [0] * len(tensors)  # bytes on the device; a tensor on the HOST may keep some there
+    for t, nbytes in start:
+        dev[t] = nbytes
+        loc[t] = DEVICE if nbytes == size[t] else HOST
+    occupied = sum(dev)
     issued: list[list[_Transfer]] = [[] for _ in range(n + 1)]
     for tr in transfers:
         issued[tr.issue_after + 1].append(tr)
@@ -135,12 +146,20 @@ def _walk(graph: Graph, capacity: int, transfers: list[_Transfer], start: tuple[
     def name(k: int) -> str:
         return graph.ops[k].name if 0 <= k < n else ("iteration start" if k < 0 else "iteration end")
 
+    def moving(tr: _Transfer, nbytes: int) -> None:
+        if tr.nbytes is None:
+            tr.nbytes = nbytes
+        elif tr.nbytes != nbytes:
+            problems.append(f"{tensors[tr.tensor].name} moves {tr.nbytes} bytes {tr.direction.value} "
+                            f"after {name(tr.issue_after)}, but {nbytes} would move there")
+
     def complete(tr: _Transfer) -> None:
         nonlocal occupied
         t = tr.tensor
         if tr.direction is Direction.TO_HOST and loc[t] == LEAVING:
             loc[t] = HOST
-            occupied -= tensors[t].nbytes
+            occupied -= dev[t]
+            dev[t] = 0
             lru.pop(t, None)
         elif tr.direction is Direction.TO_DEVICE and loc[t] == ARRIVING:
             loc[t] = DEVICE
@@ -151,18 +170,37 @@ def _walk(graph: Graph, capacity: int, transfers: list[_Transfer], start: tuple[
         open_offloads.pop(tr.tensor, None)
         complete(tr)
 
+    def evict(t: int, nbytes: int, k: int, origin: Origin) -> None:
+        nonlocal occupied
+        tr = _Transfer(t, Direction.TO_HOST, Mode.SYNC, k - 1, k, origin, nbytes)
+        out.append(tr)
+        dev[t] -= nbytes
+        occupied -= nbytes
+        loc[t] = HOST
+        if dev[t] == 0:
+            lru.pop(t, None)
+
     for k in range(n + 1):
         for tr in issued[k]:  # offloads and evictions issued after op k-1 start leaving
             if tr.direction is not Direction.TO_HOST:
                 continue
-            out.append(tr)
-            if loc[tr.tensor] != DEVICE:
-                problems.append(f"{tensors[tr.tensor].name} is offloaded after {name(k - 1)} but is "
-                                f"not on the device there (it is {loc[tr.tensor]})")
+            t = tr.tensor
+            if tr.mode is Mode.SYNC:  # a driver eviction (of some bytes) right before op k
+                if loc[t] in (DEVICE, HOST, ARRIVING) and tr.nbytes is not None and 0 < tr.nbytes <= dev[t]:
+                    evict(t, tr.nbytes, k, tr.origin)
+                else:
+                    out.append(tr)
+                    problems.append(f"{tensors[t].name} is evicted before {name(k)} but has "
+                                    f"{dev[t]} bytes there, not {tr.nbytes}")
                 continue
-            loc[tr.tensor] = LEAVING
+            out.append(tr)
+            if loc[t] not in (DEVICE, HOST):
+                problems.append(f"{tensors[t].name} is offloaded after {name(k - 1)} but is {loc[t]} there")
+                continue
+            moving(tr, dev[t])
+            loc[t] = LEAVING
             if tr.complete_before is None:
-                open_offloads[tr.tensor] = tr
+                open_offloads[t] = tr
             else:
                 due[tr.complete_before].append(tr)
         for tr in due[k]:
@@ -175,11 +213,13 @@ def _walk(graph: Graph, capacity: int, transfers: list[_Transfer], start: tuple[
             if t in open_offloads:  # the copy stream must finish the offload first
                 close(open_offloads[t], k)
             if loc[t] != HOST:
-                problems.append(f"{tensors[t].name} is prefetched after {name(k - 1)} but is not on "
-                                f"the host there (it is {loc[t]})")
+                problems.append(f"{tensors[t].name} is prefetched after {name(k - 1)} but is {loc[t]} there")
+                moving(tr, 0)
                 continue
+            moving(tr, size[t] - dev[t])
             loc[t] = ARRIVING
-            occupied += tensors[t].nbytes
+            occupied += size[t] - dev[t]
+            dev[t] = size[t]
             if tr.complete_before is None or tr.complete_before <= k:
                 complete(tr)
             else:
@@ -194,13 +234,14 @@ def _walk(graph: Graph, capacity: int, transfers: list[_Transfer], start: tuple[
             if t in faults and state != HOST:
                 problems.append(f"{tensors[t].name} is faulted in at {op.name} but is {state} there")
             if tensors[t].producer == k and state == DEAD:
-                loc[t] = DEVICE
-                occupied += tensors[t].nbytes
+                loc[t], dev[t] = DEVICE, size[t]
+                occupied += size[t]
             elif state == HOST and (fix or t in faults):
                 tr = faults.get(t) or _Transfer(t, Direction.TO_DEVICE, Mode.FAULT, k - 1, k, Origin.DRIVER)
                 out.append(tr)
-                loc[t] = DEVICE
-                occupied += tensors[t].nbytes
+                moving(tr, size[t] - dev[t])
+                occupied += size[t] - dev[t]
+                loc[t], dev[t] = DEVICE, size[t]
             elif state != DEVICE:
                 if fix:
                     raise PlanError(f"{op.name} touches {tensors[t].name} while it is {state}; "
@@ -215,8 +256,9 @@ def _walk(graph: Graph, capacity: int, transfers: list[_Transfer], start: tuple[
                 if occupied <= capacity:
                     break
                 close(tr, k)  # the op waits for an offload already under way
-            # LRU order first; prefetches still arriving only as a last resort: the driver then
-            # evicts what was just brought in, and the op that needs it faults it back (thrashing)
+            # LRU order, taking only the bytes needed, as the driver evicts page by page; prefetches
+            # still arriving only as a last resort: the driver then evicts what was just brought in
+            # and the op that needs it faults it back (thrashing)
             victims = iter(list(lru) + sorted((t for t, s in enumerate(loc) if s == ARRIVING),
                                               key=lambda t: -next_use(graph, t, k - 1)))  # type: ignore[operator]
             while occupied > capacity:
@@ -224,30 +266,26 @@ def _walk(graph: Graph, capacity: int, transfers: list[_Transfer], start: tuple[
                 if victim is None:
                     raise PlanError(f"{op.name} needs {_gib(occupied)} on the device with what is in "
                                     f"flight, above the capacity {_gib(capacity)}")
-                if loc[victim] not in (DEVICE, ARRIVING) or victim in touches:
-                    continue
-                out.append(_Transfer(victim, Direction.TO_HOST, Mode.SYNC, k - 1, k, Origin.DRIVER))
-                loc[victim] = HOST
-                occupied -= tensors[victim].nbytes
-                lru.pop(victim)
+                if loc[victim] in (DEVICE, HOST, ARRIVING) and dev[victim] and victim not in touches:
+                    evict(victim, min(dev[victim], occupied - capacity), k, Origin.DRIVER)
         elif occupied > capacity:
             problems.append(f"{op.name} runs with {_gib(occupied)} on the device, above the capacity "
                             f"{_gib(capacity)}")
         per_op.append(occupied)
         for t in touches:
             if last_use[t] == k and not tensors[t].persistent:
-                if loc[t] in _OCCUPYING:
-                    occupied -= tensors[t].nbytes
-                loc[t] = DEAD
+                occupied -= dev[t]
+                loc[t], dev[t] = DEAD, 0
                 lru.pop(t, None)
     for tr in list(open_offloads.values()):
         close(tr, n)
     for t, state in enumerate(loc):
         if state == LEAVING:
-            loc[t] = HOST
+            occupied -= dev[t]
+            loc[t], dev[t] = HOST, 0
         elif state == ARRIVING:
             loc[t] = DEVICE
-    end = tuple(t for t, tensor in enumerate(tensors) if tensor.persistent and loc[t] == DEVICE)
+    end = tuple((t, dev[t]) for t, tensor in enumerate(tensors) if tensor.persistent and dev[t])
     memops = tuple(sorted((tr.frozen(n) for tr in out),
                           key=lambda m: (m.issue_after, m.direction != Direction.TO_HOST, m.tensor)))
     return Replay(memops, start, tuple(per_op), tuple(problems)), end

@@ -21,7 +21,7 @@ from .records import Timeline
 
 def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timeline:
     cost = cost or H100_DEFAULT
-    ops, tensors, memops = graph.ops, graph.tensors, plan.memops
+    ops, memops = graph.ops, plan.memops
     n = len(ops)
     compute = [cost.compute_ns(op.name, op.flops, op.bytes_touched) for op in ops]
     due_async: list[list[int]] = [[] for _ in range(n + 1)]
@@ -42,7 +42,7 @@ def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timelin
         t = arrived
         for i in due_sync[k]:
             mem_start[i] = t
-            t += tensors[memops[i].tensor].nbytes / cost.evict_bytes_per_ns
+            t += memops[i].nbytes / cost.evict_bytes_per_ns
             mem_end[i] = t
         room[k] = t
         for i in sorted(due_async[k], key=lambda i: memops[i].issue_after):
@@ -51,7 +51,7 @@ def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timelin
             if m.direction is Direction.TO_DEVICE:  # a prefetch lands in the room made before the next op
                 after = max(after, room[m.issue_after + 1])
             start = max(after, copy_free[m.direction], host)
-            end = start + tensors[m.tensor].nbytes / rate[m.direction]
+            end = start + m.nbytes / rate[m.direction]
             mem_start[i], mem_end[i] = start, end
             copy_free[m.direction] = end
             host += cost.host_block * max(0.0, end - host)
@@ -59,7 +59,7 @@ def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timelin
         if k == n:
             break
         t = max(t, host)
-        fault_bytes = sum(tensors[memops[i].tensor].nbytes for i in faults[k])
+        fault_bytes = sum(memops[i].nbytes for i in faults[k])
         op_stall[k], op_fault[k], op_start[k] = t - arrived, fault_bytes, t
         gpu = op_end[k] = t + compute[k] + fault_bytes / cost.fault_bytes_per_ns
         for i in faults[k]:
@@ -83,20 +83,19 @@ def _resident(graph: Graph, plan: Plan, op_start: np.ndarray, op_end: np.ndarray
               mem_start: np.ndarray, mem_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Device bytes over time as a step function: a tensor counts from its creation, its prefetch's
     start or its fault, until its release, its offload's end or its eviction's end."""
-    times, deltas = [0.0], [sum(graph.tensors[t].nbytes for t in plan.resident_at_start)]
+    times, deltas = [0.0], [sum(nbytes for _, nbytes in plan.resident_at_start)]
     last_use = graph.last_use
     for t, tensor in enumerate(graph.tensors):
         if not tensor.persistent:
             times += [op_start[tensor.producer], op_end[last_use[t]]]
             deltas += [tensor.nbytes, -tensor.nbytes]
     for i, m in enumerate(plan.memops):
-        nbytes = graph.tensors[m.tensor].nbytes
         if m.direction is Direction.TO_DEVICE:
             times.append(mem_start[i])
-            deltas.append(nbytes)
+            deltas.append(m.nbytes)
         else:
             times.append(mem_end[i])
-            deltas.append(-nbytes)
+            deltas.append(-m.nbytes)
     order = np.argsort(np.array(times), kind="stable")
     t_sorted = np.array(times)[order]
     level = np.cumsum(np.array(deltas, dtype=np.int64)[order])
