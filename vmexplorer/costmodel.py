@@ -7,6 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
+from .graph import Graph
+from .plan import Direction, Mode, Plan
+from .records import Timeline
+
 
 @dataclass(frozen=True)
 class CostModel:
@@ -43,5 +49,35 @@ H100_DEFAULT = CostModel(
 )
 
 
-def with_op_times(model: CostModel, op_ns: dict[str, float], name: str) -> CostModel:
-    return replace(model, name=name, op_ns=dict(op_ns))
+def calibrate(graph: Graph, plan: Plan, timeline: Timeline, base: CostModel = H100_DEFAULT,
+              name: str | None = None) -> CostModel:
+    """Fit a cost model to a measured (or any) timeline of `plan` on `graph`.
+
+    Per-op compute times are the median duration of each op over the iterations in which it took no
+    faults; ops that always faulted keep `base`'s estimate. Bandwidths are bytes over busy time for
+    each kind of transfer present; the demand-fault rate needs the op's fault-free time, so calibrate
+    on a `device` session first and pass that model as `base` when calibrating on a paging one.
+    What the timeline cannot show (the host blocking of memory calls) is kept from `base`.
+    """
+    duration = (timeline.op_end_ns - timeline.op_start_ns).astype(np.float64)
+    op_ns = dict(base.op_ns)
+    clean = timeline.op_fault_bytes == 0
+    for i in np.unique(timeline.op_index[clean]):
+        op_ns[graph.ops[int(i)].name] = float(np.median(duration[clean & (timeline.op_index == i)]))
+    rates = {}
+    memops = plan.memops
+    spans = (timeline.memop_end_ns - timeline.memop_start_ns).astype(np.float64)
+    for key, (direction, modes) in {"prefetch_bytes_per_ns": (Direction.TO_DEVICE, (Mode.ASYNC,)),
+                                    "evict_bytes_per_ns": (Direction.TO_HOST, (Mode.ASYNC, Mode.SYNC))}.items():
+        rows = [r for r, i in enumerate(timeline.memop_index)
+                if memops[i].direction is direction and memops[i].mode in modes and memops[i].nbytes]
+        busy = float(spans[rows].sum()) if rows else 0.0
+        if busy > 0:
+            rates[key] = sum(memops[timeline.memop_index[r]].nbytes for r in rows) / busy
+    faulted = np.flatnonzero(~clean)
+    known = [r for r in faulted if graph.ops[int(timeline.op_index[r])].name in op_ns]
+    extra = sum(duration[r] - op_ns[graph.ops[int(timeline.op_index[r])].name] for r in known)
+    if known and extra > 0:
+        rates["fault_bytes_per_ns"] = float(timeline.op_fault_bytes[known].sum()) / extra
+    label = name or f"calibrated on {graph.model} b{graph.batch} {plan.policy} ({timeline.source})"
+    return replace(base, name=label, op_ns=op_ns, **rates)

@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from .graph import Graph
-from .layers import (GraphBuilder, GraphError, adaptive_avg_pool2d, add, batch_norm2d, conv2d,
-                     dropout, linear, max_pool2d, relu)
+from .layers import (
+    GraphBuilder,
+    GraphError,
+    adaptive_avg_pool2d,
+    add,
+    batch_norm2d,
+    conv2d,
+    dropout,
+    linear,
+    max_pool2d,
+    relu,
+)
 
 NUM_CLASSES = 1000
 DEFAULT_IMAGE_SIZE = 224
@@ -38,7 +49,7 @@ def alexnet(batch: int, image_size: int = DEFAULT_IMAGE_SIZE) -> Graph:
     return b.build(linear(b, x, "classifier.6", NUM_CLASSES), labels)
 
 
-_VGG = {
+_VGG: dict[str, list[int | str]] = {
     "vgg11": [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
     "vgg16": [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"],
     "vgg19": [64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512, 512, "M",
@@ -109,8 +120,8 @@ def resnet(name: str, batch: int, image_size: int = DEFAULT_IMAGE_SIZE) -> Graph
 
 MODELS: dict[str, Callable[[int, int], Graph]] = {
     "alexnet": alexnet,
-    **{name: (lambda batch, size, name=name: vgg(name, batch, size)) for name in _VGG},
-    **{name: (lambda batch, size, name=name: resnet(name, batch, size)) for name in _RESNET},
+    **{name: partial(vgg, name) for name in _VGG},
+    **{name: partial(resnet, name) for name in _RESNET},
 }
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from .graph import Graph, Kind, Phase
 from .plan import Move, Plan, PlanError
 from .residency import check, next_use, repair, transfers_for_moves
+from .units import format_bytes
 
 
 @dataclass(frozen=True)
@@ -61,8 +62,8 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
     opts = _check_options(spec, options or {})
     check_capacity(graph, capacity)
     if policy == "device" and graph.footprint > capacity:
-        raise PlanError(f"the device policy needs the whole footprint, {_gib(graph.footprint)}, but the "
-                        f"capacity is {_gib(capacity)}; use uvm or autovm, or a capacity of at least that")
+        raise PlanError(f"the device policy needs the whole footprint, {format_bytes(graph.footprint)}, but the "
+                        f"capacity is {format_bytes(capacity)}; use uvm or autovm, or a capacity of at least that")
     if moves and policy != "manual":
         raise PlanError(f"moves are a manual plan; the {policy} policy makes its own")
     if policy == "autovm":
@@ -78,8 +79,8 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
 def check_capacity(graph: Graph, capacity: int) -> None:
     need, op = graph.min_capacity
     if capacity < need:
-        raise PlanError(f"capacity {_gib(capacity)} is below the minimum for {graph.model} batch "
-                        f"{graph.batch}: {graph.ops[op].name} alone touches {_gib(need)} ({need} bytes)")
+        raise PlanError(f"capacity {format_bytes(capacity)} is below the minimum for {graph.model} batch "
+                        f"{graph.batch}: {graph.ops[op].name} alone touches {format_bytes(need)} ({need} bytes)")
 
 
 MIN_MOVE_BYTES = 2 << 20  # below one 2 MiB page group a trip costs more in calls than it frees
@@ -312,6 +313,3 @@ def _op(graph: Graph, k: int) -> str:
 def _key(key: tuple[str, int, int]) -> str:
     return f"{key[0]} batch {key[1]} at {key[2]}x{key[2]}"
 
-
-def _gib(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB"

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from .graph import Graph
 from .plan import Direction, MemOp, Mode, Move, Origin, PlanError
+from .units import format_bytes
 
 DEAD, HOST, DEVICE, LEAVING, ARRIVING = "dead", "host", "device", "leaving", "arriving"
 _OCCUPYING = (DEVICE, LEAVING, ARRIVING)
@@ -264,13 +265,13 @@ def _walk(graph: Graph, capacity: int, transfers: list[_Transfer], start: Reside
             while occupied > capacity:
                 victim = next(victims, None)
                 if victim is None:
-                    raise PlanError(f"{op.name} needs {_gib(occupied)} on the device with what is in "
-                                    f"flight, above the capacity {_gib(capacity)}")
+                    raise PlanError(f"{op.name} needs {format_bytes(occupied)} on the device with what is in "
+                                    f"flight, above the capacity {format_bytes(capacity)}")
                 if loc[victim] in (DEVICE, HOST, ARRIVING) and dev[victim] and victim not in touches:
                     evict(victim, min(dev[victim], occupied - capacity), k, Origin.DRIVER)
         elif occupied > capacity:
-            problems.append(f"{op.name} runs with {_gib(occupied)} on the device, above the capacity "
-                            f"{_gib(capacity)}")
+            problems.append(f"{op.name} runs with {format_bytes(occupied)} on the device, above the capacity "
+                            f"{format_bytes(capacity)}")
         per_op.append(occupied)
         for t in touches:
             if last_use[t] == k and not tensors[t].persistent:
@@ -290,6 +291,3 @@ def _walk(graph: Graph, capacity: int, transfers: list[_Transfer], start: Reside
                           key=lambda m: (m.issue_after, m.direction != Direction.TO_HOST, m.tensor)))
     return Replay(memops, start, tuple(per_op), tuple(problems)), end
 
-
-def _gib(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB"

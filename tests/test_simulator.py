@@ -1,0 +1,138 @@
+"""The simulator: timelines that obey the streams' rules, and the effects the design is about."""
+
+from dataclasses import replace
+from functools import cache
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from vmexplorer.costmodel import H100_DEFAULT, calibrate
+from vmexplorer.models import build_graph
+from vmexplorer.plan import Direction, Mode
+from vmexplorer.policies import compile_plan
+from vmexplorer.records import summarize
+from vmexplorer.simulator import simulate
+
+SMALL = [("alexnet", 96), ("vgg11", 64), ("resnet18", 64), ("resnet50", 32)]
+HYP = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@cache
+def graph(model, batch, size=224):
+    return build_graph(model, batch, size)
+
+
+@st.composite
+def plans(draw):
+    model, size = draw(st.sampled_from(SMALL))
+    g = graph(model, draw(st.integers(2, 16)), size)
+    capacity = draw(st.integers(g.min_capacity[0], int(g.footprint * 1.05)))
+    policy, options = draw(st.sampled_from([("uvm", {}), ("autovm", {}), ("autovm", {"tensors": "all"}),
+                                            ("autovm", {"offload": "all", "prefetch_distance": 1})]))
+    return g, compile_plan(g, capacity, policy, options)
+
+
+def iteration_ms(model, batch, policy, share=0.5, options=None):
+    g = graph(model, batch)
+    capacity = g.footprint if policy == "device" else int(g.footprint * share)
+    plan = compile_plan(g, capacity, policy, options)
+    return simulate(g, plan).iteration_ns()[0] / 1e6
+
+
+@HYP
+@given(plans())
+def test_a_simulated_timeline_obeys_the_rules_of_its_streams(setup):
+    g, plan = setup
+    tl = simulate(g, plan)
+    start, end = tl.op_start_ns, tl.op_end_ns
+    assert np.all(start[1:] >= end[:-1]), "ops on the compute stream never overlap"
+    assert np.all(end - start >= 0) and np.all(tl.op_stall_ns >= 0)
+    for row, i in enumerate(tl.memop_index):
+        m = plan.memops[i]
+        if m.mode is Mode.FAULT:
+            assert (tl.memop_start_ns[row], tl.memop_end_ns[row]) == (start[m.complete_before], end[m.complete_before])
+            continue
+        if m.complete_before < len(g.ops):
+            assert start[m.complete_before] >= tl.memop_end_ns[row], "an op waits for what it is due"
+        if m.issue_after >= 0:
+            assert tl.memop_start_ns[row] >= end[m.issue_after], "a copy waits for the op it follows"
+    for direction in Direction:
+        rows = [r for r, i in enumerate(tl.memop_index)
+                if plan.memops[i].direction is direction and plan.memops[i].mode is Mode.ASYNC]
+        spans = sorted((tl.memop_start_ns[r], tl.memop_end_ns[r]) for r in rows)
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), "one copy at a time per direction"
+    assert tl.resident_bytes.min() >= 0
+    assert tl.resident_bytes.max() <= plan.capacity
+
+
+@HYP
+@given(plans())
+def test_the_summary_counts_every_byte_the_plan_moves(setup):
+    g, plan = setup
+    s = summarize(g, plan, simulate(g, plan))
+    assert s["bytes_to_host"] == sum(m.nbytes for m in plan.memops if m.direction is Direction.TO_HOST)
+    assert s["bytes_to_device"] == sum(m.nbytes for m in plan.memops if m.direction is Direction.TO_DEVICE)
+    assert s["iteration_ns"] >= s["compute_ns"]
+
+
+def test_with_no_paging_the_iteration_is_the_sum_of_op_times_with_no_stall():
+    g = graph("resnet50", 8)
+    tl = simulate(g, compile_plan(g, g.footprint, "device"))
+    compute = sum(H100_DEFAULT.compute_ns(op.name, op.flops, op.bytes_touched) for op in g.ops)
+    assert tl.iteration_ns()[0] == pytest.approx(compute, rel=1e-6)
+    assert tl.op_stall_ns.sum() == 0
+
+
+@pytest.mark.parametrize("model,batch", [("vgg19", 64), ("resnet50", 64), ("alexnet", 256), ("resnet18", 32)])
+def test_more_capacity_never_makes_uvm_slower(model, batch):
+    g = graph(model, batch)
+    times = [simulate(g, compile_plan(g, int(c), "uvm")).iteration_ns()[0]
+             for c in np.linspace(g.min_capacity[0], g.footprint, 25)]
+    assert all(later <= earlier for earlier, later in zip(times, times[1:]))
+
+
+@pytest.mark.parametrize("model,batch", [("vgg19", 64), ("resnet50", 64), ("alexnet", 256)])
+@pytest.mark.parametrize("share", [0.45, 0.5, 0.6])
+def test_autovm_beats_uvm_when_memory_is_scarce(model, batch, share):
+    assert iteration_ms(model, batch, "autovm", share) < iteration_ms(model, batch, "uvm", share)
+
+
+def test_paging_is_never_faster_than_the_device_policy():
+    for policy in ("uvm", "autovm"):
+        assert iteration_ms("vgg19", 64, policy) > iteration_ms("vgg19", 64, "device")
+
+
+def test_slower_demand_paging_makes_uvm_slower_but_not_a_plan_without_faults():
+    g = graph("resnet50", 32)
+    uvm = compile_plan(g, g.footprint // 2, "uvm")
+    autovm = compile_plan(g, g.footprint // 2, "autovm")
+    slow = replace(H100_DEFAULT, fault_bytes_per_ns=H100_DEFAULT.fault_bytes_per_ns / 2)
+    assert simulate(g, uvm, slow).iteration_ns()[0] > simulate(g, uvm).iteration_ns()[0]
+    assert not any(m.mode is Mode.FAULT for m in autovm.memops)
+    assert simulate(g, autovm, slow).iteration_ns()[0] == simulate(g, autovm).iteration_ns()[0]
+
+
+def test_calibration_recovers_the_cost_model_that_made_a_timeline():
+    g = graph("resnet18", 32, 112)
+    truth = replace(H100_DEFAULT, flops_per_ns=50_000.0, prefetch_bytes_per_ns=30.0,
+                    evict_bytes_per_ns=6.0, fault_bytes_per_ns=2.0)
+    device = compile_plan(g, g.footprint, "device")
+    on_device = calibrate(g, device, simulate(g, device, truth))
+    uvm = compile_plan(g, g.footprint // 2, "uvm")
+    with_faults = calibrate(g, uvm, simulate(g, uvm, truth), base=on_device)
+    autovm = compile_plan(g, g.footprint // 2, "autovm")
+    fitted = calibrate(g, autovm, simulate(g, autovm, truth), base=with_faults)
+    assert fitted.evict_bytes_per_ns == pytest.approx(6.0, rel=1e-4)
+    assert fitted.fault_bytes_per_ns == pytest.approx(2.0, rel=1e-4)
+    assert fitted.prefetch_bytes_per_ns == pytest.approx(30.0, rel=1e-4)
+    assert set(fitted.op_ns) == {op.name for op in g.ops}
+    predicted = simulate(g, autovm, fitted).iteration_ns()[0]
+    assert predicted == pytest.approx(simulate(g, autovm, truth).iteration_ns()[0], rel=1e-6)
+
+
+def test_a_calibrated_op_time_replaces_the_formula():
+    model = replace(H100_DEFAULT, op_ns={"conv1": 123.0})
+    assert model.compute_ns("conv1", 10**12, 10**9) == 123.0
+    assert model.compute_ns("conv2", 10**12, 10**9) > 123.0
