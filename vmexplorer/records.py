@@ -63,7 +63,7 @@ def summarize(graph: Graph, plan: Plan, timeline: Timeline) -> dict[str, float |
         "iterations": timeline.iterations,
         "iteration_ns": int(np.median(its)) if len(its) else 0,
         "stall_ns": int(timeline.op_stall_ns.sum()) // n,
-        "compute_ns": int((timeline.op_end_ns - timeline.op_start_ns).sum()) // n,
+        "busy_ns": int((timeline.op_end_ns - timeline.op_start_ns).sum()) // n,  # ops running, faults included
         "fault_bytes": fault_bytes // n,
         "bytes_to_host": moved[Direction.TO_HOST] // n,
         "bytes_to_device": (moved[Direction.TO_DEVICE] + fault_bytes) // n,

@@ -1,0 +1,94 @@
+"""Every policy on one model, batch and capacity, simulated side by side in one run.
+
+    python bench/simulated_policies.py --model vgg19 --batch 64 --capacity 50%
+    python bench/simulated_policies.py --readme README.md   # regenerate the README's table
+
+The figures come from the simulator's uncalibrated H100 cost model (vmexplorer/costmodel.py) until
+measured sessions calibrate it; the table says which cost model made it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+
+from vmexplorer.costmodel import H100_DEFAULT
+from vmexplorer.models import build_graph
+from vmexplorer.policies import compile_plan, validate_plan
+from vmexplorer.records import summarize
+from vmexplorer.simulator import simulate
+from vmexplorer.units import format_bytes, parse_bytes
+
+VARIANTS = [
+    ("device", {}),
+    ("uvm", {}),
+    ("autovm", {}),
+    ("autovm", {"tensors": "all"}),
+    ("autovm", {"offload": "all"}),
+    ("manual", {}),  # no moves: what a person starts from, the driver's repairs only
+]
+CASES = [("vgg19", 64, "50%"), ("resnet50", 64, "50%"), ("alexnet", 256, "50%")]
+
+
+def rows(model: str, batch: int, capacity_text: str) -> list[dict]:
+    g = build_graph(model, batch)
+    capacity = parse_bytes(capacity_text, g.footprint)
+    out = []
+    for policy, options in VARIANTS:
+        cap = max(capacity, g.footprint) if policy == "device" else capacity
+        t0 = time.perf_counter()
+        plan = compile_plan(g, cap, policy, options)
+        validate_plan(g, plan)
+        s = summarize(g, plan, simulate(g, plan))
+        s["wall_ms"] = (time.perf_counter() - t0) * 1e3
+        s["policy"] = policy + "".join(f" {k}={v}" for k, v in options.items())
+        s["capacity"] = cap
+        out.append(s)
+    return out
+
+
+def table(model: str, batch: int, capacity_text: str) -> str:
+    rs = rows(model, batch, capacity_text)
+    base = {r["policy"]: r["iteration_ns"] for r in rs}
+    g = build_graph(model, batch)
+    lines = [f"**{model} batch {batch}**, footprint {format_bytes(g.footprint)}, capacity {capacity_text} "
+             f"({format_bytes(parse_bytes(capacity_text, g.footprint))}; `device` gets the whole footprint)",
+             "",
+             "| policy | iteration | vs uvm | vs device | stall | to host | to device | of it faulted |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rs:
+        lines.append(f"| `{r['policy']}` | {r['iteration_ns'] / 1e6:.1f} ms "
+                     f"| {base['uvm'] / r['iteration_ns']:.2f}x | {r['iteration_ns'] / base['device']:.2f}x "
+                     f"| {r['stall_ns'] / 1e6:.1f} ms | {format_bytes(r['bytes_to_host'])} "
+                     f"| {format_bytes(r['bytes_to_device'])} | {format_bytes(r['fault_bytes'])} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--capacity", default="50%")
+    ap.add_argument("--readme", type=Path, help="rewrite the table between the markers in this file")
+    args = ap.parse_args()
+    cases = [(args.model, args.batch, args.capacity)] if args.model else CASES
+    body = "\n\n".join(table(*c) for c in cases)
+    body += f"\n\nSimulated with the `{H100_DEFAULT.name}` cost model; regenerate with " \
+            "`python bench/simulated_policies.py --readme README.md`."
+    print(body)
+    if args.readme:
+        text = args.readme.read_text()
+        new, n = re.subn(r"(<!-- simulated-table:start -->\n).*?(<!-- simulated-table:end -->)",
+                         lambda m: m.group(1) + body + "\n" + m.group(2), text, flags=re.S)
+        if n != 1:
+            print(f"{args.readme}: no simulated-table markers", file=sys.stderr)
+            return 2
+        args.readme.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
