@@ -238,3 +238,14 @@ def test_prefetch_distance_moves_prefetches_earlier():
 def test_every_policy_is_described():
     assert set(POLICIES) == {"device", "uvm", "autovm", "manual"}
     assert all(spec.summary for spec in POLICIES.values())
+
+
+@pytest.mark.parametrize("options", [{"tensors": "all", "offload": "all"}, {}])
+def test_a_plans_moves_are_exactly_the_round_trips_it_was_compiled_from(options):
+    g = graph("resnet18", 64, 224)
+    plan = compile_plan(g, g.footprint // 2, "autovm", options)
+    again = compile_plan(g, g.footprint // 2, "manual", moves=plan.moves)
+    assert again.memops == plan.memops
+    if options:
+        assert any(mv.prefetch_after is not None and mv.prefetch_after < mv.offload_after for mv in plan.moves)
+    assert all(mv.prefetch_after is not None for mv in plan.moves)

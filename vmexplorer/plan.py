@@ -70,14 +70,28 @@ class Plan:
 
     @property
     def moves(self) -> tuple[Move, ...]:
-        """The plan-origin round trips, recovered from the memops (what the app draws as markers)."""
-        out, open_offloads = [], {}
-        for m in sorted(self.memops, key=lambda m: (m.issue_after, m.direction != Direction.TO_HOST)):
-            if m.origin is not Origin.PLAN:
-                continue
-            if m.direction is Direction.TO_HOST:
-                open_offloads[m.tensor] = m.issue_after
-            elif m.tensor in open_offloads:
-                out.append(Move(m.tensor, open_offloads.pop(m.tensor), m.issue_after))
-        out += [Move(t, a, None) for t, a in open_offloads.items()]
+        """The plan-origin round trips, recovered from the memops (what the app draws as markers).
+        An offload pairs with the next prefetch of its tensor; one left open at the end of the
+        iteration pairs with a prefetch before the tensor's first offload (a trip that wraps)."""
+        by_tensor: dict[int, list[MemOp]] = {}
+        for m in self.memops:
+            if m.origin is Origin.PLAN:
+                by_tensor.setdefault(m.tensor, []).append(m)
+        out = []
+        for t, ms in by_tensor.items():
+            ms.sort(key=lambda m: (m.issue_after, m.direction is not Direction.TO_HOST))
+            leading = []  # prefetches before any offload: the ends of wrapped trips
+            pending: int | None = None
+            for m in ms:
+                if m.direction is Direction.TO_HOST:
+                    if pending is not None:
+                        out.append(Move(t, pending, None))
+                    pending = m.issue_after
+                elif pending is not None:
+                    out.append(Move(t, pending, m.issue_after))
+                    pending = None
+                else:
+                    leading.append(m.issue_after)
+            if pending is not None:
+                out.append(Move(t, pending, leading[0] if leading else None))
         return tuple(sorted(out, key=lambda mv: (mv.offload_after, mv.tensor)))

@@ -36,16 +36,19 @@ class Timeline:
 
     @property
     def iterations(self) -> int:
-        return int(self.op_iteration.max()) + 1 if len(self.op_iteration) else 0
+        return len(np.unique(self.op_iteration))
 
     def iteration_ns(self) -> np.ndarray:
-        """Duration of each iteration: from its first op's start to the next iteration's first op
-        (the last iteration ends at its last op or memory operation, whichever is later)."""
-        n = self.iterations
-        starts = np.array([self.op_start_ns[self.op_iteration == i].min() for i in range(n)])
-        last_end = max(int(self.op_end_ns.max()), int(self.memop_end_ns.max()) if len(self.memop_end_ns) else 0)
-        ends = np.append(starts[1:], last_end)
-        return ends - starts
+        """Duration of each recorded iteration: from its first op's start to the next iteration's
+        first op (the last ends at its last op or memory operation, whichever is later)."""
+        if not len(self.op_iteration):
+            return np.zeros(0, dtype=np.int64)
+        iterations = np.unique(self.op_iteration)
+        starts = np.array([self.op_start_ns[self.op_iteration == i].min() for i in iterations])
+        last_end = int(self.op_end_ns.max())
+        if len(self.memop_end_ns):
+            last_end = max(last_end, int(self.memop_end_ns.max()))
+        return np.append(starts[1:], last_end) - starts
 
 
 def summarize(graph: Graph, plan: Plan, timeline: Timeline) -> dict[str, float | int | str]:

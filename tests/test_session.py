@@ -1,0 +1,333 @@
+"""Session files: what is saved comes back equal, byte-for-byte reproducibly, and a bad file of any
+kind is one clear SessionError; writing never leaves half a file or loses the one there."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from vmexplorer import session as session_module
+from vmexplorer.costmodel import H100_DEFAULT
+from vmexplorer.fileio import OutputError, atomic_write
+from vmexplorer.models import build_graph
+from vmexplorer.policies import compile_plan
+from vmexplorer.records import Timeline
+from vmexplorer.session import (
+    SCHEMA_VERSION,
+    Session,
+    SessionError,
+    load_session,
+    new_session,
+    save_session,
+    session_from_bytes,
+    session_to_bytes,
+)
+from vmexplorer.simulator import simulate
+
+
+@pytest.fixture(scope="module")
+def session() -> Session:
+    graph = build_graph("resnet18", 64, 224)
+    plan = compile_plan(graph, graph.footprint // 2, "autovm", {"offload": "all"})
+    return new_session(graph, plan, simulate(graph, plan, H100_DEFAULT), H100_DEFAULT,
+                       notes=("recorded for the tests", "second note"))
+
+
+def measured(s: Session, iterations: int = 3) -> Session:
+    """The simulated iteration repeated back to back, as the executor would record it."""
+    tl = s.timeline
+    span = int(max(tl.op_end_ns.max(), tl.memop_end_ns.max())) + 1000
+
+    def rep(a: np.ndarray, shift: bool) -> np.ndarray:
+        return np.concatenate([a + (i * span if shift else 0) for i in range(iterations)])
+
+    def its(a: np.ndarray) -> np.ndarray:
+        return np.repeat(np.arange(iterations), len(a))
+
+    tl2 = Timeline("measured", its(tl.op_iteration), rep(tl.op_index, False), rep(tl.op_start_ns, True),
+                   rep(tl.op_end_ns, True), rep(tl.op_stall_ns, False), rep(tl.op_fault_bytes, False),
+                   its(tl.memop_iteration), rep(tl.memop_index, False), rep(tl.memop_start_ns, True),
+                   rep(tl.memop_end_ns, True), rep(tl.resident_t_ns, True), rep(tl.resident_bytes, False))
+    return dataclasses.replace(s, timeline=tl2, cost_model=None)
+
+
+def assert_same(a: Session, b: Session) -> None:
+    assert b.graph == a.graph
+    assert b.plan == a.plan
+    for f in dataclasses.fields(Timeline):
+        x, y = getattr(a.timeline, f.name), getattr(b.timeline, f.name)
+        if isinstance(x, np.ndarray):
+            assert np.array_equal(x, y) and x.dtype.kind == y.dtype.kind, f.name
+        else:
+            assert x == y
+    assert b.cost_model == a.cost_model
+    assert (b.environment, b.notes, b.created) == (a.environment, a.notes, a.created)
+
+
+# --- round trips ----------------------------------------------------------------------------------
+
+def test_load_gives_back_equal_graph_plan_timeline_and_cost_model(session: Session, tmp_path: Path) -> None:
+    assert session.plan.moves, "the fixture should have planned round trips"
+    save_session(session, tmp_path / "s.vms")
+    assert_same(session, load_session(tmp_path / "s.vms"))
+
+
+def test_a_measured_session_of_several_iterations_without_cost_model_round_trips(
+        session: Session, tmp_path: Path) -> None:
+    m = measured(session)
+    save_session(m, tmp_path / "m.vms")
+    back = load_session(tmp_path / "m.vms")
+    assert_same(m, back)
+    assert back.timeline.iterations == 3 and back.summary == m.summary
+
+
+def test_float_times_stay_floats_and_whole_times_stay_integers(session: Session) -> None:
+    tl = dataclasses.replace(session.timeline, op_start_ns=session.timeline.op_start_ns + 0.5,
+                             op_end_ns=session.timeline.op_end_ns + 0.5)
+    s = dataclasses.replace(session, timeline=tl)
+    back = session_from_bytes(session_to_bytes(s))
+    assert back.timeline.op_start_ns.dtype == np.float64 and back.timeline.op_index.dtype == np.int64
+    assert_same(s, back)
+
+
+def test_saving_the_same_session_twice_gives_identical_bytes(session: Session, tmp_path: Path) -> None:
+    save_session(session, tmp_path / "a.vms")
+    save_session(load_session(tmp_path / "a.vms"), tmp_path / "b.vms")
+    assert (tmp_path / "a.vms").read_bytes() == (tmp_path / "b.vms").read_bytes()
+
+
+def test_the_file_is_gzip_json_with_columns_that_name_their_units(session: Session, tmp_path: Path) -> None:
+    save_session(session, tmp_path / "s.vms")
+    doc = json.loads(gzip.decompress((tmp_path / "s.vms").read_bytes()))
+    assert (doc["format"], doc["schema_version"]) == ("vmexplorer-session", SCHEMA_VERSION)
+    ops = doc["timeline"]["ops"]
+    assert ops["rows"] == len(session.timeline.op_index)
+    assert {"start_ns", "end_ns", "stall_ns", "fault_bytes"} <= set(ops["columns"])
+    reads = doc["graph"]["ops"]["ragged"]["read_tensors"]
+    assert len(reads["offsets"]) == len(session.graph.ops) + 1
+    assert doc["config"]["capacity_bytes"] == session.plan.capacity
+
+
+def test_a_new_session_is_stamped_in_utc_with_the_software_versions(session: Session) -> None:
+    assert session.created.endswith("Z") and "T" in session.created
+    assert {"vmexplorer", "python", "platform", "numpy"} <= set(session.environment)
+    s = new_session(session.graph, session.plan, session.timeline, environment={"gpu": "NVIDIA H100"})
+    assert s.environment["gpu"] == "NVIDIA H100" and s.cost_model is None
+
+
+def test_a_plan_for_another_graph_is_refused(session: Session) -> None:
+    other = build_graph("alexnet", 2, 64)
+    with pytest.raises(SessionError, match="compile the plan for this graph"):
+        new_session(other, session.plan, session.timeline)
+
+
+def test_numbers_json_cannot_hold_are_refused_when_saving(session: Session) -> None:
+    tl = dataclasses.replace(session.timeline, op_start_ns=session.timeline.op_start_ns * np.nan)
+    with pytest.raises(SessionError, match="NaN or infinite"):
+        session_to_bytes(dataclasses.replace(session, timeline=tl))
+
+
+# --- bad files ------------------------------------------------------------------------------------
+
+def rewrite(change: Callable[[dict[str, Any]], Any]) -> Callable[[bytes], bytes]:
+    def make(good: bytes) -> bytes:
+        doc = json.loads(gzip.decompress(good))
+        change(doc)
+        text = json.dumps(doc).replace('"INFINITE"', "1e999")  # a literal JSON parses as infinity
+        return gzip.compress(text.encode(), mtime=0)
+    return make
+
+
+def set_in(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """Set a nested field, e.g. "graph.ops.columns.name.0"; value may be a function of the old value."""
+    def change(doc: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        node: Any = doc
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        key_: Any = int(last) if isinstance(node, list) else last
+        node[key_] = value(node[key_]) if callable(value) else value
+    return change
+
+
+def delete(path: str) -> Callable[[dict[str, Any]], None]:
+    def change(doc: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        node: Any = doc
+        for key in parents:
+            node = node[key]
+        del node[last]
+    return change
+
+
+BAD_FILES: list[tuple[str, Callable[[bytes], bytes], str]] = [
+    ("empty", lambda good: b"", "is not a vmexplorer session: it is not gzip-compressed"),
+    ("text", lambda good: b"hello, world\n", "not gzip-compressed"),
+    ("plain json", lambda good: gzip.decompress(good), "looks like plain JSON"),
+    ("gzip of binary", lambda good: gzip.compress(b"\x00\xff\xfe garbage"), "is not UTF-8 text"),
+    ("gzip of text", lambda good: gzip.compress(b"format: vmexplorer"), "not valid JSON (Expecting value at line 1"),
+    ("gzip of nan", lambda good: gzip.compress(b'{"format": NaN}'), "is not valid JSON"),
+    ("deep nesting", lambda good: gzip.compress(b"[" * 200_000 + b"]" * 200_000), "nested too deeply"),
+    ("other json", lambda good: gzip.compress(b'{"traceEvents": []}'), "is not a vmexplorer session"),
+    ("json list", lambda good: gzip.compress(b"[1, 2]"), "is not a vmexplorer session"),
+    ("truncated", lambda good: good[: len(good) // 2], "is truncated"),
+    ("corrupted", lambda good: good[:40] + bytes(b ^ 0x55 for b in good[40:80]) + good[80:], "damaged"),
+    ("newer schema", rewrite(set_in("schema_version", 2)),
+     "written by a newer vmexplorer (schema 2, this reads up to 1); upgrade"),
+    ("schema as text", rewrite(set_in("schema_version", "1")), "schema_version"),
+    ("missing plan", rewrite(delete("plan")), "the file has no 'plan' field"),
+    ("extra field", rewrite(set_in("surprise", 1)), "unexpected field 'surprise'"),
+    ("batch as text", rewrite(set_in("config.batch", "64")), "config.batch should be a whole number"),
+    ("batch as bool", rewrite(set_in("config.batch", True)), "config.batch should be a whole number"),
+    ("zero capacity", rewrite(set_in("config.capacity_bytes", 0)), "config.capacity_bytes is 0"),
+    ("note not text", rewrite(set_in("notes.0", 3)), "notes row 0 should be text"),
+    ("environment not text", rewrite(set_in("environment.python", None)), "environment.python"),
+    ("bad date", rewrite(set_in("created", "yesterday")), "not an ISO-8601"),
+    ("short column", rewrite(set_in("graph.ops.columns.name", lambda v: v[:-1])), "values for 178 rows"),
+    ("rows beyond the cap", rewrite(set_in("graph.ops.rows", 10**9)), "more than the 10,000,000"),
+    ("column not a list", rewrite(set_in("graph.tensors.columns.nbytes", 5)), "should be a list"),
+    ("float in int column", rewrite(set_in("graph.tensors.columns.nbytes.3", 1.5)), "row 3 should be a whole"),
+    ("unknown phase", rewrite(set_in("graph.ops.columns.phase.0", "sideways")), "expected one of backward"),
+    ("negative tensor id", rewrite(set_in("graph.ops.ragged.read_tensors.values.0", -1)), "not a tensor id"),
+    ("tensor id past the end", rewrite(set_in("plan.memops.columns.tensor.0", 10**6)), "not a tensor id"),
+    ("consumer past the end", rewrite(set_in("graph.tensors.ragged.consumer_ops.values.0", 178)),
+     "not an op id"),
+    ("producer below -1", rewrite(set_in("graph.tensors.columns.producer_op.0", -2)), "not an op id"),
+    ("issue before the start", rewrite(set_in("plan.memops.columns.issue_after_op.0", -2)), "not an op id"),
+    ("memop index past the end", rewrite(set_in("timeline.memops.columns.memop.0", 10**6)),
+     "not an index into plan.memops"),
+    ("op index past the end", rewrite(set_in("timeline.ops.columns.op.0", 178)), "not an op id"),
+    ("memop larger than its tensor", rewrite(set_in("plan.memops.columns.nbytes.0", 10**15)),
+     "is more than its tensor's"),
+    ("offsets out of order", rewrite(set_in("graph.ops.ragged.read_tensors.offsets.1", 10**6)),
+     "offsets of 'read_tensors' do not index"),
+    ("ends before it starts", rewrite(set_in("timeline.ops.columns.end_ns.0", -5)), "ends (end_ns) before"),
+    ("infinite time", rewrite(set_in("timeline.ops.columns.start_ns.0", "INFINITE")), "an infinite number"),
+    ("huge integer", rewrite(set_in("timeline.ops.columns.fault_bytes.0", 2**80)), "beyond 64 bits"),
+    ("no ops run", rewrite(set_in("timeline.ops", {"rows": 0, "columns": {c: [] for c in (
+        "iteration", "op", "start_ns", "end_ns", "stall_ns", "fault_bytes")}})), "timeline.ops has no rows"),
+    ("an iteration missing", rewrite(set_in("timeline.ops.columns.iteration", lambda v: [2] * len(v))),
+     "no row for iteration 0"),
+    ("memop in an iteration without ops", rewrite(set_in("timeline.memops.columns.iteration.0", 1)),
+     "not an iteration with ops"),
+    ("unknown source", rewrite(set_in("timeline.source", "guessed")), "expected one of simulated"),
+    ("cost model field missing", rewrite(delete("cost_model.host_block")), "no 'host_block' field"),
+    ("option as list", rewrite(set_in("config.options.offload", [1])),
+     "config.options.offload should be text or a number"),
+]
+
+
+@pytest.mark.parametrize("make, expected", [b[1:] for b in BAD_FILES], ids=[b[0] for b in BAD_FILES])
+def test_a_bad_file_is_one_session_error_naming_the_file_and_the_problem(
+        session: Session, tmp_path: Path, make: Callable[[bytes], bytes], expected: str) -> None:
+    path = tmp_path / "bad.vms"
+    path.write_bytes(make(session_to_bytes(session)))
+    with pytest.raises(SessionError) as info:
+        load_session(path)
+    message = str(info.value)
+    assert expected in message
+    assert message.startswith(str(path)) and "\n" not in message
+    assert not any(word in message for word in ("Traceback", "KeyError", "TypeError", "IndexError"))
+    assert info.value.__cause__ is None and (info.value.__context__ is None or info.value.__suppress_context__)
+
+
+def test_a_file_too_large_to_be_a_session_is_refused_before_reading(
+        session: Session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    save_session(session, tmp_path / "s.vms")
+    monkeypatch.setattr(session_module, "MAX_FILE_BYTES", 1000)
+    with pytest.raises(SessionError, match="more than the 0 MB a session file may be"):
+        load_session(tmp_path / "s.vms")
+
+
+def test_decompression_stops_at_the_cap(session: Session, monkeypatch: pytest.MonkeyPatch) -> None:
+    bomb = gzip.compress(b" " * 50_000_000)  # 50 MB of spaces in 50 kB
+    monkeypatch.setattr(session_module, "MAX_JSON_BYTES", 10_000)
+    with pytest.raises(SessionError, match="decompresses to more than"):
+        session_from_bytes(bomb, "bomb.vms")
+
+
+def test_a_missing_file_or_a_folder_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(SessionError, match="cannot read .*nothing.vms: No such file"):
+        load_session(tmp_path / "nothing.vms")
+    with pytest.raises(SessionError, match="is a folder"):
+        load_session(tmp_path)
+
+
+def test_loading_leaves_the_file_untouched(session: Session, tmp_path: Path) -> None:
+    path = tmp_path / "s.vms"
+    save_session(session, path)
+    before = (path.read_bytes(), path.stat().st_mtime_ns)
+    load_session(path)
+    assert (path.read_bytes(), path.stat().st_mtime_ns) == before
+
+
+# --- writing files --------------------------------------------------------------------------------
+
+def test_an_existing_file_is_refused_without_force_and_replaced_with_it(session: Session,
+                                                                        tmp_path: Path) -> None:
+    path = tmp_path / "s.vms"
+    path.write_bytes(b"precious")
+    with pytest.raises(OutputError, match="s.vms exists; pass --force to replace it"):
+        save_session(session, path)
+    assert path.read_bytes() == b"precious"
+    save_session(session, path, force=True)
+    assert_same(session, load_session(path))
+
+
+def test_a_missing_folder_or_a_folder_as_target_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(OutputError, match="the folder .*nowhere does not exist"):
+        atomic_write(tmp_path / "nowhere" / "s.vms", b"x")
+    (tmp_path / "afile").write_bytes(b"")
+    with pytest.raises(OutputError, match="does not exist"):
+        atomic_write(tmp_path / "afile" / "s.vms", b"x")
+    with pytest.raises(OutputError, match="is a folder"):
+        atomic_write(tmp_path, b"x", force=True)
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes anywhere")
+def test_an_unwritable_folder_is_refused_and_left_empty(tmp_path: Path) -> None:
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        with pytest.raises(OutputError, match="cannot write"):
+            atomic_write(folder / "s.vms", b"x")
+        assert list(folder.iterdir()) == []
+    finally:
+        folder.chmod(0o700)
+
+
+@pytest.mark.parametrize("failure", [OSError(28, "No space left on device"), KeyboardInterrupt()],
+                         ids=["disk full", "interrupted"])
+@pytest.mark.parametrize("force", [False, True])
+def test_a_failed_write_leaves_no_partial_file_and_keeps_the_original(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: BaseException, force: bool) -> None:
+    path = tmp_path / "out.vms"
+    if force:
+        path.write_bytes(b"the original")
+
+    def fail(fd: int) -> None:
+        raise failure
+
+    monkeypatch.setattr(os, "fsync", fail)
+    with pytest.raises(OutputError if isinstance(failure, OSError) else KeyboardInterrupt):
+        atomic_write(path, b"new content" * 1000, force=force)
+    assert [p.name for p in tmp_path.iterdir()] == (["out.vms"] if force else [])
+    if force:
+        assert path.read_bytes() == b"the original"
+
+
+def test_a_written_file_is_readable_by_others_like_any_file(tmp_path: Path) -> None:
+    atomic_write(tmp_path / "x", b"data")
+    assert (tmp_path / "x").stat().st_mode & 0o777 == 0o644
+    (tmp_path / "x").chmod(0o600)
+    atomic_write(tmp_path / "x", b"more", force=True)
+    assert (tmp_path / "x").stat().st_mode & 0o777 == 0o600

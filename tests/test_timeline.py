@@ -1,0 +1,180 @@
+"""The timeline figure: one glyph per op and memory operation, markers where plans issue transfers,
+linked axes, and the same small set of renderers however large the session."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+from bokeh.models import GlyphRenderer, Span
+from bokeh.models.widgets import Div
+
+from vmexplorer.costmodel import H100_DEFAULT
+from vmexplorer.models import build_graph
+from vmexplorer.plan import Direction, Origin
+from vmexplorer.policies import compile_plan
+from vmexplorer.records import Timeline
+from vmexplorer.session import Session, new_session
+from vmexplorer.simulator import simulate
+from vmexplorer.timeline import MEMOP_COLORS, PHASE_COLORS, summary_table, timeline_figure
+
+NAMES = ("ops", "memops", "offload_markers", "prefetch_markers", "faults", "resident")
+
+
+def make_session(model: str, batch: int, size: int, share: float = 0.5) -> Session:
+    graph = build_graph(model, batch, size)
+    plan = compile_plan(graph, int(graph.footprint * share), "autovm", {"offload": "all"})
+    return new_session(graph, plan, simulate(graph, plan, H100_DEFAULT), H100_DEFAULT)
+
+
+@pytest.fixture(scope="module")
+def session() -> Session:
+    return make_session("resnet18", 64, 224)
+
+
+SHIFT_NS = 10**9  # the second iteration of `two_iterations` starts this much later
+
+
+def two_iterations(s: Session) -> Session:
+    """The simulated iteration twice, back to back, as a measured session records it."""
+    tl = s.timeline
+    assert max(tl.op_end_ns.max(), tl.memop_end_ns.max()) < SHIFT_NS
+
+    def rep(a: np.ndarray, shift: bool = False) -> np.ndarray:
+        return np.concatenate([a, a + SHIFT_NS if shift else a])
+
+    def its(a: np.ndarray) -> np.ndarray:
+        return np.repeat(np.arange(2), len(a))
+
+    return dataclasses.replace(s, timeline=Timeline(
+        "measured", its(tl.op_iteration), rep(tl.op_index), rep(tl.op_start_ns, True), rep(tl.op_end_ns, True),
+        rep(tl.op_stall_ns), rep(tl.op_fault_bytes), its(tl.memop_iteration), rep(tl.memop_index),
+        rep(tl.memop_start_ns, True), rep(tl.memop_end_ns, True), rep(tl.resident_t_ns, True),
+        rep(tl.resident_bytes)))
+
+
+def data(layout: Any, name: str) -> dict[str, Any]:
+    renderers = list(layout.select({"name": name}))
+    assert len(renderers) == 1, name
+    return renderers[0].data_source.data
+
+
+def planned(s: Session, direction: Direction) -> list[int]:
+    """Timeline rows of plan-origin memory operations in one direction."""
+    ms = s.plan.memops
+    return [r for r, i in enumerate(s.timeline.memop_index)
+            if ms[i].origin is Origin.PLAN and ms[i].direction is direction]
+
+
+@pytest.mark.parametrize("x_axis", ["time", "op"])
+def test_every_op_memop_marker_fault_and_resident_step_is_drawn(session: Session, x_axis: str) -> None:
+    tl = session.timeline
+    fig = timeline_figure(session, x_axis)
+    assert len(data(fig, "ops")["left"]) == len(tl.op_index)
+    assert len(data(fig, "memops")["left"]) == len(tl.memop_index)
+    offloads, prefetches = planned(session, Direction.TO_HOST), planned(session, Direction.TO_DEVICE)
+    assert offloads and prefetches, "the fixture should plan round trips"
+    assert len(data(fig, "offload_markers")["x"]) == len(offloads)
+    assert len(data(fig, "prefetch_markers")["x"]) == len(prefetches)
+    assert len(data(fig, "faults")["left"]) == int((tl.op_fault_bytes > 0).sum()) > 0
+    assert len(data(fig, "resident")["x"]) == len(tl.resident_t_ns)
+
+
+def test_ops_are_coloured_by_phase_and_driver_transfers_as_forced(session: Session) -> None:
+    fig = timeline_figure(session)
+    ops = data(fig, "ops")
+    assert set(ops["phase"]) == set(PHASE_COLORS)
+    assert all(c == PHASE_COLORS[p] for c, p in zip(ops["color"], ops["phase"]))
+    memops = data(fig, "memops")
+    forced = memops["origin"] == Origin.DRIVER.value
+    assert forced.any() and set(memops["color"][forced]) == {MEMOP_COLORS["forced"]}
+    assert MEMOP_COLORS["forced"] not in set(memops["color"][~forced])
+
+
+def test_the_time_axis_is_in_milliseconds(session: Session) -> None:
+    ops = data(timeline_figure(session, "time"), "ops")
+    assert np.allclose(ops["left"], session.timeline.op_start_ns / 1e6)
+    assert np.allclose(ops["right"], session.timeline.op_end_ns / 1e6)
+
+
+def test_the_op_axis_gives_each_op_one_unit_and_markers_sit_after_their_issue_op(session: Session) -> None:
+    fig = timeline_figure(session, "op")
+    ops = data(fig, "ops")
+    assert np.array_equal(ops["left"], session.timeline.op_index) and np.all(ops["right"] - ops["left"] == 1)
+    rows = planned(session, Direction.TO_HOST)
+    after = [session.plan.memops[session.timeline.memop_index[r]].issue_after for r in rows]
+    assert np.array_equal(data(fig, "offload_markers")["x"], np.array(after) + 1)
+
+
+def test_markers_sit_at_the_end_of_the_op_they_are_issued_after(session: Session) -> None:
+    tl, memops = session.timeline, session.plan.memops
+    xs = data(timeline_figure(session, "time"), "prefetch_markers")["x"]
+    for x, r in zip(xs, planned(session, Direction.TO_DEVICE)):
+        after = memops[tl.memop_index[r]].issue_after
+        expected = tl.op_start_ns.min() if after < 0 else tl.op_end_ns[list(tl.op_index).index(after)]
+        assert x == pytest.approx(expected / 1e6)
+
+
+def test_all_figures_share_one_x_range_and_show_the_capacity(session: Session) -> None:
+    fig = timeline_figure(session)
+    ranges = {id(child.x_range) for child in fig.children}
+    assert len(fig.children) == 3 and len(ranges) == 1
+    spans = list(fig.select({"type": Span}))
+    assert len(spans) == 1
+    unit = 2**30 if session.plan.capacity >= 2**30 else 2**20
+    assert spans[0].location == pytest.approx(session.plan.capacity / unit)
+
+
+def test_several_iterations_draw_side_by_side(session: Session) -> None:
+    twice = two_iterations(session)
+    fig = timeline_figure(twice, "op")
+    ops = data(fig, "ops")
+    assert len(ops["left"]) == 2 * len(session.timeline.op_index)
+    assert ops["left"].max() == 2 * len(session.graph.ops) - 1
+    assert len(data(fig, "offload_markers")["x"]) == 2 * len(planned(session, Direction.TO_HOST))
+    memops = data(fig, "memops")
+    assert memops["left"].min() >= 0 and memops["right"].max() <= 2 * len(session.graph.ops)
+    xs = data(timeline_figure(twice, "time"), "prefetch_markers")["x"]
+    first, second = np.split(xs, 2)
+    assert np.allclose(second - first, SHIFT_NS / 1e6)
+
+
+def test_names_from_a_shared_file_cannot_inject_html(session: Session) -> None:
+    evil = "<script>alert(1)</script>"
+    s = dataclasses.replace(session, graph=dataclasses.replace(session.graph, model=evil),
+                            plan=dataclasses.replace(session.plan, model=evil, policy=evil))
+    text = summary_table(s).text
+    assert "<script>" not in text and "&lt;script&gt;" in text
+
+
+def test_a_larger_session_uses_the_same_renderers(session: Session) -> None:
+    big = make_session("resnet152", 64, 224)
+    counts = [len(list(timeline_figure(s).select({"type": GlyphRenderer}))) for s in (session, big)]
+    assert counts[0] == counts[1]
+    assert len(data(timeline_figure(big), "ops")["left"]) == len(big.graph.ops)
+
+
+def test_a_session_that_never_pages_still_draws(session: Session) -> None:
+    whole = make_session("alexnet", 2, 64, share=1.0)
+    assert len(whole.plan.memops) == 0
+    fig = timeline_figure(whole)
+    assert len(data(fig, "memops")["left"]) == 0 and len(data(fig, "offload_markers")["x"]) == 0
+
+
+def test_an_unknown_axis_is_refused_with_the_choices(session: Session) -> None:
+    with pytest.raises(ValueError, match="x_axis has to be 'time' or 'op', not 'bytes'"):
+        timeline_figure(session, "bytes")
+
+
+@pytest.mark.parametrize("source", ["simulated", "measured"])
+def test_the_summary_table_says_whether_figures_are_simulated_or_measured(session: Session,
+                                                                          source: str) -> None:
+    s = session if source == "simulated" else two_iterations(session)
+    table = summary_table(s)
+    assert isinstance(table, Div)
+    assert source in table.text
+    for label in ("iteration time", "stall", "demand-faulted", "moved to host", "moved to device",
+                  "peak resident", "capacity", "footprint"):
+        assert label in table.text

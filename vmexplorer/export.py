@@ -1,0 +1,102 @@
+"""Sessions as files other tools open: Chrome trace events (Perfetto, chrome://tracing) and a
+standalone HTML page (the timeline and the summary, with Bokeh inline: no server, no network)."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from . import __version__
+from .fileio import atomic_write
+from .plan import Direction, Mode, Origin
+from .session import SCHEMA_VERSION, Session
+
+# Threads of the trace, one per stream a person reasons about. Synchronous evictions run on the compute
+# stream between ops (the next op waits for them), so they share its thread; demand faults happen inside
+# an op's kernels and would overlap its span, so they get their own thread.
+COMPUTE, TO_DEVICE, TO_HOST, FAULTS = 1, 2, 3, 4
+THREADS = {COMPUTE: "compute stream", TO_DEVICE: "copy stream: to device", TO_HOST: "copy stream: to host",
+           FAULTS: "demand faults (driver)"}
+PIDS = {"simulated": 1, "measured": 2}
+
+
+def chrome_trace(session: Session) -> dict[str, Any]:
+    """The trace-event document: ts and dur in microseconds, on the timeline's clock."""
+    g, p, tl = session.graph, session.plan, session.timeline
+    pid = PIDS.get(tl.source, 1)
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "pid": pid, "tid": 0, "name": "process_name",
+         "args": {"name": f"{tl.source}: {g.model} batch {g.batch}, {p.policy}"}}]
+    events += [{"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": name}}
+               for tid, name in THREADS.items()]
+    events += [{"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}}
+               for tid in THREADS]
+    for it, k, start, end, stall, fault in zip(
+            tl.op_iteration.tolist(), tl.op_index.tolist(), tl.op_start_ns.tolist(), tl.op_end_ns.tolist(),
+            tl.op_stall_ns.tolist(), tl.op_fault_bytes.tolist()):
+        op = g.ops[k]
+        events.append(_span(pid, COMPUTE, op.name, op.phase.value, start, end,
+                            {"op": op.name, "kind": op.kind, "phase": op.phase.value, "layer": op.layer,
+                             "iteration": it, "stall_ns": stall, "fault_bytes": fault}))
+    for it, i, start, end in zip(tl.memop_iteration.tolist(), tl.memop_index.tolist(),
+                                 tl.memop_start_ns.tolist(), tl.memop_end_ns.tolist()):
+        m = p.memops[i]
+        tensor = g.tensors[m.tensor]
+        verb = "prefetch" if m.direction is Direction.TO_DEVICE else "offload"
+        if m.origin is Origin.DRIVER:
+            verb = "fault" if m.mode is Mode.FAULT else "evict"
+        events.append(_span(pid, _thread(m.direction, m.mode), f"{verb} {tensor.name}",
+                            f"memop.{m.origin.value}", start, end,
+                            {"tensor": tensor.name, "bytes": m.nbytes, "direction": m.direction.value,
+                             "mode": m.mode.value, "origin": m.origin.value, "iteration": it, "memop": i,
+                             "issue_after_op": m.issue_after, "complete_before_op": m.complete_before}))
+    events += [{"ph": "C", "pid": pid, "tid": 0, "name": "resident bytes", "ts": t / 1000,
+                "args": {"resident": b}}
+               for t, b in zip(tl.resident_t_ns.tolist(), tl.resident_bytes.tolist())]
+    events.sort(key=lambda e: (e["ph"] != "M", e.get("ts", 0.0), e["tid"]))
+    return {"traceEvents": events, "displayTimeUnit": "ms", "metadata": _metadata(session)}
+
+
+def export_chrome_trace(session: Session, path: str | os.PathLike[str], force: bool = False) -> None:
+    text = json.dumps(chrome_trace(session), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    atomic_write(path, text.encode(), force=force)
+
+
+def export_html(session: Session, path: str | os.PathLike[str], force: bool = False) -> None:
+    """One HTML file with Bokeh's JavaScript inline, so it opens offline and can be mailed around."""
+    from bokeh.embed import file_html
+    from bokeh.layouts import column
+    from bokeh.resources import INLINE
+
+    from .timeline import summary_table, timeline_figure
+
+    p = session.plan
+    title = f"vmexplorer: {p.model} batch {p.batch}, {p.policy} ({session.timeline.source})"
+    layout = column(summary_table(session), timeline_figure(session), sizing_mode="stretch_width")
+    atomic_write(path, file_html(layout, INLINE, title).encode(), force=force)
+
+
+def _span(pid: int, tid: int, name: str, cat: str, start_ns: float, end_ns: float,
+          args: dict[str, Any]) -> dict[str, Any]:
+    return {"ph": "X", "pid": pid, "tid": tid, "name": name, "cat": cat, "ts": start_ns / 1000,
+            "dur": (end_ns - start_ns) / 1000, "args": args}
+
+
+def _thread(direction: Direction, mode: Mode) -> int:
+    if mode is Mode.FAULT:
+        return FAULTS
+    if mode is Mode.SYNC:
+        return COMPUTE
+    return TO_DEVICE if direction is Direction.TO_DEVICE else TO_HOST
+
+
+def _metadata(session: Session) -> dict[str, Any]:
+    p, tl = session.plan, session.timeline
+    return {"vmexplorer": __version__, "schema_version": SCHEMA_VERSION, "model": p.model, "batch": p.batch,
+            "image_size": p.image_size, "policy": p.policy, "capacity_bytes": p.capacity,
+            "source": tl.source, "iterations": tl.iterations, "created": session.created,
+            "cost_model": session.cost_model.name if session.cost_model else None,
+            "peak_resident_bytes": int(np.max(tl.resident_bytes, initial=0))}

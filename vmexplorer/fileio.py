@@ -1,0 +1,76 @@
+"""Writing output files so that a failure never leaves half a file or loses the one already there.
+
+Every file vmexplorer writes (sessions, traces, HTML pages) goes through `atomic_write`: the bytes go
+to a temporary file beside the target, which then replaces the target in one rename. A crash, a full
+disk or a Ctrl-C leaves either the old file or the new one, never a mixture.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+class OutputError(ValueError):
+    """An output file cannot be written: the message names the path and the fix."""
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes, force: bool = False) -> None:
+    """Write `data` to `path`; an existing file is refused unless `force`, and kept on any failure."""
+    target = Path(path)
+    if target.is_dir():
+        raise OutputError(f"{target} is a folder; give the name of a file to write")
+    if not force and (target.exists() or target.is_symlink()):
+        raise OutputError(f"{target} exists; pass --force to replace it")
+    folder = target.parent
+    if not folder.is_dir():
+        raise OutputError(f"cannot write {target}: the folder {folder} does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".partial")
+    except OSError as e:
+        raise OutputError(f"cannot write {target}: {e.strerror or e} (in {folder})") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        # mkstemp makes the file private (0600); a shared session or trace should read like any other
+        # file, and a replaced file keeps the permissions its owner gave it.
+        os.chmod(tmp, _mode_of(target))
+        if force:
+            os.replace(tmp, target)
+        else:
+            _place_without_clobbering(tmp, target)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        if isinstance(e, FileExistsError):
+            raise OutputError(f"{target} exists; pass --force to replace it") from None
+        if isinstance(e, OSError):
+            raise OutputError(f"cannot write {target}: {e.strerror or e}") from None
+        raise
+
+
+def _mode_of(target: Path) -> int:
+    try:
+        return target.stat().st_mode & 0o777
+    except OSError:
+        return 0o644
+
+
+def _place_without_clobbering(tmp: str, target: Path) -> None:
+    """Rename unless someone created the target since we checked: a hard link fails if it exists."""
+    try:
+        os.link(tmp, target)
+    except FileExistsError:
+        raise
+    except OSError:
+        # file systems without hard links (FAT, some network mounts): the earlier check must do
+        if target.exists():
+            raise FileExistsError(str(target)) from None
+        os.replace(tmp, target)
+        return
+    os.unlink(tmp)

@@ -1,0 +1,364 @@
+"""The session file's tables, both ways: objects to columns, and columns back to checked objects.
+
+`vmexplorer.session` is the interface; this module is the schema of docs/session-format.md. A table
+is {"rows": N, "columns": {name: [N values]}}, and lists of varying length (an op's reads, a tensor's
+shape) are CSR pairs {"offsets": [N + 1], "values": [...]} under "ragged". The reader checks every
+value as it turns it back into objects, so a bad file fails at the first wrong value with its place.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import numpy as np
+
+from .costmodel import CostModel
+from .graph import PERSISTENT, Graph, Kind, Op, Phase, Tensor
+from .plan import Direction, MemOp, Mode, Origin, Plan
+from .records import Timeline
+
+if TYPE_CHECKING:
+    from .session import Session
+
+MAX_ROWS = 10_000_000  # per table: far beyond any real session (ResNet-152 x 100 iterations is ~1M)
+SOURCES = ("simulated", "measured")
+INT, NUM, STR = "int", "num", "str"
+ColType = str | type[StrEnum]
+_COST_FIELDS = ("flops_per_ns", "bytes_per_ns", "launch_ns", "prefetch_bytes_per_ns",
+                "evict_bytes_per_ns", "fault_bytes_per_ns", "host_block")
+TOP_LEVEL = ("format", "schema_version", "created", "environment", "notes", "config", "graph", "plan",
+             "timeline", "cost_model")
+
+
+class SessionError(ValueError):
+    """A session that cannot be saved or loaded; the message names the file and the problem."""
+
+
+# --- writing --------------------------------------------------------------------------------------
+
+def encode(s: Session) -> dict[str, Any]:
+    g, p, tl = s.graph, s.plan, s.timeline
+    return {
+        "created": s.created,
+        "environment": dict(s.environment),
+        "notes": list(s.notes),
+        "config": {"model": p.model, "batch": p.batch, "image_size": p.image_size, "policy": p.policy,
+                   "capacity_bytes": p.capacity, "options": dict(p.options)},
+        "graph": {"tensors": _tensors(g), "ops": _ops(g)},
+        "plan": {
+            "memops": _table({"tensor": [m.tensor for m in p.memops],
+                              "direction": [m.direction.value for m in p.memops],
+                              "mode": [m.mode.value for m in p.memops],
+                              "origin": [m.origin.value for m in p.memops],
+                              "issue_after_op": [m.issue_after for m in p.memops],
+                              "complete_before_op": [m.complete_before for m in p.memops],
+                              "nbytes": [m.nbytes for m in p.memops]}),
+            "resident_at_start": _table({"tensor": [t for t, _ in p.resident_at_start],
+                                         "nbytes": [b for _, b in p.resident_at_start]}),
+            "peak_resident_bytes": p.peak_resident,
+        },
+        "timeline": {
+            "source": tl.source,
+            "ops": _table({"iteration": tl.op_iteration.tolist(), "op": tl.op_index.tolist(),
+                           "start_ns": tl.op_start_ns.tolist(), "end_ns": tl.op_end_ns.tolist(),
+                           "stall_ns": tl.op_stall_ns.tolist(), "fault_bytes": tl.op_fault_bytes.tolist()}),
+            "memops": _table({"iteration": tl.memop_iteration.tolist(), "memop": tl.memop_index.tolist(),
+                              "start_ns": tl.memop_start_ns.tolist(), "end_ns": tl.memop_end_ns.tolist()}),
+            "resident": _table({"t_ns": tl.resident_t_ns.tolist(), "bytes": tl.resident_bytes.tolist()}),
+        },
+        "cost_model": None if s.cost_model is None else _cost_model(s.cost_model),
+    }
+
+
+def _tensors(g: Graph) -> dict[str, Any]:
+    ts = g.tensors
+    return _table({"name": [t.name for t in ts], "kind": [t.kind.value for t in ts],
+                   "dtype": [t.dtype for t in ts], "nbytes": [t.nbytes for t in ts],
+                   "producer_op": [t.producer for t in ts]},
+                  {"shape": [t.shape for t in ts], "consumer_ops": [t.consumers for t in ts]})
+
+
+def _ops(g: Graph) -> dict[str, Any]:
+    ops = g.ops
+    return _table({"name": [o.name for o in ops], "kind": [o.kind for o in ops],
+                   "phase": [o.phase.value for o in ops], "layer": [o.layer for o in ops],
+                   "flops": [o.flops for o in ops], "bytes_touched": [o.bytes_touched for o in ops]},
+                  {"read_tensors": [o.reads for o in ops], "write_tensors": [o.writes for o in ops]})
+
+
+def _table(columns: dict[str, list[Any]], ragged: dict[str, list[tuple[int, ...]]] | None = None
+           ) -> dict[str, Any]:
+    rows = len(next(iter(columns.values())))
+    out: dict[str, Any] = {"rows": rows, "columns": columns}
+    if ragged:
+        out["ragged"] = {name: {"offsets": np.cumsum([0] + [len(v) for v in lists]).tolist(),
+                                "values": [x for v in lists for x in v]}
+                         for name, lists in ragged.items()}
+    return out
+
+
+def _cost_model(c: CostModel) -> dict[str, Any]:
+    return {"name": c.name, **{f: getattr(c, f) for f in _COST_FIELDS}, "op_ns": dict(c.op_ns)}
+
+
+# --- reading --------------------------------------------------------------------------------------
+
+def decode(doc: dict[str, Any], r: Reader) -> dict[str, Any]:
+    """The Session's fields from a parsed document whose format and version are already known."""
+    r.fields(doc, "the file", TOP_LEVEL)
+    created = r.scalar(doc["created"], "created", STR)
+    if not _is_iso_time(created):
+        r.fail(f"created is {created!r}, not an ISO-8601 date and time")
+    env = r.fields(doc["environment"], "environment", None)
+    for key, value in env.items():
+        r.scalar(value, f"environment.{key}", STR)
+    notes = r.column(doc["notes"], "notes", STR, None)
+    config = r.fields(doc["config"], "config", ("model", "batch", "image_size", "policy", "capacity_bytes",
+                                                "options"))
+    model, policy = (r.scalar(config[k], f"config.{k}", STR) for k in ("model", "policy"))
+    batch, size, capacity = (r.scalar(config[k], f"config.{k}", INT, 1)
+                             for k in ("batch", "image_size", "capacity_bytes"))
+    options = r.fields(config["options"], "config.options", None)
+    for key, value in options.items():
+        if not (_is(value, STR) or _is(value, NUM)):
+            r.fail(f"config.options.{key} should be text or a number, not {_describe(value)}")
+    graph = _graph(r, r.fields(doc["graph"], "graph", ("tensors", "ops")), model, batch, size)
+    plan = _plan(r, doc["plan"], graph, policy, capacity, options)
+    timeline = _timeline(r, doc["timeline"], graph, plan)
+    cost = None if doc["cost_model"] is None else _read_cost_model(r, doc["cost_model"])
+    return dict(graph=graph, plan=plan, timeline=timeline, cost_model=cost, environment=dict(env),
+                notes=tuple(notes), created=created)
+
+
+def _graph(r: Reader, d: dict[str, Any], model: str, batch: int, size: int) -> Graph:
+    t = r.table(d["tensors"], "graph.tensors",
+                {"name": STR, "kind": Kind, "dtype": STR, "nbytes": INT, "producer_op": INT},
+                {"shape": INT, "consumer_ops": INT})
+    o = r.table(d["ops"], "graph.ops",
+                {"name": STR, "kind": STR, "phase": Phase, "layer": STR, "flops": INT, "bytes_touched": INT},
+                {"read_tensors": INT, "write_tensors": INT})
+    n_t, n_o = t["rows"], o["rows"]
+    if not n_o:
+        r.fail("graph.ops has no rows; a training iteration has ops")
+    r.within(t, "nbytes", 0, None, "a size in bytes")
+    r.within(t, "shape", 0, None, "a dimension")
+    r.within(t, "producer_op", PERSISTENT, n_o, "an op id (or -1 for a persistent tensor)")
+    r.within(t, "consumer_ops", 0, n_o, "an op id")
+    r.within(o, "flops", 0, None, "a count")
+    r.within(o, "bytes_touched", 0, None, "a size in bytes")
+    r.within(o, "read_tensors", 0, n_t, "a tensor id")
+    r.within(o, "write_tensors", 0, n_t, "a tensor id")
+    tensors = tuple(Tensor(*row) for row in zip(
+        t["name"], (Kind(k) for k in t["kind"]), r.split(t, "shape"), t["dtype"], t["nbytes"].tolist(),
+        t["producer_op"].tolist(), r.split(t, "consumer_ops")))
+    ops = tuple(Op(name, kind, Phase(phase), layer, reads, writes, flops, touched) for
+                name, kind, phase, layer, reads, writes, flops, touched in zip(
+                    o["name"], o["kind"], o["phase"], o["layer"], r.split(o, "read_tensors"),
+                    r.split(o, "write_tensors"), o["flops"].tolist(), o["bytes_touched"].tolist()))
+    return Graph(model, batch, size, tensors, ops)
+
+
+def _plan(r: Reader, value: Any, graph: Graph, policy: str, capacity: int,
+          options: dict[str, str | int | float]) -> Plan:
+    d = r.fields(value, "plan", ("memops", "resident_at_start", "peak_resident_bytes"))
+    m = r.table(d["memops"], "plan.memops",
+                {"tensor": INT, "direction": Direction, "mode": Mode, "origin": Origin,
+                 "issue_after_op": INT, "complete_before_op": INT, "nbytes": INT})
+    n_t, n_o = len(graph.tensors), len(graph.ops)
+    r.within(m, "issue_after_op", -1, n_o, "an op id (or -1 for the iteration start)")
+    r.within(m, "complete_before_op", 0, n_o + 1, f"an op id (or {n_o} for the iteration end)")
+    start = r.table(d["resident_at_start"], "plan.resident_at_start", {"tensor": INT, "nbytes": INT})
+    for table in (m, start):
+        r.within(table, "tensor", 0, n_t, "a tensor id")
+        r.within(table, "nbytes", 0, None, "a size in bytes")
+        sizes = np.array([t.nbytes for t in graph.tensors], dtype=np.int64)[table["tensor"]]
+        over = np.flatnonzero(table["nbytes"] > sizes)
+        if over.size:
+            i = int(over[0])
+            r.fail(f"{table['where']} row {i}: nbytes {table['nbytes'][i]} is more than its tensor's "
+                   f"{sizes[i]} bytes")
+    peak = r.scalar(d["peak_resident_bytes"], "plan.peak_resident_bytes", INT, 0)
+    memops = tuple(MemOp(t, Direction(di), Mode(mo), a, b, Origin(og), nb) for t, di, mo, og, a, b, nb in zip(
+        m["tensor"].tolist(), m["direction"], m["mode"], m["origin"], m["issue_after_op"].tolist(),
+        m["complete_before_op"].tolist(), m["nbytes"].tolist()))
+    resident = tuple(zip(start["tensor"].tolist(), start["nbytes"].tolist()))
+    return Plan(graph.model, graph.batch, graph.image_size, policy, capacity, memops, resident, peak,
+                dict(options))
+
+
+def _timeline(r: Reader, value: Any, graph: Graph, plan: Plan) -> Timeline:
+    d = r.fields(value, "timeline", ("source", "ops", "memops", "resident"))
+    source = r.scalar(d["source"], "timeline.source", STR)
+    if source not in SOURCES:
+        r.fail(f"timeline.source is {source!r}, expected one of {', '.join(SOURCES)}")
+    o = r.table(d["ops"], "timeline.ops", {"iteration": INT, "op": INT, "start_ns": NUM, "end_ns": NUM,
+                                           "stall_ns": NUM, "fault_bytes": INT})
+    m = r.table(d["memops"], "timeline.memops", {"iteration": INT, "memop": INT, "start_ns": NUM,
+                                                 "end_ns": NUM})
+    res = r.table(d["resident"], "timeline.resident", {"t_ns": NUM, "bytes": INT})
+    for table, what in ((o, "timeline.ops"), (m, "timeline.memops")):
+        r.within(table, "iteration", 0, MAX_ROWS, "an iteration number")
+        late = np.flatnonzero(table["end_ns"] < table["start_ns"])
+        if late.size:
+            r.fail(f"{what} row {late[0]}: it ends (end_ns) before it starts (start_ns)")
+    # every recorded iteration has op rows, numbered from 0 without gaps: summaries take each one's span
+    iterations = np.unique(o["iteration"])
+    if not iterations.size:
+        r.fail("timeline.ops has no rows; a session records at least one iteration")
+    if iterations[-1] != iterations.size - 1:
+        missing = int(np.setdiff1d(np.arange(iterations[-1] + 1), iterations)[0])
+        r.fail(f"timeline.ops has no row for iteration {missing} (iterations are numbered from 0, no gaps)")
+    r.within(m, "iteration", 0, int(iterations.size), "an iteration with ops")
+    r.within(o, "op", 0, len(graph.ops), "an op id")
+    r.within(o, "stall_ns", 0, None, "a duration")
+    r.within(o, "fault_bytes", 0, None, "a size in bytes")
+    r.within(m, "memop", 0, len(plan.memops), "an index into plan.memops")
+    r.within(res, "bytes", 0, None, "a size in bytes")
+    return Timeline(source, o["iteration"], o["op"], o["start_ns"], o["end_ns"], o["stall_ns"],
+                    o["fault_bytes"], m["iteration"], m["memop"], m["start_ns"], m["end_ns"],
+                    res["t_ns"], res["bytes"])
+
+
+def _read_cost_model(r: Reader, value: Any) -> CostModel:
+    d = r.fields(value, "cost_model", ("name", *_COST_FIELDS, "op_ns"))
+    rates = {f: float(r.scalar(d[f], f"cost_model.{f}", NUM)) for f in _COST_FIELDS}
+    op_ns = r.fields(d["op_ns"], "cost_model.op_ns", None)
+    times = {k: float(r.scalar(v, f"cost_model.op_ns.{k}", NUM)) for k, v in op_ns.items()}
+    return CostModel(r.scalar(d["name"], "cost_model.name", STR), **rates, op_ns=times)
+
+
+class Reader:
+    """Checks values against the schema; every failure names the file and the place in it."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, problem: str) -> NoReturn:
+        raise SessionError(f"{self.source} is not a valid session: {problem}")
+
+    def fields(self, value: Any, where: str, keys: tuple[str, ...] | None) -> dict[str, Any]:
+        """An object with exactly `keys` (any text keys when None)."""
+        if not isinstance(value, dict):
+            self.fail(f"{where} should be an object, not {_describe(value)}")
+        if keys is not None:
+            missing = [k for k in keys if k not in value]
+            if missing:
+                self.fail(f"{where} has no {missing[0]!r} field")
+            extra = sorted(set(value) - set(keys))
+            if extra:
+                self.fail(f"{where} has an unexpected field {extra[0]!r}")
+        return value
+
+    def scalar(self, value: Any, where: str, kind: str, minimum: int | None = None) -> Any:
+        if not _is(value, kind):
+            self.fail(f"{where} should be {_NAMES[kind]}, not {_describe(value)}")
+        if minimum is not None and value < minimum:
+            self.fail(f"{where} is {value}, expected at least {minimum}")
+        return value
+
+    def column(self, values: Any, where: str, kind: ColType, rows: int | None) -> Any:
+        if not isinstance(values, list):
+            self.fail(f"{where} should be a list, not {_describe(values)}")
+        if rows is not None and len(values) != rows:
+            self.fail(f"{where} has {len(values)} values for {rows} rows")
+        if kind in (INT, NUM):
+            return self.numbers(values, where, str(kind))
+        for i, v in enumerate(values):
+            if not isinstance(v, str):
+                self.fail(f"{where} row {i} should be text, not {_describe(v)}")
+        if not isinstance(kind, str):
+            allowed = {e.value for e in kind}
+            bad = next((i for i, v in enumerate(values) if v not in allowed), None)
+            if bad is not None:
+                self.fail(f"{where} row {bad} is {values[bad]!r}, expected one of "
+                          f"{', '.join(sorted(allowed))}")
+        return values
+
+    def numbers(self, values: Any, where: str, kind: str) -> np.ndarray:
+        if not isinstance(values, list):
+            self.fail(f"{where} should be a list, not {_describe(values)}")
+        bad = next((i for i, v in enumerate(values) if not _is(v, kind)), None)
+        if bad is not None:
+            self.fail(f"{where} row {bad} should be {_NAMES[kind]}, not {_describe(values[bad])}")
+        if all(type(v) is int for v in values):
+            return np.array(values, dtype=np.int64)
+        return np.array(values, dtype=np.float64)
+
+    def table(self, value: Any, where: str, columns: dict[str, ColType],
+              ragged: dict[str, ColType] | None = None) -> dict[str, Any]:
+        """Columns as arrays (lists for text), `rows`, and each ragged column as (values, offsets)."""
+        d = self.fields(value, where, ("rows", "columns", "ragged") if ragged else ("rows", "columns"))
+        rows = self.scalar(d["rows"], f"{where}.rows", INT, 0)
+        if rows > MAX_ROWS:
+            self.fail(f"{where} claims {rows:,} rows, more than the {MAX_ROWS:,} a session may hold")
+        cols = self.fields(d["columns"], f"{where}.columns", tuple(columns))
+        out: dict[str, Any] = {"rows": rows, "where": where}
+        for name, kind in columns.items():
+            out[name] = self.column(cols[name], f"{where} column {name!r}", kind, rows)
+        lists = self.fields(d["ragged"], f"{where}.ragged", tuple(ragged)) if ragged else {}
+        for name, kind in (ragged or {}).items():
+            csr = self.fields(lists[name], f"{where}.ragged.{name}", ("offsets", "values"))
+            offsets = self.numbers(csr["offsets"], f"{where} offsets of {name!r}", INT)
+            values = self.column(csr["values"], f"{where} values of {name!r}", kind, None)
+            if len(offsets) != rows + 1 or offsets[0] != 0 or (np.diff(offsets) < 0).any() \
+                    or offsets[-1] != len(values):
+                self.fail(f"{where} offsets of {name!r} do not index its {len(values)} values for {rows} "
+                          f"rows (expected {rows + 1} rising offsets from 0 to {len(values)})")
+            out[name] = (values, offsets)
+        return out
+
+    def within(self, table: dict[str, Any], name: str, lo: int, hi: int | None, what: str) -> None:
+        """Every value of a column (or of a ragged column's lists) lies in [lo, hi)."""
+        ragged = isinstance(table[name], tuple)
+        values = table[name][0] if ragged else table[name]
+        hits = np.flatnonzero(values < lo if hi is None else (values < lo) | (values >= hi))
+        if not hits.size:
+            return
+        i = int(hits[0])
+        row = int(np.searchsorted(table[name][1], i, "right") - 1) if ragged else i
+        expected = f"at least {lo}" if hi is None else f"{lo} to {hi - 1}"
+        self.fail(f"{table['where']} row {row}, {name}: {values[i]} is not {what}; expected {expected}")
+
+    @staticmethod
+    def split(table: dict[str, Any], name: str) -> list[tuple[int, ...]]:
+        values, offsets = table[name]
+        flat, bounds = values.tolist(), offsets.tolist()
+        return [tuple(flat[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+_NAMES = {INT: "a whole number", NUM: "a number", STR: "text"}
+
+
+def _is(value: Any, kind: str) -> bool:
+    if kind == STR:
+        return isinstance(value, str)
+    if type(value) is int:  # not bool: JSON's true is not a count
+        return _INT64[0] <= value <= _INT64[1]
+    return kind == NUM and type(value) is float and math.isfinite(value)
+
+
+def _is_iso_time(text: str) -> bool:
+    try:
+        datetime.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"{str(value).lower()}"
+    if isinstance(value, int) and not _INT64[0] <= value <= _INT64[1]:
+        return "a number beyond 64 bits"
+    if isinstance(value, (int, float)):
+        return f"the number {value}" if not isinstance(value, float) or math.isfinite(value) else \
+            "an infinite number"
+    if isinstance(value, str):
+        return f"the text {value[:40]!r}"
+    return "a list" if isinstance(value, list) else "an object"

@@ -1,0 +1,232 @@
+"""The timeline of a session as Bokeh figures: op lanes, copy-stream lanes, fault bursts, resident bytes.
+
+Every glyph kind is one renderer over one ColumnDataSource of numpy columns, so a session of
+thousands of ops draws as fast as one of ten. Renderers carry names ("ops", "memops",
+"offload_markers", "prefetch_markers", "faults", "resident") so the app can find and update them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from html import escape
+from typing import Any
+
+import numpy as np
+from bokeh.layouts import column
+from bokeh.models import BasicTicker, ColumnDataSource, HoverTool, Range1d
+from bokeh.models.annotations import Label, Legend, LegendItem, Span
+from bokeh.models.widgets import Div
+from bokeh.plotting import figure
+
+from .plan import Direction, Origin
+from .session import Session
+from .units import format_bytes, format_ns
+
+PHASE_COLORS = {"forward": "#4c78a8", "loss": "#b279a2", "backward": "#f58518", "update": "#54a24b"}
+MEMOP_COLORS = {"prefetch": "#2ca3a3", "offload": "#8c6d4f", "forced": "#d62728"}
+LANES = {"compute": 2, "to device": 1, "to host": 0}  # y of each lane's bottom edge
+_BAR = 0.8  # height of a span inside its lane
+
+
+@dataclass(frozen=True)
+class _Axis:
+    """Maps the timeline's ns onto the x axis: milliseconds, or op positions (op i of iteration j
+    sits at [j * n_ops + i, +1), and times between are interpolated along the compute stream)."""
+
+    mode: str
+    knots_ns: np.ndarray
+    knots_x: np.ndarray
+
+    def x(self, t_ns: np.ndarray) -> np.ndarray:
+        t = np.asarray(t_ns, dtype=np.float64)
+        return t / 1e6 if self.mode == "time" else np.interp(t, self.knots_ns, self.knots_x)
+
+    @property
+    def label(self) -> str:
+        return "time (ms)" if self.mode == "time" else "op (position in execution order)"
+
+
+def timeline_figure(session: Session, x_axis: str = "time") -> Any:
+    """A column of linked figures: lanes with markers, fault bytes per op, resident bytes."""
+    if x_axis not in ("time", "op"):
+        raise ValueError(f"x_axis has to be 'time' or 'op', not {x_axis!r}")
+    axis = _axis(session, x_axis)
+    lanes = figure(height=220, x_axis_label=axis.label, tools="xpan,xwheel_zoom,box_zoom,reset,save",
+                   active_scroll="xwheel_zoom", sizing_mode="stretch_width",
+                   y_range=Range1d(start=-0.2, end=3.2),
+                   title=f"{session.plan.policy} on {session.graph.model}: {session.timeline.source}")
+    lanes.yaxis.ticker = [v + _BAR / 2 for v in LANES.values()]
+    lanes.yaxis.major_label_overrides = {v + _BAR / 2: k for k, v in LANES.items()}
+    lanes.ygrid.grid_line_color = None
+    ops = lanes.quad(left="left", right="right", bottom=LANES["compute"], top=LANES["compute"] + _BAR,
+                     color="color", source=ColumnDataSource(_op_columns(session, axis)), name="ops")
+    lanes.add_tools(HoverTool(renderers=[ops], tooltips=[
+        ("op", "@name"), ("kind", "@kind"), ("phase", "@phase"), ("duration", "@duration"),
+        ("stall", "@stall"), ("faulted in", "@fault")]))
+    mem = _memop_columns(session, axis)
+    memops = lanes.quad(left="left", right="right", bottom="bottom", top="top", color="color",
+                        alpha=0.75, source=ColumnDataSource(mem), name="memops")
+    lanes.add_tools(HoverTool(renderers=[memops], tooltips=[
+        ("tensor", "@tensor"), ("bytes", "@size"), ("direction", "@direction"), ("mode", "@mode"),
+        ("origin", "@origin"), ("duration", "@duration")]))
+    planned = mem["origin"] == Origin.PLAN.value
+    markers: list[Any] = []
+    for direction, marker, kind in ((Direction.TO_HOST, "inverted_triangle", "offload"),
+                                    (Direction.TO_DEVICE, "triangle", "prefetch")):
+        pick = planned & (mem["direction"] == direction.value)
+        lane = LANES["to host" if direction is Direction.TO_HOST else "to device"]
+        src = ColumnDataSource({"x": mem["issue"][pick], "y": np.full(int(pick.sum()), lane + _BAR + 0.1),
+                                "tensor": mem["tensor"][pick], "size": mem["size"][pick]})
+        markers.append(lanes.scatter("x", "y", marker=marker, size=9, color=MEMOP_COLORS[kind], source=src,
+                                     name=f"{kind}_markers"))
+    lanes.add_tools(HoverTool(renderers=markers, tooltips=[("planned", "$name"), ("tensor", "@tensor"),
+                                                           ("bytes", "@size")]))
+    lanes.add_layout(_legend(ops, memops, markers), "above")
+    return column(lanes, _faults(session, axis, lanes), _resident(session, axis, lanes),
+                  sizing_mode="stretch_width")
+
+
+def _legend(ops: Any, memops: Any, markers: list[Any]) -> Legend:
+    """One entry per phase and per kind of transfer, each pointing at a row that has it: one
+    renderer per glyph kind keeps the figure fast, so entries are rows, not renderers."""
+    items = []
+    for renderer, column_name, labels in ((ops, "phase", PHASE_COLORS), (memops, "kind", MEMOP_COLORS)):
+        values = list(renderer.data_source.data[column_name])
+        items += [LegendItem(label=label, renderers=[renderer], index=values.index(label))
+                  for label in labels if label in values]
+    items += [LegendItem(label=f"{m.name.split('_')[0]} issued", renderers=[m]) for m in markers]
+    return Legend(items=items, orientation="horizontal", click_policy="none", border_line_alpha=0,
+                  label_text_font_size="9pt")
+
+
+def summary_table(session: Session) -> Div:
+    """The figures a person compares, labelled simulated or measured."""
+    s: dict[str, Any] = session.summary
+    rows = [(label, fmt(s[key])) for key, label, fmt in _SUMMARY_ROWS if key in s]
+    body = "".join(f"<tr><td>{k}</td><td style='text-align:right'>{v}</td></tr>" for k, v in rows)
+    p = session.plan
+    # names come from session files people share: escape them, a Div renders HTML
+    title = escape(f"{p.model} batch {p.batch}, {p.policy}: {s['source']}")
+    return Div(text=f"<h3>{title}</h3><p>per iteration, {escape(str(s['source']))}</p><table>{body}</table>",
+               name="summary")
+
+
+_SUMMARY_ROWS = (
+    ("iteration_ns", "iteration time", format_ns),
+    ("stall_ns", "waiting for memory (stall)", format_ns),
+    ("busy_ns", "ops running (faults included)", format_ns),
+    ("fault_bytes", "demand-faulted in", format_bytes),
+    ("bytes_to_host", "moved to host", format_bytes),
+    ("bytes_to_device", "moved to device (faults included)", format_bytes),
+    ("peak_resident_bytes", "peak resident", format_bytes),
+    ("capacity_bytes", "capacity (emulated)", format_bytes),
+    ("footprint_bytes", "footprint (no paging)", format_bytes),
+    ("iterations", "iterations recorded", str),
+)
+
+
+def _axis(session: Session, mode: str) -> _Axis:
+    tl, n = session.timeline, len(session.graph.ops)
+    order = np.argsort(tl.op_start_ns, kind="stable")
+    pos = (tl.op_iteration * n + tl.op_index)[order].astype(np.float64)
+    knots_ns = np.column_stack([tl.op_start_ns[order], tl.op_end_ns[order]]).ravel().astype(np.float64)
+    knots_x = np.column_stack([pos, pos + 1]).ravel()
+    return _Axis(mode, np.maximum.accumulate(knots_ns) if knots_ns.size else np.zeros(1),
+                 knots_x if knots_x.size else np.zeros(1))
+
+
+def _op_columns(session: Session, axis: _Axis) -> dict[str, Any]:
+    tl, ops = session.timeline, session.graph.ops
+    idx = tl.op_index
+    n = len(ops)
+    if axis.mode == "time":
+        left, right = axis.x(tl.op_start_ns), axis.x(tl.op_end_ns)
+    else:
+        left = (tl.op_iteration * n + idx).astype(np.float64)
+        right = left + 1
+    phase = np.array([o.phase.value for o in ops], dtype=object)[idx] if n else np.array([], dtype=object)
+    return {"left": left, "right": right, "phase": phase,
+            "color": np.array([PHASE_COLORS[p] for p in phase], dtype=object),
+            "name": np.array([ops[i].name for i in idx.tolist()], dtype=object),
+            "kind": np.array([ops[i].kind for i in idx.tolist()], dtype=object),
+            "duration": _texts(format_ns, tl.op_end_ns - tl.op_start_ns),
+            "stall": _texts(format_ns, tl.op_stall_ns), "fault": _texts(format_bytes, tl.op_fault_bytes)}
+
+
+def _memop_columns(session: Session, axis: _Axis) -> dict[str, Any]:
+    g, p, tl = session.graph, session.plan, session.timeline
+    ms = [p.memops[i] for i in tl.memop_index.tolist()]
+    to_device = np.array([m.direction is Direction.TO_DEVICE for m in ms], dtype=bool)
+    bottom = np.where(to_device, LANES["to device"], LANES["to host"]).astype(np.float64)
+    kind = ["forced" if m.origin is Origin.DRIVER else "prefetch" if m.direction is Direction.TO_DEVICE
+            else "offload" for m in ms]
+    return {"left": axis.x(tl.memop_start_ns), "right": axis.x(tl.memop_end_ns), "bottom": bottom,
+            "top": bottom + _BAR, "issue": _issue_x(session, axis),
+            "color": np.array([MEMOP_COLORS[k] for k in kind], dtype=object),
+            "kind": np.array(kind, dtype=object),
+            "tensor": np.array([g.tensors[m.tensor].name for m in ms], dtype=object),
+            "size": np.array([format_bytes(m.nbytes) for m in ms], dtype=object),
+            "direction": np.array([m.direction.value for m in ms], dtype=object),
+            "mode": np.array([m.mode.value for m in ms], dtype=object),
+            "origin": np.array([m.origin.value for m in ms], dtype=object),
+            "duration": _texts(format_ns, tl.memop_end_ns - tl.memop_start_ns)}
+
+
+def _issue_x(session: Session, axis: _Axis) -> np.ndarray:
+    """Where each memory operation is issued: at the end of its `issue_after` op in its iteration
+    (the start of the iteration for -1). This is the point a person drags, not when the copy began."""
+    g, p, tl = session.graph, session.plan, session.timeline
+    n = len(g.ops)
+    after = np.array([p.memops[i].issue_after for i in tl.memop_index.tolist()], dtype=np.int64)
+    if axis.mode == "op":
+        return (tl.memop_iteration * n + after + 1).astype(np.float64)
+    ends = np.full((max(tl.iterations, int(tl.memop_iteration.max(initial=-1)) + 1), n + 1), np.inf)
+    ends[tl.op_iteration, tl.op_index + 1] = tl.op_end_ns
+    np.minimum.at(ends[:, 0], tl.op_iteration, tl.op_start_ns)  # column 0: the iteration's start
+    issued = ends[tl.memop_iteration, after + 1] if len(after) else np.zeros(0)
+    return axis.x(np.where(np.isinf(issued), tl.memop_start_ns, issued))
+
+
+def _faults(session: Session, axis: _Axis, lanes: Any) -> Any:
+    tl = session.timeline
+    hit = tl.op_fault_bytes > 0
+    cols = _op_columns(session, axis)
+    scale, unit = _byte_unit(int(tl.op_fault_bytes.max(initial=0)))
+    f = figure(height=110, x_range=lanes.x_range, sizing_mode="stretch_width", tools="",
+               y_axis_label=f"faulted ({unit})", toolbar_location=None)
+    src = ColumnDataSource({"left": cols["left"][hit], "right": cols["right"][hit],
+                            "top": tl.op_fault_bytes[hit] / scale, "name": cols["name"][hit],
+                            "fault": cols["fault"][hit]})
+    bars = f.quad(left="left", right="right", bottom=0, top="top", color=MEMOP_COLORS["forced"],
+                  source=src, name="faults")
+    f.add_tools(HoverTool(renderers=[bars], tooltips=[("op", "@name"), ("faulted in", "@fault")]))
+    f.xaxis.visible = False
+    f.yaxis.ticker = BasicTicker(desired_num_ticks=3)
+    return f
+
+
+def _resident(session: Session, axis: _Axis, lanes: Any) -> Any:
+    tl, capacity = session.timeline, session.plan.capacity
+    top = max(capacity, int(tl.resident_bytes.max(initial=0)))
+    scale, unit = _byte_unit(top)
+    # a fixed range: the capacity line must show even when the resident bytes stay far below it
+    f = figure(height=200, x_range=lanes.x_range, y_range=Range1d(start=0, end=1.08 * top / scale),
+               x_axis_label=axis.label, sizing_mode="stretch_width", y_axis_label=f"resident ({unit})",
+               tools="xpan,xwheel_zoom,box_zoom,reset")
+    src = ColumnDataSource({"x": axis.x(tl.resident_t_ns), "y": tl.resident_bytes / scale})
+    f.varea_step(x="x", y1=0, y2="y", step_mode="after", source=src, fill_color="#9ecae1",
+                 fill_alpha=0.6, name="resident")
+    f.step(x="x", y="y", mode="after", source=src, color="#3182bd")
+    f.add_layout(Span(location=capacity / scale, dimension="width", line_color="#d62728",
+                      line_dash="dashed", line_width=2, name="capacity"))
+    f.add_layout(Label(x=6, x_units="screen", y=capacity / scale, text="capacity", text_color="#d62728",
+                       text_font_size="9pt", y_offset=3))
+    return f
+
+
+def _byte_unit(n: int) -> tuple[float, str]:
+    return (2**30, "GiB") if n >= 2**30 else (2**20, "MiB")
+
+
+def _texts(fmt: Any, values: np.ndarray) -> np.ndarray:
+    return np.array([fmt(v) for v in values.tolist()], dtype=object)
