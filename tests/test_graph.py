@@ -120,6 +120,7 @@ def test_footprint_grows_with_the_batch():
     ("vgg19", 0, 224, "batch must be a positive integer"),
     ("vgg19", -3, 224, "batch must be a positive integer"),
     ("vgg19", 10**9, 224, "beyond any sensible run"),
+    ("vgg19", 500_000, 224, "beyond any sensible host memory"),
     ("alexnet", 2, 32, "image size 32 is too small"),
     ("resnet18", 2, 0, "image size must be a positive integer"),
 ])

@@ -22,6 +22,7 @@ from .layers import (
 NUM_CLASSES = 1000
 DEFAULT_IMAGE_SIZE = 224
 MAX_BATCH = 1 << 20
+MAX_FOOTPRINT = 4 << 40  # beyond the host memory of any machine this could run on
 
 
 def _begin(model: str, batch: int, image_size: int) -> tuple[GraphBuilder, int, int]:
@@ -135,4 +136,8 @@ def build_graph(model: str, batch: int, image_size: int = DEFAULT_IMAGE_SIZE) ->
         raise GraphError(f"batch {batch} is beyond any sensible run (at most {MAX_BATCH})")
     if not isinstance(image_size, int) or image_size <= 0:
         raise GraphError(f"image size must be a positive integer, not {image_size!r}")
-    return MODELS[model](batch, image_size)
+    graph = MODELS[model](batch, image_size)
+    if graph.footprint > MAX_FOOTPRINT:
+        raise GraphError(f"{model} at batch {batch} needs {graph.footprint / 2**40:.1f} TiB, beyond any "
+                         f"sensible host memory (at most {MAX_FOOTPRINT >> 40} TiB); use a smaller batch")
+    return graph
