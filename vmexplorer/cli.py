@@ -105,8 +105,36 @@ def cmd_export(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
-    raise UsageError("the GPU engine is not built yet; use `vmexplorer simulate` (same arguments, plus "
-                     "--out FILE) to predict the run on the CPU")
+    from .engine.executor import RunSettings, execute
+    from .engine.gpu import cupy
+    from .session import new_session, save_session
+
+    if args.iterations < 1 or args.warmup < 0:
+        raise UsageError("--iterations must be at least 1 and --warmup at least 0")
+    _refuse_existing(args.out, args.force)
+    graph, plan = _compile(args)
+    cupy()  # says plainly when there is no GPU, before anything is allocated
+    settings = RunSettings(iterations=args.iterations, warmup=args.warmup, seed=args.seed,
+                           allow_tf32=not args.no_tf32)
+    progress = (lambda i, n, loss: print(f"iteration {i}/{n}: loss {loss:.4f}", file=sys.stderr)) \
+        if args.progress else None
+    try:
+        result = execute(graph, plan, settings, progress=progress)
+    except (UsageError, OSError):
+        raise
+    except Exception as e:  # a CUDA or cuDNN failure is the run's, reported in one line
+        raise RunFailed(f"the GPU run failed: {type(e).__name__}: {e}") from None
+    losses = ", ".join(f"{x:.4f}" for x in result.losses)
+    notes = (f"measured on {result.environment.get('gpu', 'a GPU')}; losses {losses}",
+             "fault bytes per op are the plan's; measured faults come with the CUPTI collector",
+             *args.note)
+    session = new_session(graph, plan, result.timeline, notes=notes, environment=result.environment)
+    save_session(session, args.out, force=args.force)
+    return {"path": str(args.out), "config": _config(session.plan), "summary": session.summary}
+
+
+class RunFailed(RuntimeError):
+    """The GPU run itself failed (CUDA, cuDNN): nothing was written."""
 
 
 # --- shared steps ---------------------------------------------------------------------------------
@@ -413,9 +441,17 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--chrome-trace", type=Path, metavar="OUT", help="trace-event JSON for Perfetto")
     p.add_argument("--force", action="store_true", help="replace OUT if it exists")
 
-    p = command("run", cmd_run, table_export, "run a plan on the GPU (not built yet: use simulate)",
-                formats=False)
-    p.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    p = command("run", cmd_run, table_simulate, "run a plan on the GPU and save the measured session")
+    _plan_args(p)
+    p.add_argument("--iterations", type=int, default=5, metavar="N", help="iterations recorded (default 5)")
+    p.add_argument("--warmup", type=int, default=1, metavar="N", help="iterations run first, not recorded")
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights and the synthetic batch")
+    p.add_argument("--no-tf32", action="store_true", help="full fp32 convolutions and matmuls")
+    p.add_argument("--progress", action="store_true", help="print each iteration's loss on stderr")
+    p.add_argument("--out", type=Path, required=True, metavar="FILE", help="session file to write")
+    p.add_argument("--force", action="store_true", help="replace FILE if it exists")
+    p.add_argument("--note", action="append", default=[], metavar="TEXT",
+                   help="a note kept in the session (repeatable)")
     return parser
 
 
@@ -486,10 +522,13 @@ def _note(message: str) -> None:
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """The project's error classes: each means bad input, told in its message, not a bug."""
+    from .engine.gpu import NoGPU
+    from .engine.memory import ResourceError
     from .layers import GraphError
     from .plan import PlanError
 
-    found: list[type[BaseException]] = [UsageError, GraphError, PlanError, OSError]
+    found: list[type[BaseException]] = [UsageError, GraphError, PlanError, OSError, NoGPU, ResourceError,
+                                        RunFailed]
     for module, name in (("session", "SessionError"), ("fileio", "OutputError")):
         try:
             found.append(getattr(__import__(f"vmexplorer.{module}", fromlist=[name]), name))
@@ -519,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser()
         args, extra = parser.parse_known_args(argv)
-        if extra and args.command != "run":
+        if extra:
             raise UsageError(f"unrecognized arguments: {' '.join(extra)} "
                              f"(see `vmexplorer {args.command} --help`)")
         _emit(args, args.run(args))

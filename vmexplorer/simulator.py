@@ -65,7 +65,7 @@ def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timelin
         for i in faults[k]:
             mem_start[i], mem_end[i] = t, gpu
         host += cost.launch_ns
-    resident_t, resident = _resident(graph, plan, op_start, op_end, mem_start, mem_end)
+    resident_t, resident = resident_curve(graph, plan, op_start, op_end, mem_start, mem_end)
     i64 = lambda a: np.rint(a).astype(np.int64)  # noqa: E731
     return Timeline(
         source="simulated",
@@ -79,7 +79,7 @@ def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timelin
     )
 
 
-def _resident(graph: Graph, plan: Plan, op_start: np.ndarray, op_end: np.ndarray,
+def resident_curve(graph: Graph, plan: Plan, op_start: np.ndarray, op_end: np.ndarray,
               mem_start: np.ndarray, mem_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Device bytes over time as a step function: a tensor counts from its creation, its prefetch's
     start or its fault, until its release, its offload's end or its eviction's end."""

@@ -1,0 +1,180 @@
+"""Run any plan on the GPU for N iterations and measure it: a loop over the schedule's steps.
+
+The executor is policy-agnostic: it allocates the run's tensors (managed memory, or device memory for
+`device`), places them as the plan's steady state begins, then for each iteration walks the steps of
+`schedule.schedule`: an op runs its kernels on the compute stream, a copy is a cudaMemPrefetchAsync on
+its copy stream, an eviction one on the compute stream; CUDA events order the streams and time every
+step on one clock. Demand faults need no call: the kernels take them. Every op and memory operation is
+an NVTX range, so Nsight Systems shows the same names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..graph import Graph
+from ..plan import Direction, Mode, Plan
+from ..policies import validate_plan
+from ..records import Timeline
+from ..simulator import resident_curve
+from . import gpu
+from .init import initial_value
+from .memory import Arena
+from .ops import OPS, op_attrs
+from .schedule import Step, StepKind, Stream, schedule
+
+PAGE = 64 << 10  # evict partial ranges on page-group boundaries
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    iterations: int = 5
+    warmup: int = 1  # iterations run first and not recorded (cuDNN plans, first touches)
+    seed: int = 0
+    lr: float = 0.01
+    momentum: float = 0.9
+    allow_tf32: bool = True
+    keep_weights: bool = False  # return the final weights, e.g. to check that paging changes no bit
+
+
+@dataclass(frozen=True, eq=False)
+class RunResult:
+    timeline: Timeline
+    losses: tuple[float, ...]
+    environment: dict[str, str]
+    weights: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def execute(graph: Graph, plan: Plan, settings: RunSettings = RunSettings(),
+            progress: Callable[[int, int, float], None] | None = None,
+            should_stop: Callable[[], bool] | None = None) -> RunResult:
+    cp = gpu.cupy()
+    validate_plan(graph, plan)
+    arena = Arena(graph, managed=plan.policy != "device", capacity=plan.capacity)
+    for t in range(len(graph.tensors)):
+        value = initial_value(graph, t, settings.seed)
+        if value is not None:
+            arena.views[t].set(value)
+    streams = {s: cp.cuda.Stream(non_blocking=True) for s in Stream}
+    resident = _place(graph, plan, arena, streams[Stream.COMPUTE])
+    steps = schedule(graph, plan)
+    ranges = gpu.Ranges()
+    loss = graph.tensor_id("loss.value")
+    records, losses = [], []
+    total = settings.warmup + settings.iterations
+    for it in range(total):
+        if should_stop is not None and should_stop():
+            break
+        attrs = [op_attrs(graph, k, iteration=it, seed=settings.seed, lr=settings.lr,
+                          momentum=settings.momentum, allow_tf32=settings.allow_tf32) for k in range(len(graph.ops))]
+        events = _iteration(cp, graph, plan, arena, streams, steps, attrs, resident, ranges)
+        for s in streams.values():
+            s.synchronize()
+        losses.append(float(arena.views[loss].get()))
+        if it >= settings.warmup:
+            records.append(events)
+        if progress is not None:
+            progress(it + 1, total, losses[-1])
+    weights = {}
+    if settings.keep_weights:
+        weights = {t.name: arena.views[i].get() for i, t in enumerate(graph.tensors) if t.persistent}
+    return RunResult(_timeline(cp, graph, plan, records), tuple(losses[settings.warmup:]), gpu.environment(),
+                     weights)
+
+
+def _place(graph: Graph, plan: Plan, arena: Arena, stream: Any) -> list[int]:
+    """Put every tensor where the plan's iteration starts: bytes on the device in front, the rest on the
+    host. Returns the bytes resident per tensor, as the executor tracks it."""
+    start = dict(plan.resident_at_start)
+    resident = []
+    for t, tensor in enumerate(graph.tensors):
+        keep = start.get(t, 0) if tensor.persistent else tensor.nbytes
+        if arena.managed:
+            gpu.prefetch(arena.ptr(t), keep, True, stream)
+            gpu.prefetch(arena.ptr(t) + keep, tensor.nbytes - keep, False, stream)
+        resident.append(keep if arena.managed else tensor.nbytes)
+    stream.synchronize()
+    return resident
+
+
+def _iteration(cp: Any, graph: Graph, plan: Plan, arena: Arena, streams: dict[Stream, Any],
+               steps: tuple[Step, ...], attrs: list[dict], resident: list[int], ranges: gpu.Ranges) -> dict:
+    """Enqueue one iteration; returns its (begin, done) events per step and the iteration's start event."""
+    origin = cp.cuda.Event()
+    origin.record(streams[Stream.COMPUTE])
+    done: dict[tuple[str, int], Any] = {}
+    spans: dict[tuple[str, int], tuple[Any, Any]] = {}
+    for step in steps:
+        stream = streams[step.stream]
+        for event in step.waits:
+            stream.wait_event(done[event])
+        begin = cp.cuda.Event()
+        begin.record(stream)
+        if step.kind is StepKind.OP:
+            op = graph.ops[step.index]
+            ranges.push(op.name)
+            with stream:
+                OPS[op.kind](cp, [arena.views[t] for t in op.reads], [arena.views[t] for t in op.writes],
+                             attrs[step.index])
+            ranges.pop()
+            for t in op.touches:
+                resident[t] = graph.tensors[t].nbytes
+        elif step.kind is not StepKind.FAULT:
+            m = plan.memops[step.index]
+            ranges.push(f"{m.direction.value} {graph.tensors[m.tensor].name}")
+            ptr, size = arena.ptr(m.tensor), graph.tensors[m.tensor].nbytes
+            if m.direction is Direction.TO_DEVICE:
+                gpu.prefetch(ptr, size, True, stream)
+                resident[m.tensor] = size
+            elif m.mode is Mode.SYNC:  # the driver evicts the least recently used pages: the tail here
+                keep = max(0, resident[m.tensor] - m.nbytes) // PAGE * PAGE
+                gpu.prefetch(ptr + keep, resident[m.tensor] - keep, False, stream)
+                resident[m.tensor] = keep
+            else:
+                gpu.prefetch(ptr, resident[m.tensor], False, stream)
+                resident[m.tensor] = 0
+            ranges.pop()
+        end = cp.cuda.Event()
+        end.record(stream)
+        done[step.done] = end
+        spans[step.done] = (begin, end)
+    return {"origin": origin, "spans": spans}
+
+
+def _timeline(cp: Any, graph: Graph, plan: Plan, records: list[dict]) -> Timeline:
+    n, m = len(graph.ops), len(plan.memops)
+    faults = np.zeros(n, dtype=np.int64)
+    for memop in plan.memops:
+        if memop.mode is Mode.FAULT:
+            faults[memop.complete_before] += memop.nbytes
+    cols: dict[str, list] = {k: [] for k in ("oi", "ox", "os", "oe", "ost", "of", "mi", "mx", "ms", "me", "rt", "rb")}
+    offset = 0.0
+    for it, rec in enumerate(records):
+        def ns(event: Any, rec: dict = rec) -> float:
+            return cp.cuda.get_elapsed_time(rec["origin"], event) * 1e6
+
+        op_start = np.array([ns(rec["spans"][("op", k)][0]) for k in range(n)])
+        op_end = np.array([ns(rec["spans"][("op", k)][1]) for k in range(n)])
+        mem_start, mem_end = np.zeros(m), np.zeros(m)
+        for i, memop in enumerate(plan.memops):
+            if memop.mode is Mode.FAULT:  # taken inside the op's kernels
+                mem_start[i], mem_end[i] = op_start[memop.complete_before], op_end[memop.complete_before]
+            else:
+                mem_start[i], mem_end[i] = (ns(e) for e in rec["spans"][("memop", i)])
+        stall = op_start - np.concatenate([[0.0], op_end[:-1]])
+        rt, rb = resident_curve(graph, plan, op_start, op_end, mem_start, mem_end)
+        for key, values in (("oi", np.full(n, it)), ("ox", np.arange(n)), ("os", op_start + offset),
+                            ("oe", op_end + offset), ("ost", np.maximum(stall, 0)), ("of", faults),
+                            ("mi", np.full(m, it)), ("mx", np.arange(m)), ("ms", mem_start + offset),
+                            ("me", mem_end + offset), ("rt", rt + offset), ("rb", rb)):
+            cols[key].append(values)
+        offset += max(op_end.max(), mem_end.max() if m else 0.0)
+    cat = {k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()}
+    i64 = lambda a: np.rint(a).astype(np.int64)  # noqa: E731
+    return Timeline("measured", i64(cat["oi"]), i64(cat["ox"]), i64(cat["os"]), i64(cat["oe"]), i64(cat["ost"]),
+                    i64(cat["of"]), i64(cat["mi"]), i64(cat["mx"]), i64(cat["ms"]), i64(cat["me"]),
+                    i64(cat["rt"]), i64(cat["rb"]))

@@ -1,0 +1,45 @@
+"""A run's starting values, computed on the host so a GPU run and a reference check share them.
+
+Weights are He-normal (fan-in, for the ReLU networks these are), biases and momentum zero, batch norm
+scales one, running variances one; the batch is synthetic (seeded normal images, uniform labels), so
+nothing is downloaded. Every tensor draws from its own stream, seeded by the run seed and its name,
+so the values do not depend on the batch size of other tensors or on the order of allocation.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+from ..graph import Graph, Kind
+from ..models import NUM_CLASSES
+
+
+def _rng(seed: int, name: str) -> np.random.Generator:
+    return np.random.default_rng([seed, zlib.crc32(name.encode())])
+
+
+def initial_value(graph: Graph, tensor: int, seed: int = 0) -> np.ndarray | None:
+    """The starting value of a persistent tensor; None for tensors an op produces."""
+    t = graph.tensors[tensor]
+    if not t.persistent:
+        return None
+    if t.kind is Kind.INPUT:
+        if t.dtype == "int32":
+            return _rng(seed, t.name).integers(0, NUM_CLASSES, size=t.shape, dtype=np.int32)
+        return _rng(seed, t.name).standard_normal(t.shape, dtype=np.float32)
+    if t.kind is Kind.WEIGHT:
+        if len(t.shape) == 1:  # biases and batch-norm shifts start at zero, batch-norm scales at one
+            return np.ones(t.shape, np.float32) if _is_bn_scale(graph, tensor) else np.zeros(t.shape, np.float32)
+        fan_in = int(np.prod(t.shape[1:]))
+        return (_rng(seed, t.name).standard_normal(t.shape, dtype=np.float32) * np.sqrt(2.0 / fan_in)).astype(
+            np.float32)
+    if t.kind is Kind.BUFFER:
+        return np.ones(t.shape, np.float32) if t.name.endswith("running_var") else np.zeros(t.shape, np.float32)
+    return np.zeros(t.shape, np.dtype(t.dtype))  # optimizer state
+
+
+def _is_bn_scale(graph: Graph, tensor: int) -> bool:
+    consumer = graph.tensors[tensor].consumers[0]
+    return graph.ops[consumer].kind == "batch_norm2d" and graph.ops[consumer].reads[1] == tensor
