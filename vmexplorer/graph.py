@@ -7,7 +7,7 @@ and the executor run that plan over it. Op and tensor ids are their positions in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
 
@@ -30,6 +30,10 @@ class Phase(StrEnum):
 
 
 PERSISTENT = -1  # producer of a tensor that exists before the iteration starts
+
+# An op's attributes as (name, value) pairs, in the order its layer records them: kernel, stride,
+# padding, flags. Frozen and hashable like the rest of the graph; `dict(op.attrs)` reads them.
+Attrs = tuple[tuple[str, int | float | bool], ...]
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,10 @@ class Op:
     writes: tuple[int, ...]  # new tensors and tensors updated in place
     flops: int
     bytes_touched: int
+    # What the op's kernel needs beyond shapes (engine/ops/attrs.py reads them). A function of the
+    # model like everything else here, but session files do not store it yet, so it stays out of ==
+    # (a graph loaded from a session equals the one built from its config).
+    attrs: Attrs = field(default=(), compare=False)
 
     @property
     def touches(self) -> tuple[int, ...]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .graph import PERSISTENT, Graph, Kind, Op, Phase, Tensor, nbytes_of
+from .graph import PERSISTENT, Attrs, Graph, Kind, Op, Phase, Tensor, nbytes_of
 
 
 class GraphError(ValueError):
@@ -35,6 +35,7 @@ class _OpSpec:
     reads: tuple[int, ...]
     writes: tuple[int, ...]
     flops: int
+    attrs: Attrs = ()
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class _Forward:
     backward_flops: int  # with every input needing a gradient
     input_grad_flops: int  # the part of backward_flops spent on input gradients
     passes_gradient: bool = False  # backward is the identity (residual add): no op, no tensor
+    attrs: Attrs = ()  # copied onto the backward op, which adds input_grad
 
 
 @dataclass
@@ -73,11 +75,11 @@ class GraphBuilder:
 
     def add_op(self, name: str, kind: str, phase: Phase, layer: str, reads: tuple[int, ...],
                outputs: list[tuple[str, Kind, tuple[int, ...], str]], updates: tuple[int, ...] = (),
-               flops: int = 0) -> tuple[int, list[int]]:
+               flops: int = 0, attrs: Attrs = ()) -> tuple[int, list[int]]:
         op = len(self.ops)
         new = [self.new_tensor(n, k, s, d, producer=op) for n, k, s, d in outputs]
         self.ops.append(_OpSpec(name, kind, phase, layer, tuple(reads), tuple(new) + tuple(updates),
-                                int(flops)))
+                                int(flops), tuple(attrs)))
         return op, new
 
     def input(self, name: str, shape: tuple[int, ...], dtype: str = "float32") -> int:
@@ -95,19 +97,19 @@ class GraphBuilder:
                 backward_flops: int = 0, input_grad_flops: int = 0,
                 saved: list[tuple[str, tuple[int, ...], str]] = (),  # type: ignore[assignment]
                 reads: tuple[int, ...] = (), updates: tuple[int, ...] = (),
-                passes_gradient: bool = False) -> tuple[int, list[int]]:
+                passes_gradient: bool = False, attrs: Attrs = ()) -> tuple[int, list[int]]:
         """Record a forward op; returns (output, extra saved tensors). `keeps` may name the output
         as -1 and the saved tensors as -2, -3, ... because they do not exist yet."""
         outputs = [(f"{layer}.out", Kind.ACTIVATION, out_shape, "float32")]
         outputs += [(f"{layer}.{n}", Kind.ACTIVATION, s, d) for n, s, d in saved]
         op, new = self.add_op(layer, kind, Phase.FORWARD, layer, inputs + params + reads, outputs,
-                              updates, flops)
+                              updates, flops, attrs)
         y, extra = new[0], new[1:]
         resolved = tuple(new[-k - 1] if k < 0 else k for k in keeps)
         if any(t in self.needs_grad for t in inputs + params):
             self.needs_grad.add(y)
         self.forwards.append(_Forward(op, layer, inputs, params, y, resolved, int(backward_flops),
-                                      int(input_grad_flops), passes_gradient))
+                                      int(input_grad_flops), passes_gradient, tuple(attrs)))
         return y, extra
 
     # --- the rest of the iteration ----------------------------------------------------------------
@@ -140,8 +142,10 @@ class GraphBuilder:
                 outputs.append((self.tensors[p].name + ".grad", Kind.GRADIENT, self.shape(p), "float32"))
             flops = f.backward_flops - (0 if wants else f.input_grad_flops)
             op_kind = self.ops[f.op].kind + "_backward"
+            # input_grad: whether the first writes are input gradients (not for the first layer)
             _, new = self.add_op(f"{f.layer}.backward", op_kind, Phase.BACKWARD, f.layer,
-                                 tuple(dict.fromkeys(f.keeps + (dy,))), outputs, flops=flops)
+                                 tuple(dict.fromkeys(f.keeps + (dy,))), outputs, flops=flops,
+                                 attrs=f.attrs + (("input_grad", bool(wants)),))
             for x, g in zip(wants, new):
                 partials.setdefault(x, []).append(g)
             for p, g in zip(f.params, new[len(wants):]):
@@ -177,7 +181,7 @@ class GraphBuilder:
         tensors = tuple(Tensor(t.name, t.kind, t.shape, t.dtype, nbytes[i], t.producer,
                                tuple(consumers[i])) for i, t in enumerate(self.tensors))
         ops = tuple(Op(o.name, o.kind, o.phase, o.layer, o.reads, o.writes, o.flops,
-                       sum(nbytes[t] for t in dict.fromkeys(o.reads + o.writes))) for o in self.ops)
+                       sum(nbytes[t] for t in dict.fromkeys(o.reads + o.writes)), o.attrs) for o in self.ops)
         return Graph(self.model, self.batch, self.image_size, tensors, ops)
 
 
@@ -208,7 +212,8 @@ def conv2d(b: GraphBuilder, x: int, layer: str, out_channels: int, kernel: int, 
     bias_flops = n * out_channels * ho * wo if bias else 0
     # backward: dgrad reads the weight, wgrad reads the input; both read dy
     y, _ = b.forward("conv2d", layer, (x,), params, (n, out_channels, ho, wo), 2 * macs + bias_flops,
-                     keeps=(x, weight), backward_flops=4 * macs + bias_flops, input_grad_flops=2 * macs)
+                     keeps=(x, weight), backward_flops=4 * macs + bias_flops, input_grad_flops=2 * macs,
+                     attrs=(("kernel", kernel), ("stride", stride), ("padding", padding), ("bias", bias)))
     return y
 
 
@@ -220,7 +225,7 @@ def linear(b: GraphBuilder, x: int, layer: str, out_features: int) -> int:
     macs = n * in_features * out_features
     y, _ = b.forward("linear", layer, (x,), (weight, bias), (n, out_features), 2 * macs + n * out_features,
                      keeps=(x, weight), backward_flops=4 * macs + n * out_features,
-                     input_grad_flops=2 * macs)
+                     input_grad_flops=2 * macs, attrs=(("bias", True),))
     return y
 
 
@@ -238,7 +243,8 @@ def max_pool2d(b: GraphBuilder, x: int, layer: str, kernel: int, stride: int, pa
     # cuDNN's pooling backward takes x, y and dy (no index tensor)
     y, _ = b.forward("max_pool2d", layer, (x,), (), (n, c, ho, wo), out * kernel * kernel,
                      keeps=(x, -1), backward_flops=out * kernel * kernel + n * c * h * w,
-                     input_grad_flops=out * kernel * kernel + n * c * h * w)
+                     input_grad_flops=out * kernel * kernel + n * c * h * w,
+                     attrs=(("kernel", kernel), ("stride", stride), ("padding", padding)))
     return y
 
 
@@ -246,7 +252,7 @@ def adaptive_avg_pool2d(b: GraphBuilder, x: int, layer: str, size: int) -> int:
     n, c, h, w = b.shape(x)
     work = n * c * max(h * w, size * size)
     y, _ = b.forward("adaptive_avg_pool2d", layer, (x,), (), (n, c, size, size), work, keeps=(),
-                     backward_flops=work, input_grad_flops=work)
+                     backward_flops=work, input_grad_flops=work, attrs=(("size", size),))
     return y
 
 
@@ -259,7 +265,7 @@ def batch_norm2d(b: GraphBuilder, x: int, layer: str) -> int:
     y, _ = b.forward("batch_norm2d", layer, (x,), (gamma, beta), (n, c, h, w), 8 * numel,
                      keeps=(x, gamma, -2, -3), backward_flops=12 * numel, input_grad_flops=8 * numel,
                      saved=[("saved_mean", (c,), "float32"), ("saved_invstd", (c,), "float32")],
-                     reads=running, updates=running)
+                     reads=running, updates=running, attrs=(("eps", 1e-5), ("momentum", 0.1)))
     return y
 
 
@@ -267,7 +273,7 @@ def dropout(b: GraphBuilder, x: int, layer: str) -> int:
     numel = _numel(b.shape(x))
     y, _ = b.forward("dropout", layer, (x,), (), b.shape(x), 2 * numel, keeps=(-2,),
                      backward_flops=numel, input_grad_flops=numel,
-                     saved=[("mask", b.shape(x), "uint8")])
+                     saved=[("mask", b.shape(x), "uint8")], attrs=(("p", 0.5),))
     return y
 
 

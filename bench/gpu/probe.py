@@ -24,7 +24,9 @@ def attempt(name, fn):
 
 for mod in ["cupy", "cuda.bindings", "torch", "cudnn", "cupti", "nvtx", "pynvml", "numpy"]:
     attempt("version_" + mod, lambda mod=mod: getattr(importlib.import_module(mod), "__version__", "present"))
-attempt("nvidia_smi", lambda: subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,memory.free,pcie.link.gen.current,pcie.link.width.current", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip())
+QUERY = "name,driver_version,memory.total,memory.free,pcie.link.gen.current,pcie.link.width.current"
+attempt("nvidia_smi", lambda: subprocess.run(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader"],
+                                             capture_output=True, text=True).stdout.strip())
 
 
 def cupy_facts():
@@ -82,7 +84,8 @@ def cudnn_probe():
 
 
 attempt("cudnn", cudnn_probe)
-attempt("torch", lambda: __import__("torch").version.cuda + " cudnn " + str(__import__("torch").backends.cudnn.version()))
+attempt("torch", lambda: f"{__import__('torch').version.cuda} cudnn {__import__('torch').backends.cudnn.version()}")
+attempt("torchvision", lambda: __import__("torchvision").__version__)
 attempt("meminfo", lambda: open("/proc/meminfo").read().splitlines()[:3])
 print(json.dumps(out, indent=1, default=str))
 path = os.environ.get("OUT")

@@ -38,7 +38,7 @@ class RunSettings:
     lr: float = 0.01
     momentum: float = 0.9
     allow_tf32: bool = True
-    keep_weights: bool = False  # return the final weights, e.g. to check that paging changes no bit
+    keep_weights: bool = False  # return persistent tensors, weight gradients and dropout masks at the end
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,7 +81,8 @@ def execute(graph: Graph, plan: Plan, settings: RunSettings = RunSettings(),
             progress(it + 1, total, losses[-1])
     weights = {}
     if settings.keep_weights:
-        weights = {t.name: arena.views[i].get() for i, t in enumerate(graph.tensors) if t.persistent}
+        weights = {t.name: arena.views[i].get() for i, t in enumerate(graph.tensors)
+                   if t.persistent or t.name.endswith((".weight.grad", ".bias.grad", ".mask"))}
     return RunResult(_timeline(cp, graph, plan, records), tuple(losses[settings.warmup:]), gpu.environment(),
                      weights)
 

@@ -1,9 +1,9 @@
 """A run's starting values, computed on the host so a GPU run and a reference check share them.
 
-Weights are He-normal (fan-in, for the ReLU networks these are), biases and momentum zero, batch norm
-scales one, running variances one; the batch is synthetic (seeded normal images, uniform labels), so
-nothing is downloaded. Every tensor draws from its own stream, seeded by the run seed and its name,
-so the values do not depend on the batch size of other tensors or on the order of allocation.
+Convolution weights are He-normal (fan-in, for the ReLU networks these are), linear ones N(0, 0.01);
+biases and momentum zero, batch-norm scales and running variances one. The batch is synthetic (seeded
+normal images, uniform labels), so nothing is downloaded. Every tensor draws from its own stream,
+seeded by the run seed and its name, so values do not depend on other tensors or allocation order.
 """
 
 from __future__ import annotations
@@ -33,8 +33,10 @@ def initial_value(graph: Graph, tensor: int, seed: int = 0) -> np.ndarray | None
         if len(t.shape) == 1:  # biases and batch-norm shifts start at zero, batch-norm scales at one
             return np.ones(t.shape, np.float32) if _is_bn_scale(graph, tensor) else np.zeros(t.shape, np.float32)
         fan_in = int(np.prod(t.shape[1:]))
-        return (_rng(seed, t.name).standard_normal(t.shape, dtype=np.float32) * np.sqrt(2.0 / fan_in)).astype(
-            np.float32)
+        # convolutions He-normal; classifiers N(0, 0.01) as torchvision's VGG: He-normal linears start
+        # VGG and AlexNet at a loss near 30 and diverge on a fixed batch
+        std = np.sqrt(2.0 / fan_in) if len(t.shape) == 4 else 0.01
+        return (_rng(seed, t.name).standard_normal(t.shape, dtype=np.float32) * std).astype(np.float32)
     if t.kind is Kind.BUFFER:
         return np.ones(t.shape, np.float32) if t.name.endswith("running_var") else np.zeros(t.shape, np.float32)
     return np.zeros(t.shape, np.dtype(t.dtype))  # optimizer state

@@ -1,0 +1,72 @@
+"""Paging on a real GPU: `device`, `uvm` and `autovm` at a share of the footprint, side by side in one run.
+
+    python3 bench/gpu/bench_paging.py [--cases vgg19:64,resnet50:64] [--share 0.5] [--iterations 3]
+
+Prints measured iteration times (median over recorded iterations), the ratios uvm/autovm and
+autovm/device, the simulator's uncalibrated prediction beside each, and saves every session to $OUT
+(or ./bench/results/sessions) so the timelines can be opened.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from vmexplorer.engine.executor import RunSettings, execute  # noqa: E402
+from vmexplorer.models import build_graph  # noqa: E402
+from vmexplorer.policies import compile_plan  # noqa: E402
+from vmexplorer.records import summarize  # noqa: E402
+from vmexplorer.session import new_session, save_session  # noqa: E402
+from vmexplorer.simulator import simulate  # noqa: E402
+
+POLICIES = [("device", {}), ("uvm", {}), ("autovm", {}), ("autovm", {"tensors": "all"})]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", default="vgg19:64,resnet50:64")
+    ap.add_argument("--share", type=float, default=0.5)
+    ap.add_argument("--iterations", type=int, default=3)
+    ap.add_argument("--policies", default="")
+    args = ap.parse_args()
+    out = Path(os.environ.get("OUT") or "bench/results/sessions")
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for case in args.cases.split(","):
+        model, batch = case.split(":")
+        graph = build_graph(model, int(batch))
+        times = {}
+        for policy, options in POLICIES:
+            name = policy + "".join(f"-{v}" for v in options.values())
+            if args.policies and name not in args.policies.split(","):
+                continue
+            capacity = graph.footprint if policy == "device" else int(graph.footprint * args.share)
+            plan = compile_plan(graph, capacity, policy, options)
+            t = time.perf_counter()
+            result = execute(graph, plan, RunSettings(iterations=args.iterations, warmup=1))
+            wall = time.perf_counter() - t
+            session = new_session(graph, plan, result.timeline, environment=result.environment,
+                                  notes=(f"bench_paging, losses {result.losses}",))
+            save_session(session, out / f"{model}-b{batch}-{name}-{int(args.share * 100)}pct.measured.vms", force=True)
+            measured = summarize(graph, plan, result.timeline)["iteration_ns"] / 1e6
+            predicted = summarize(graph, plan, simulate(graph, plan))["iteration_ns"] / 1e6
+            times[name] = measured
+            rows.append({"model": model, "batch": int(batch), "policy": name, "measured_ms": measured,
+                         "simulated_ms": predicted, "wall_s": wall})
+            print(f"{model} b{batch} {name:>12} at {args.share:.0%}: measured {measured:8.1f} ms, "
+                  f"simulated {predicted:8.1f} ms ({wall:.1f} s wall)", flush=True)
+        if {"uvm", "autovm", "device"} <= times.keys():
+            print(f"{model} b{batch}: uvm/autovm {times['uvm'] / times['autovm']:.2f}x, "
+                  f"autovm/device {times['autovm'] / times['device']:.2f}x", flush=True)
+    (out / "bench_paging.json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""No paging: our engine (`device` policy) against PyTorch eager, same model, batch and precision, one run.
+
+    python3 bench/gpu/bench_speed.py [--cases vgg19:64,resnet50:64,alexnet:256] [--iterations 10]
+
+PyTorch runs the same forward ops through torch.nn.functional with autograd and torch.optim.SGD
+(momentum 0.9), TF32 allowed for convolutions and matmuls in both. Prints per-iteration medians and
+the ratio engine / PyTorch (goal: at most 1.15).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from vmexplorer.engine.executor import RunSettings, execute  # noqa: E402
+from vmexplorer.engine.init import initial_value  # noqa: E402
+from vmexplorer.graph import Kind, Phase  # noqa: E402
+from vmexplorer.models import build_graph  # noqa: E402
+from vmexplorer.policies import compile_plan  # noqa: E402
+from vmexplorer.records import summarize  # noqa: E402
+
+
+def torch_step_ms(graph, iterations: int, warmup: int = 2) -> float:
+    import torch
+    import torch.nn.functional as F
+
+    torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cuda.matmul.allow_tf32 = True
+    values, params = {}, []
+    for t, tensor in enumerate(graph.tensors):
+        v = initial_value(graph, t)
+        if v is not None:
+            values[t] = torch.from_numpy(v).cuda()
+            if tensor.kind is Kind.WEIGHT:
+                values[t].requires_grad_(True)
+                params.append(values[t])
+    opt = torch.optim.SGD(params, lr=0.01, momentum=0.9)
+    forward = [op for op in graph.ops if op.phase in (Phase.FORWARD, Phase.LOSS)]
+
+    def step():
+        env = dict(values)
+        for op in forward:
+            a, x = dict(op.attrs), [env[t] for t in op.reads]
+            if op.kind == "conv2d":
+                y = F.conv2d(x[0], x[1], x[2] if a["bias"] else None, stride=a["stride"], padding=a["padding"])
+            elif op.kind == "linear":
+                y = F.linear(x[0].flatten(1), x[1], x[2])
+            elif op.kind == "relu":
+                y = F.relu(x[0])
+            elif op.kind == "max_pool2d":
+                y = F.max_pool2d(x[0], a["kernel"], a["stride"], a["padding"])
+            elif op.kind == "adaptive_avg_pool2d":
+                y = F.adaptive_avg_pool2d(x[0], graph.tensors[op.writes[0]].shape[2:])
+            elif op.kind == "batch_norm2d":
+                y = F.batch_norm(x[0], x[3], x[4], x[1], x[2], training=True, momentum=a["momentum"], eps=a["eps"])
+            elif op.kind == "dropout":
+                y = F.dropout(x[0], a["p"], training=True)
+            elif op.kind == "add":
+                y = x[0] + x[1]
+            else:
+                loss = F.cross_entropy(x[0], x[1].long())
+                break
+            env[op.writes[0]] = y
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    times = []
+    for i in range(warmup + iterations):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        if i >= warmup:
+            times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def engine_ms(graph, iterations: int) -> tuple[float, float]:
+    plan = compile_plan(graph, graph.footprint, "device")
+    t = time.perf_counter()
+    result = execute(graph, plan, RunSettings(iterations=iterations, warmup=2))
+    wall = (time.perf_counter() - t) * 1e3 / (iterations + 2)
+    return summarize(graph, plan, result.timeline)["iteration_ns"] / 1e6, wall
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", default="vgg19:64,resnet50:64,alexnet:256")
+    ap.add_argument("--iterations", type=int, default=10)
+    args = ap.parse_args()
+    rows = []
+    for case in args.cases.split(","):
+        model, batch = case.split(":")
+        graph = build_graph(model, int(batch))
+        ours, wall = engine_ms(graph, args.iterations)
+        theirs = torch_step_ms(graph, args.iterations)
+        rows.append({"model": model, "batch": int(batch), "engine_ms": ours, "engine_wall_ms": wall,
+                     "pytorch_ms": theirs, "ratio": ours / theirs})
+        print(f"{model} b{batch}: engine {ours:.1f} ms (GPU timeline; host wall {wall:.1f} ms/it), "
+              f"PyTorch eager {theirs:.1f} ms, engine/PyTorch {ours / theirs:.2f}x", flush=True)
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], "bench_speed.json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""PyTorch as the reference: run a graph's forward ops with torch.nn.functional, let autograd do the rest.
+
+Shares the engine's starting values (vmexplorer.engine.init), so an engine run and this reference
+start from the same bits; returns the loss and the gradient of every weight by the engine's names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vmexplorer.engine.init import initial_value
+from vmexplorer.graph import Graph, Kind, Phase
+
+
+def reference_gradients(graph: Graph, masks: dict[str, Any], seed: int = 0, allow_tf32: bool = True,
+                        device: str = "cuda") -> tuple[float, dict[str, Any]]:
+    """`masks`: the engine's dropout masks by tensor name, since two generators never draw alike."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.backends.cudnn.allow_tf32 = allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+    values: dict[int, Any] = {}
+    for t, tensor in enumerate(graph.tensors):
+        v = initial_value(graph, t, seed)
+        if v is not None:
+            values[t] = torch.from_numpy(v).to(device)
+            if tensor.kind is Kind.WEIGHT:
+                values[t].requires_grad_(True)
+    loss = None
+    for op in graph.ops:
+        if op.phase is not Phase.FORWARD and op.phase is not Phase.LOSS:
+            break
+        a = dict(op.attrs)
+        x = [values[t] for t in op.reads]
+        if op.kind == "conv2d":
+            y = F.conv2d(x[0], x[1], x[2] if a["bias"] else None, stride=a["stride"], padding=a["padding"])
+        elif op.kind == "linear":
+            y = F.linear(x[0].reshape(x[0].shape[0], -1), x[1], x[2])
+        elif op.kind == "relu":
+            y = F.relu(x[0])
+        elif op.kind == "max_pool2d":
+            y = F.max_pool2d(x[0], a["kernel"], a["stride"], a["padding"])
+        elif op.kind == "adaptive_avg_pool2d":
+            y = F.adaptive_avg_pool2d(x[0], graph.tensors[op.writes[0]].shape[2:])
+        elif op.kind == "batch_norm2d":
+            y = F.batch_norm(x[0], x[3].clone(), x[4].clone(), x[1], x[2], training=True,
+                             momentum=a["momentum"], eps=a["eps"])
+        elif op.kind == "dropout":
+            mask = torch.from_numpy(masks[graph.tensors[op.writes[1]].name]).to(device).float()
+            y = x[0] * mask / (1.0 - a["p"])
+        elif op.kind == "add":
+            y = x[0] + x[1]
+        elif op.kind == "softmax_cross_entropy":
+            loss = F.cross_entropy(x[0], x[1].long())
+            break
+        else:
+            raise NotImplementedError(op.kind)
+        values[op.writes[0]] = y
+    assert loss is not None
+    loss.backward()
+    grads = {graph.tensors[t].name + ".grad": v.grad.detach().cpu().numpy()
+             for t, v in values.items() if graph.tensors[t].kind is Kind.WEIGHT}
+    return float(loss), grads

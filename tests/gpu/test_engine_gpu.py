@@ -1,0 +1,68 @@
+"""The engine on a real GPU: it learns, its gradients are PyTorch's, and paging never changes the math."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from vmexplorer.models import build_graph
+from vmexplorer.policies import compile_plan
+
+cp = pytest.importorskip("cupy")
+pytestmark = pytest.mark.gpu
+try:
+    if cp.cuda.runtime.getDeviceCount() < 1:
+        pytest.skip("no GPU", allow_module_level=True)
+except Exception:  # no driver
+    pytest.skip("no usable GPU", allow_module_level=True)
+
+from vmexplorer.engine.executor import RunSettings, execute  # noqa: E402
+
+# large enough that feature maps exceed autovm's 2 MiB minimum trip, small enough to run in seconds
+SMALL = [("alexnet", 64, 128), ("vgg11", 16, 64), ("resnet18", 32, 64)]
+
+
+def _run(graph, policy, share=1.0, **kw):
+    capacity = graph.footprint if policy == "device" else max(int(graph.footprint * share), graph.min_capacity[0])
+    plan = compile_plan(graph, capacity, policy, kw.pop("options", None))
+    return execute(graph, plan, RunSettings(**kw))
+
+
+@pytest.mark.parametrize("model,batch,size", SMALL)
+def test_the_loss_falls_when_training_repeatedly_on_one_batch(model, batch, size):
+    result = _run(build_graph(model, batch, size), "device", iterations=8, warmup=0, lr=0.01)
+    assert result.losses[-1] < result.losses[0]
+
+
+@pytest.mark.parametrize("allow_tf32,tolerance", [(False, 1e-5), (True, 1e-3)])
+@pytest.mark.parametrize("model,batch,size", SMALL)
+def test_gradients_after_one_step_match_pytorch_autograd(model, batch, size, allow_tf32, tolerance):
+    from .reference import reference_gradients
+
+    graph = build_graph(model, batch, size)
+    result = _run(graph, "device", iterations=1, warmup=0, allow_tf32=allow_tf32, keep_weights=True)
+    masks = {k: v for k, v in result.weights.items() if k.endswith(".mask")}
+    loss, grads = reference_gradients(graph, masks, allow_tf32=allow_tf32)
+    assert result.losses[0] == pytest.approx(loss, rel=tolerance)
+    worst = max(np.linalg.norm(result.weights[k] - g) / max(np.linalg.norm(g), 1e-12) for k, g in grads.items())
+    assert worst < tolerance * 10, f"worst relative gradient error {worst:.2e}"
+
+
+@pytest.mark.parametrize("model,batch,size", SMALL)
+def test_paging_never_changes_the_math(model, batch, size):
+    graph = build_graph(model, batch, size)
+    kw = dict(iterations=5, warmup=0, allow_tf32=False, keep_weights=True)
+    reference = _run(graph, "device", **kw).weights
+    half = graph.footprint // 2
+    autovm = compile_plan(graph, half, "autovm", {"tensors": "all"})
+    assert autovm.moves, "the case must page"
+    earlier = [replace(mv, prefetch_after=max(mv.offload_after, (mv.prefetch_after or 0) - 2))
+               if mv.prefetch_after is not None and mv.prefetch_after > mv.offload_after else mv for mv in autovm.moves]
+    plans = {"uvm": compile_plan(graph, half, "uvm"), "autovm": autovm,
+             "manual": compile_plan(graph, half, "manual", moves=earlier)}
+    for policy, plan in plans.items():
+        result = execute(graph, plan, RunSettings(**kw))
+        for name, value in reference.items():
+            assert np.array_equal(result.weights[name], value), f"{policy} changed {name}"

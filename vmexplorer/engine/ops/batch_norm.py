@@ -1,0 +1,60 @@
+"""Batch normalisation over (N, H, W) per channel, training mode, as PyTorch's BatchNorm2d.
+
+forward reads (x, gamma, beta, running_mean, running_var)
+        writes (y, saved_mean, saved_invstd, running_mean, running_var)
+  y = (x - mean) * invstd * gamma + beta with the batch's biased variance; the running statistics
+  are updated in place with momentum (default 0.1) and the *unbiased* variance, as PyTorch does.
+backward reads (x, gamma, saved_mean, saved_invstd, dy) writes ([dx], dgamma, dbeta).
+Backward keeps: x, gamma, saved_mean and saved_invstd (cuDNN's batch-norm backward inputs), as
+`layers.batch_norm2d` declares; beta and y are not needed.
+attrs: eps (default 1e-5), momentum (default 0.1); backward also input_grad.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Array = Any
+
+AXES = (0, 2, 3)
+
+
+def forward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, Any]) -> None:
+    x, gamma, beta, running_mean, running_var = reads
+    y, saved_mean, saved_invstd, new_mean, new_var = writes
+    eps, momentum = float(attrs.get("eps", 1e-5)), float(attrs.get("momentum", 0.1))
+    m = x.size // x.shape[1]
+    if m < 2:
+        raise ValueError(f"{attrs.get('op', 'batch_norm2d')}: expected more than 1 value per channel when "
+                         f"training, got input of shape {x.shape}; use a larger batch or image size")
+    mean = x.mean(axis=AXES)
+    centred = x - mean.reshape(1, -1, 1, 1)
+    var = (centred * centred).mean(axis=AXES)  # two passes: no cancellation from E[x^2] - E[x]^2
+    saved_mean[...] = mean
+    saved_invstd[...] = 1.0 / xp.sqrt(var + eps)
+    scale = (gamma * saved_invstd).reshape(1, -1, 1, 1)
+    xp.multiply(centred, scale, out=y)
+    y += beta.reshape(1, -1, 1, 1)
+    # reads and writes name the same buffers in the graph; written this way it also works when they differ
+    new_mean[...] = (1.0 - momentum) * running_mean + momentum * mean
+    new_var[...] = (1.0 - momentum) * running_var + momentum * var * (m / (m - 1))
+
+
+def backward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, Any]) -> None:
+    x, gamma, mean, invstd, dy = reads
+    input_grad = bool(attrs["input_grad"])
+    if len(writes) != 2 + input_grad:
+        raise ValueError(f"{attrs.get('op', 'batch_norm2d_backward')}: expects {2 + input_grad} writes "
+                         f"(input_grad={input_grad}), got {len(writes)}")
+    dgamma, dbeta = writes[-2], writes[-1]
+    m = x.size // x.shape[1]
+    xhat = (x - mean.reshape(1, -1, 1, 1)) * invstd.reshape(1, -1, 1, 1)
+    xp.sum(dy, axis=AXES, out=dbeta)
+    xp.sum(dy * xhat, axis=AXES, out=dgamma)
+    if input_grad:
+        # dx = gamma * invstd / m * (m * dy - sum(dy) - xhat * sum(dy * xhat))
+        dx = writes[0]
+        xp.multiply(xhat, (dgamma / m).reshape(1, -1, 1, 1), out=dx)
+        xp.subtract(dy, dx, out=dx)
+        dx -= (dbeta / m).reshape(1, -1, 1, 1)
+        dx *= (gamma * invstd).reshape(1, -1, 1, 1)

@@ -1,0 +1,175 @@
+"""2-D convolution (cross-correlation, NCHW, no dilation or groups), forward and backward.
+
+reads (x, W[, b]) writes (y); backward reads (x, W, dy) writes ([dx], dW, [db]).
+Backward keeps: x (for dW) and W (for dx), as `layers.conv2d` declares.
+attrs: kernel, stride, padding, bias; backward also input_grad; allow_tf32 (GPU only).
+
+On numpy the reference is im2col (a strided window view) + tensordot. On cupy the convolutions run
+through NVIDIA's cuDNN frontend graph API on raw device pointers (CuPy 14 ships no cuDNN); the bias
+add and its gradient are plain reductions on either side.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Array = Any
+
+
+def forward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, Any]) -> None:
+    bias = bool(attrs["bias"])
+    _expect(attrs, "conv2d", reads, 3 if bias else 2, writes, 1)
+    x, w = reads[0], reads[1]
+    (y,) = writes
+    stride, pad = int(attrs["stride"]), int(attrs["padding"])
+    if _on_gpu(xp):
+        _cudnn_conv("fprop", x, w, y, stride, pad, bool(attrs.get("allow_tf32", True)))
+    else:
+        win = windows(xp, x, w.shape[2], stride, pad)  # (N, C, Ho, Wo, k, k)
+        y[...] = xp.tensordot(win, w, axes=((1, 4, 5), (1, 2, 3))).transpose(0, 3, 1, 2)
+    if bias:
+        y += reads[2].reshape(1, -1, 1, 1)
+
+
+def backward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, Any]) -> None:
+    bias, input_grad = bool(attrs["bias"]), bool(attrs["input_grad"])
+    _expect(attrs, "conv2d_backward", reads, 3, writes, 1 + bias + input_grad)
+    x, w, dy = reads
+    dx = writes[0] if input_grad else None
+    dw = writes[1 if input_grad else 0]
+    stride, pad = int(attrs["stride"]), int(attrs["padding"])
+    if _on_gpu(xp):
+        tf32 = bool(attrs.get("allow_tf32", True))
+        if dx is not None:
+            _cudnn_conv("dgrad", dx, w, dy, stride, pad, tf32)
+        _cudnn_conv("wgrad", x, dw, dy, stride, pad, tf32)
+    else:
+        k = w.shape[2]
+        dw[...] = xp.tensordot(dy, windows(xp, x, k, stride, pad), axes=((0, 2, 3), (0, 2, 3)))
+        if dx is not None:
+            dx[...] = _col2im(xp, xp.tensordot(dy, w, axes=((1,), (0,))), x.shape, k, stride, pad)
+    if bias:
+        xp.sum(dy, axis=(0, 2, 3), out=writes[-1])
+
+
+def windows(xp: Any, x: Array, k: int, stride: int, pad: int, fill: float = 0.0) -> Array:
+    """Every k x k window of x (N, C, H, W) as a strided view (N, C, Ho, Wo, k, k); no copy but the pad."""
+    if pad:
+        x = xp.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=fill)
+    win = xp.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))
+    return win[:, :, ::stride, ::stride]
+
+
+def _col2im(xp: Any, cols: Array, x_shape: tuple[int, ...], k: int, stride: int, pad: int) -> Array:
+    """Scatter-add window gradients (N, Ho, Wo, C, k, k) back onto the input (N, C, H, W)."""
+    n, c, h, w = x_shape
+    ho, wo = cols.shape[1], cols.shape[2]
+    out = xp.zeros((n, c, h + 2 * pad, w + 2 * pad), dtype=cols.dtype)
+    for i in range(k):  # windows overlap when stride < k, so each offset accumulates
+        for j in range(k):
+            out[:, :, i:i + stride * (ho - 1) + 1:stride, j:j + stride * (wo - 1) + 1:stride] += \
+                cols[:, :, :, :, i, j].transpose(0, 3, 1, 2)
+    return out[:, :, pad:pad + h, pad:pad + w]
+
+
+def _expect(attrs: dict[str, Any], kind: str, reads: list[Array], n_reads: int, writes: list[Array],
+            n_writes: int) -> None:
+    if len(reads) != n_reads or len(writes) != n_writes:
+        raise ValueError(f"{attrs.get('op', kind)}: {kind} with bias={attrs.get('bias')}, "
+                         f"input_grad={attrs.get('input_grad')} expects {n_reads} reads and {n_writes} writes, "
+                         f"got {len(reads)} and {len(writes)}; do the op's attrs match its graph op?")
+
+
+def _on_gpu(xp: Any) -> bool:
+    return getattr(xp, "__name__", "") == "cupy"
+
+
+# --- the GPU path: cuDNN frontend graphs, built once per shape ------------------------------------
+# (which, x shape, w shape, y shape, stride, padding, tf32, device) -> (graph, tensors in pointer order)
+_GRAPHS: dict[tuple[Any, ...], tuple[Any, tuple[Any, Any, Any]]] = {}
+_HANDLES: dict[int, int] = {}
+
+
+def _cudnn_conv(which: str, x: Array, w: Array, y: Array, stride: int, pad: int, allow_tf32: bool) -> None:
+    """fprop writes y from (x, w); dgrad writes x from (w, y=dy); wgrad writes w from (x, y=dy).
+
+    All three take the arrays in the same (x, w, y) slots so one cache key describes the problem."""
+    import cupy
+
+    for a in (x, w, y):
+        if a.dtype != cupy.float32 or not a.flags.c_contiguous:
+            raise ValueError(f"cuDNN conv {which}: expects contiguous float32 NCHW arrays, got {a.dtype} "
+                             f"{a.shape} (contiguous={a.flags.c_contiguous})")
+    dev = cupy.cuda.Device().id
+    key = (which, x.shape, w.shape, y.shape, stride, pad, allow_tf32, dev)
+    entry = _GRAPHS.get(key)
+    if entry is None:
+        entry = _GRAPHS[key] = _build(which, x.shape, w.shape, y.shape, stride, pad, allow_tf32, _handle(dev))
+    graph, (tx, tw, ty) = entry
+    import cudnn
+
+    handle = _handle(dev)
+    # the handle follows CuPy's current stream, so the engine's stream choice holds for cuDNN too
+    cudnn.set_stream(handle=handle, stream=cupy.cuda.get_current_stream().ptr)
+    workspace = cupy.empty(graph.get_workspace_size(), dtype=cupy.uint8)  # stream-ordered pool: safe to free
+    graph.execute({tx: x.data.ptr, tw: w.data.ptr, ty: y.data.ptr}, workspace.data.ptr, handle=handle)
+
+
+def _handle(dev: int) -> int:
+    if dev not in _HANDLES:
+        try:
+            import cudnn
+        except ImportError as e:
+            raise ImportError("nvidia-cudnn-frontend is needed for convolutions on the GPU "
+                              "(pip install nvidia-cudnn-frontend)") from e
+        _HANDLES[dev] = cudnn.create_handle()
+    return _HANDLES[dev]
+
+
+def _build(which: str, x_shape: tuple[int, ...], w_shape: tuple[int, ...], y_shape: tuple[int, ...],
+           stride: int, pad: int, allow_tf32: bool, handle: int) -> tuple[Any, tuple[Any, Any, Any]]:
+    import cudnn
+
+    f32 = cudnn.data_type.FLOAT
+    g = cudnn.pygraph(io_data_type=f32, intermediate_data_type=f32, compute_data_type=f32, handle=handle)
+
+    def tensor(name: str, shape: tuple[int, ...]) -> Any:
+        return g.tensor(name=name, dim=list(shape), stride=_strides(shape), data_type=f32)
+
+    conv = {"padding": [pad, pad], "stride": [stride, stride], "dilation": [1, 1], "compute_data_type": f32}
+    if which == "fprop":
+        tx, tw = tensor("x", x_shape), tensor("w", w_shape)
+        ty = g.conv_fprop(image=tx, weight=tw, **conv)
+        out, out_shape = ty, y_shape
+    elif which == "dgrad":
+        tw, ty = tensor("w", w_shape), tensor("dy", y_shape)
+        tx = g.conv_dgrad(loss=ty, filter=tw, **conv)
+        out, out_shape = tx, x_shape  # cuDNN cannot infer dx's size when stride > 1: say it
+    else:
+        tx, ty = tensor("x", x_shape), tensor("dy", y_shape)
+        tw = g.conv_wgrad(image=tx, loss=ty, **conv)
+        out, out_shape = tw, w_shape
+    out.set_output(True).set_dim(list(out_shape)).set_stride(_strides(out_shape))
+    g.validate()
+    g.build_operation_graph()
+    g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    # PyTorch's filter: never engines that down-convert fp32 inputs; with TF32 off, no tensor-core engines
+    notes = [cudnn.numerical_note.DOWN_CONVERT_INPUTS]
+    if not allow_tf32:
+        notes.append(cudnn.numerical_note.TENSOR_CORE)
+    g.deselect_numeric_notes(notes)
+    try:
+        g.check_support()
+        g.build_plans()
+    except Exception as e:
+        raise RuntimeError(f"cuDNN has no engine for conv {which} x={x_shape} w={w_shape} y={y_shape} "
+                           f"stride={stride} padding={pad} allow_tf32={allow_tf32}: {e}") from e
+    return g, (tx, tw, ty)
+
+
+def _strides(shape: tuple[int, ...]) -> list[int]:
+    out, s = [], 1
+    for d in reversed(shape):
+        out.append(s)
+        s *= d
+    return out[::-1]

@@ -1,0 +1,58 @@
+"""Dropout with inverted scaling: y = x * mask / (1 - p), mask ~ Bernoulli(1 - p) as uint8.
+
+reads (x) writes (y, mask); backward reads (mask, dy) writes (dx) = dy * mask / (1 - p).
+Backward keeps: mask only (one byte per element), as `layers.dropout` declares.
+attrs: p (default 0.5), seed, iteration.
+
+The mask comes from a counter-based generator: element i draws splitmix64(key + i * golden gamma), with
+the key derived from (seed, iteration). It is stateless, so there is no generator state to set up
+per call (CuPy's cuRAND generators initialise hundreds of thousands of states each time), each
+iteration draws a fresh mask, a run is reproducible, and numpy and cupy give the same mask bit for bit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+Array = Any
+
+_GAMMA = 0x9E3779B97F4A7C15  # splitmix64's increment
+_BITS = 24  # uniform integers in [0, 2^24): exact thresholds for any p a float32 would resolve
+
+
+def forward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, Any]) -> None:
+    (x,), (y, mask) = reads, writes
+    p = float(attrs.get("p", 0.5))
+    draws = uniform_bits(xp, x.size, key(int(attrs["seed"]), int(attrs.get("iteration", 0))))
+    mask[...] = (draws >= xp.uint64(round(p * (1 << _BITS)))).reshape(x.shape)
+    xp.multiply(x, mask, out=y)
+    y *= _scale(p)
+
+
+def backward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, Any]) -> None:
+    (mask, dy), (dx,) = reads, writes
+    xp.multiply(dy, mask, out=dx)
+    dx *= _scale(float(attrs.get("p", 0.5)))
+
+
+def key(seed: int, iteration: int) -> int:
+    """One well-mixed 64-bit key per (seed, iteration)."""
+    return int(np.random.SeedSequence([seed, iteration]).generate_state(1, dtype=np.uint64)[0])
+
+
+def uniform_bits(xp: Any, n: int, k: int) -> Array:
+    """n independent uniform integers in [0, 2^24): splitmix64 over the counter, on xp's device."""
+    u = xp.uint64
+    z = xp.arange(1, n + 1, dtype=xp.uint64) * u(_GAMMA) + u(k)  # wraps mod 2^64, as intended
+    z ^= z >> u(30)
+    z *= u(0xBF58476D1CE4E5B9)
+    z ^= z >> u(27)
+    z *= u(0x94D049BB133111EB)
+    z ^= z >> u(31)
+    return z >> u(64 - _BITS)
+
+
+def _scale(p: float) -> float:
+    return 0.0 if p >= 1.0 else 1.0 / (1.0 - p)  # p = 1 drops everything, as PyTorch (not inf * 0)

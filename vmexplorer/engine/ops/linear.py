@@ -1,0 +1,48 @@
+"""Fully connected layer: y = x W^T + b, with x flattened to (N, -1) as a view (torchvision's flatten).
+
+reads (x, W, b) writes (y); backward reads (x, W, dy) writes ([dx], dW, db).
+Backward keeps: x (for dW) and W (for dx), as `layers.linear` declares.
+attrs: bias (always true in the models); backward also input_grad.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Array = Any
+
+
+def forward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, Any]) -> None:
+    bias = bool(attrs.get("bias", True))
+    _expect(attrs, "linear", len(reads), 2 + bias, len(writes), 1)
+    x, w = reads[0], reads[1]
+    (y,) = writes
+    xp.matmul(_rows(x), w.T, out=y)
+    if bias:
+        y += reads[2]
+
+
+def backward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, Any]) -> None:
+    bias, input_grad = bool(attrs.get("bias", True)), bool(attrs["input_grad"])
+    _expect(attrs, "linear_backward", len(reads), 3, len(writes), 1 + bias + input_grad)
+    x, w, dy = reads
+    if input_grad:
+        xp.matmul(dy, w, out=_rows(writes[0]))  # dx has x's (maybe 4-D) shape; fill it through a view
+    xp.matmul(dy.T, _rows(x), out=writes[1 if input_grad else 0])
+    if bias:
+        xp.sum(dy, axis=0, out=writes[-1])
+
+
+def _rows(a: Array) -> Array:
+    """(N, ...) -> (N, features) as a view; refuse a copy, which would drop an out= result on the floor."""
+    if not a.flags.c_contiguous:
+        raise ValueError(f"linear: expects C-contiguous buffers, got shape {a.shape} with strides {a.strides}")
+    return a.reshape(a.shape[0], -1)
+
+
+def _expect(attrs: dict[str, Any], kind: str, n_reads: int, want_reads: int, n_writes: int,
+            want_writes: int) -> None:
+    if n_reads != want_reads or n_writes != want_writes:
+        raise ValueError(f"{attrs.get('op', kind)}: {kind} expects {want_reads} reads and {want_writes} writes "
+                         f"(bias={attrs.get('bias', True)}, input_grad={attrs.get('input_grad')}), "
+                         f"got {n_reads} and {n_writes}")
