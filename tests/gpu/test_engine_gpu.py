@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -39,7 +41,8 @@ def test_the_loss_falls_when_training_repeatedly_on_one_batch(model, batch, size
 @pytest.mark.parametrize("allow_tf32,tolerance", [(False, 1e-5), (True, 1e-3)])
 @pytest.mark.parametrize("model,batch,size", SMALL)
 def test_gradients_after_one_step_match_pytorch_autograd(model, batch, size, allow_tf32, tolerance):
-    from .reference import reference_gradients
+    sys.path.insert(0, str(Path(__file__).parent))
+    from reference import reference_gradients
 
     graph = build_graph(model, batch, size)
     result = _run(graph, "device", iterations=1, warmup=0, allow_tf32=allow_tf32, keep_weights=True)
