@@ -23,6 +23,16 @@ except Exception:  # no driver
 from vmexplorer.engine.executor import RunSettings, execute  # noqa: E402
 
 # large enough that feature maps exceed autovm's 2 MiB minimum trip, small enough to run in seconds
+def _record(kind: str, case: str, values: dict) -> None:
+    """Keep what a GPU test measured: $OUT/gpu_results.jsonl when the device tool runs it."""
+    import json
+    import os
+
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "gpu_results.jsonl"), "a") as f:
+            f.write(json.dumps({"kind": kind, "case": case, **values}, default=str) + "\n")
+
+
 SMALL = [("alexnet", 64, 128), ("vgg11", 16, 64), ("resnet18", 32, 64)]
 
 
@@ -48,16 +58,21 @@ def test_gradients_after_one_step_match_pytorch_autograd(model, batch, size, all
     result = _run(graph, "device", iterations=1, warmup=0, allow_tf32=allow_tf32, keep_weights=True)
     masks = {k: v for k, v in result.weights.items() if k.endswith(".mask")}
     loss, grads = reference_gradients(graph, masks, allow_tf32=allow_tf32)
+    errors = {k: float(np.linalg.norm(result.weights[k] - g) / max(np.linalg.norm(g), 1e-12)) for k, g in grads.items()}
+    worst = max(errors, key=errors.get)
+    _record("gradients", f"{model} tf32={allow_tf32}", {"loss": result.losses[0], "torch_loss": loss,
+                                                         "worst": worst, "worst_error": errors[worst]})
     assert result.losses[0] == pytest.approx(loss, rel=tolerance)
-    worst = max(np.linalg.norm(result.weights[k] - g) / max(np.linalg.norm(g), 1e-12) for k, g in grads.items())
-    assert worst < tolerance * 10, f"worst relative gradient error {worst:.2e}"
+    assert errors[worst] < tolerance, f"{worst}: relative gradient error {errors[worst]:.2e}"
 
 
 @pytest.mark.parametrize("model,batch,size", SMALL)
 def test_paging_never_changes_the_math(model, batch, size):
     graph = build_graph(model, batch, size)
-    kw = dict(iterations=5, warmup=0, allow_tf32=False, keep_weights=True)
+    kw = dict(iterations=5, warmup=0, allow_tf32=False, deterministic=True, keep_weights=True)
     reference = _run(graph, "device", **kw).weights
+    again = _run(graph, "device", **kw).weights
+    assert all(np.array_equal(again[k], v) for k, v in reference.items()), "the device run is not deterministic"
     half = graph.footprint // 2
     autovm = compile_plan(graph, half, "autovm", {"tensors": "all"})
     assert autovm.moves, "the case must page"

@@ -37,7 +37,8 @@ class RunSettings:
     seed: int = 0
     lr: float = 0.01
     momentum: float = 0.9
-    allow_tf32: bool = True
+    allow_tf32: bool = True  # for convolutions; matmuls (linear layers) stay full fp32 in CuPy
+    deterministic: bool = False  # only cuDNN engines without atomics: identical bits run after run
     keep_weights: bool = False  # return persistent tensors, weight gradients and dropout masks at the end
 
 
@@ -54,7 +55,17 @@ def execute(graph: Graph, plan: Plan, settings: RunSettings = RunSettings(),
             should_stop: Callable[[], bool] | None = None) -> RunResult:
     cp = gpu.cupy()
     validate_plan(graph, plan)
+    cp.get_default_memory_pool().free_all_blocks()  # what an earlier run cached is free for this one
     arena = Arena(graph, managed=plan.policy != "device", capacity=plan.capacity)
+    try:
+        return _run(cp, graph, plan, arena, settings, progress, should_stop)
+    finally:
+        del arena
+        cp.get_default_memory_pool().free_all_blocks()
+
+
+def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena, settings: RunSettings,
+         progress: Callable[[int, int, float], None] | None, should_stop: Callable[[], bool] | None) -> RunResult:
     for t in range(len(graph.tensors)):
         value = initial_value(graph, t, settings.seed)
         if value is not None:
@@ -69,8 +80,9 @@ def execute(graph: Graph, plan: Plan, settings: RunSettings = RunSettings(),
     for it in range(total):
         if should_stop is not None and should_stop():
             break
-        attrs = [op_attrs(graph, k, iteration=it, seed=settings.seed, lr=settings.lr,
-                          momentum=settings.momentum, allow_tf32=settings.allow_tf32) for k in range(len(graph.ops))]
+        attrs = [op_attrs(graph, k, iteration=it, seed=settings.seed, lr=settings.lr, momentum=settings.momentum,
+                          allow_tf32=settings.allow_tf32, deterministic=settings.deterministic)
+                 for k in range(len(graph.ops))]
         events = _iteration(cp, graph, plan, arena, streams, steps, attrs, resident, ranges)
         for s in streams.values():
             s.synchronize()

@@ -23,7 +23,7 @@ def forward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, A
     (y,) = writes
     stride, pad = int(attrs["stride"]), int(attrs["padding"])
     if _on_gpu(xp):
-        _cudnn_conv("fprop", x, w, y, stride, pad, bool(attrs.get("allow_tf32", True)))
+        _cudnn_conv("fprop", x, w, y, stride, pad, _numerics(attrs))
     else:
         win = windows(xp, x, w.shape[2], stride, pad)  # (N, C, Ho, Wo, k, k)
         y[...] = xp.tensordot(win, w, axes=((1, 4, 5), (1, 2, 3))).transpose(0, 3, 1, 2)
@@ -39,7 +39,7 @@ def backward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, 
     dw = writes[1 if input_grad else 0]
     stride, pad = int(attrs["stride"]), int(attrs["padding"])
     if _on_gpu(xp):
-        tf32 = bool(attrs.get("allow_tf32", True))
+        tf32 = _numerics(attrs)
         if dx is not None:
             _cudnn_conv("dgrad", dx, w, dy, stride, pad, tf32)
         _cudnn_conv("wgrad", x, dw, dy, stride, pad, tf32)
@@ -90,7 +90,13 @@ _GRAPHS: dict[tuple[Any, ...], tuple[Any, tuple[Any, Any, Any]]] = {}
 _HANDLES: dict[int, int] = {}
 
 
-def _cudnn_conv(which: str, x: Array, w: Array, y: Array, stride: int, pad: int, allow_tf32: bool) -> None:
+def _numerics(attrs: dict[str, Any]) -> tuple[bool, bool]:
+    """(allow_tf32, deterministic): part of the cache key, since they choose the engine."""
+    return bool(attrs.get("allow_tf32", True)), bool(attrs.get("deterministic", False))
+
+
+def _cudnn_conv(which: str, x: Array, w: Array, y: Array, stride: int, pad: int,
+                numerics: tuple[bool, bool]) -> None:
     """fprop writes y from (x, w); dgrad writes x from (w, y=dy); wgrad writes w from (x, y=dy).
 
     All three take the arrays in the same (x, w, y) slots so one cache key describes the problem."""
@@ -101,10 +107,10 @@ def _cudnn_conv(which: str, x: Array, w: Array, y: Array, stride: int, pad: int,
             raise ValueError(f"cuDNN conv {which}: expects contiguous float32 NCHW arrays, got {a.dtype} "
                              f"{a.shape} (contiguous={a.flags.c_contiguous})")
     dev = cupy.cuda.Device().id
-    key = (which, x.shape, w.shape, y.shape, stride, pad, allow_tf32, dev)
+    key = (which, x.shape, w.shape, y.shape, stride, pad, numerics, dev)
     entry = _GRAPHS.get(key)
     if entry is None:
-        entry = _GRAPHS[key] = _build(which, x.shape, w.shape, y.shape, stride, pad, allow_tf32, _handle(dev))
+        entry = _GRAPHS[key] = _build(which, x.shape, w.shape, y.shape, stride, pad, numerics, _handle(dev))
     graph, (tx, tw, ty) = entry
     import cudnn
 
@@ -127,7 +133,7 @@ def _handle(dev: int) -> int:
 
 
 def _build(which: str, x_shape: tuple[int, ...], w_shape: tuple[int, ...], y_shape: tuple[int, ...],
-           stride: int, pad: int, allow_tf32: bool, handle: int) -> tuple[Any, tuple[Any, Any, Any]]:
+           stride: int, pad: int, numerics: tuple[bool, bool], handle: int) -> tuple[Any, tuple[Any, Any, Any]]:
     import cudnn
 
     f32 = cudnn.data_type.FLOAT
@@ -154,16 +160,20 @@ def _build(which: str, x_shape: tuple[int, ...], w_shape: tuple[int, ...], y_sha
     g.build_operation_graph()
     g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
     # PyTorch's filter: never engines that down-convert fp32 inputs; with TF32 off, no tensor-core engines
+    allow_tf32, deterministic = numerics
     notes = [cudnn.numerical_note.DOWN_CONVERT_INPUTS]
     if not allow_tf32:
         notes.append(cudnn.numerical_note.TENSOR_CORE)
+    if deterministic:  # engines that accumulate with atomics give other bits run to run
+        notes.append(cudnn.numerical_note.NONDETERMINISTIC)
     g.deselect_numeric_notes(notes)
     try:
         g.check_support()
         g.build_plans()
     except Exception as e:
         raise RuntimeError(f"cuDNN has no engine for conv {which} x={x_shape} w={w_shape} y={y_shape} "
-                           f"stride={stride} padding={pad} allow_tf32={allow_tf32}: {e}") from e
+                           f"stride={stride} padding={pad} allow_tf32={allow_tf32} "
+                           f"deterministic={deterministic}: {e}") from e
     return g, (tx, tw, ty)
 
 
