@@ -22,6 +22,7 @@ except Exception:  # no driver
 
 from vmexplorer.engine.executor import RunSettings, execute  # noqa: E402
 
+
 # large enough that feature maps exceed autovm's 2 MiB minimum trip, small enough to run in seconds
 def _record(kind: str, case: str, values: dict) -> None:
     """Keep what a GPU test measured: $OUT/gpu_results.jsonl when the device tool runs it."""
