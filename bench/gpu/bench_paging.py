@@ -28,6 +28,27 @@ from vmexplorer.simulator import simulate  # noqa: E402
 POLICIES = [("device", {}), ("uvm", {}), ("autovm", {}), ("autovm", {"tensors": "all"})]
 
 
+def fault_time(device, paged) -> tuple[float, int]:
+    """Extra ns per iteration that ops taking planned demand faults spend over the same ops under
+    `device`, and the bytes they fault in: the migration timing that shows the faults are real."""
+    import numpy as np
+
+    def per_op(session):
+        tl = session.timeline
+        out = np.zeros(len(session.graph.ops))
+        np.add.at(out, tl.op_index, (tl.op_end_ns - tl.op_start_ns) / max(tl.iterations, 1))
+        return out
+
+    faulting = np.zeros(len(paged.graph.ops), dtype=bool)
+    nbytes = 0
+    for m in paged.plan.memops:
+        if m.mode.value == "fault":
+            faulting[m.complete_before] = True
+            nbytes += m.nbytes
+    extra = float((per_op(paged) - per_op(device))[faulting].sum())
+    return extra, nbytes
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", default="vgg19:64,resnet50:64")
@@ -41,7 +62,7 @@ def main() -> int:
     for case in args.cases.split(","):
         model, batch = case.split(":")
         graph = build_graph(model, int(batch))
-        times = {}
+        times, sessions = {}, {}
         for policy, options in POLICIES:
             name = policy + "".join(f"-{v}" for v in options.values())
             if args.policies and name not in args.policies.split(","):
@@ -54,6 +75,7 @@ def main() -> int:
             session = new_session(graph, plan, result.timeline, environment=result.environment,
                                   notes=(f"bench_paging, losses {result.losses}",))
             save_session(session, out / f"{model}-b{batch}-{name}-{int(args.share * 100)}pct.measured.vms", force=True)
+            sessions[name] = session
             measured = summarize(graph, plan, result.timeline)["iteration_ns"] / 1e6
             predicted = summarize(graph, plan, simulate(graph, plan))["iteration_ns"] / 1e6
             times[name] = measured
@@ -61,6 +83,13 @@ def main() -> int:
                          "simulated_ms": predicted, "wall_s": wall})
             print(f"{model} b{batch} {name:>12} at {args.share:.0%}: measured {measured:8.1f} ms, "
                   f"simulated {predicted:8.1f} ms ({wall:.1f} s wall)", flush=True)
+        if "device" in sessions:
+            for name, session in sessions.items():
+                extra, faulted = fault_time(sessions["device"], session)
+                if faulted:
+                    print(f"{model} b{batch} {name:>12}: ops that take demand faults run {extra / 1e6:.1f} ms longer "
+                          f"than under device for {faulted / 2**30:.2f} GiB faulted in: "
+                          f"{faulted / max(extra, 1):.2f} GB/s effective", flush=True)
         if {"uvm", "autovm", "device"} <= times.keys():
             print(f"{model} b{batch}: uvm/autovm {times['uvm'] / times['autovm']:.2f}x, "
                   f"autovm/device {times['autovm'] / times['device']:.2f}x", flush=True)
