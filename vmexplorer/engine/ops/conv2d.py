@@ -86,7 +86,7 @@ def _on_gpu(xp: Any) -> bool:
 
 # --- the GPU path: cuDNN frontend graphs, built once per shape ------------------------------------
 # (which, x shape, w shape, y shape, stride, padding, tf32, device) -> (graph, tensors in pointer order)
-_GRAPHS: dict[tuple[Any, ...], tuple[Any, tuple[Any, Any, Any]]] = {}
+_GRAPHS: dict[tuple[Any, ...], tuple[Any, tuple[Any, Any, Any], int]] = {}  # ... -> (graph, tensors, plan)
 _HANDLES: dict[int, int] = {}
 
 
@@ -108,17 +108,54 @@ def _cudnn_conv(which: str, x: Array, w: Array, y: Array, stride: int, pad: int,
                              f"{a.shape} (contiguous={a.flags.c_contiguous})")
     dev = cupy.cuda.Device().id
     key = (which, x.shape, w.shape, y.shape, stride, pad, numerics, dev)
-    entry = _GRAPHS.get(key)
-    if entry is None:
-        entry = _GRAPHS[key] = _build(which, x.shape, w.shape, y.shape, stride, pad, numerics, _handle(dev))
-    graph, (tx, tw, ty) = entry
     import cudnn
 
     handle = _handle(dev)
     # the handle follows CuPy's current stream, so the engine's stream choice holds for cuDNN too
     cudnn.set_stream(handle=handle, stream=cupy.cuda.get_current_stream().ptr)
-    workspace = cupy.empty(graph.get_workspace_size(), dtype=cupy.uint8)  # stream-ordered pool: safe to free
-    graph.execute({tx: x.data.ptr, tw: w.data.ptr, ty: y.data.ptr}, workspace.data.ptr, handle=handle)
+    entry = _GRAPHS.get(key)
+    if entry is None:
+        graph, tensors = _build(which, x.shape, w.shape, y.shape, stride, pad, numerics, handle)
+        pack = dict(zip(tensors, (x.data.ptr, w.data.ptr, y.data.ptr)))
+        entry = _GRAPHS[key] = (graph, tensors, _fastest(graph, pack, handle))
+    graph, (tx, tw, ty), index = entry
+    workspace = cupy.empty(max(graph.get_workspace_size_plan_at_index(index), 1), dtype=cupy.uint8)
+    graph.execute_plan_at_index({tx: x.data.ptr, tw: w.data.ptr, ty: y.data.ptr}, workspace.data.ptr,
+                                index=index, handle=handle)
+
+
+AUTOTUNE_RUNS = 3
+
+
+def _fastest(graph: Any, pack: dict[Any, int], handle: int) -> int:
+    """Time every plan cuDNN built on the real buffers, as PyTorch's benchmark mode does, and keep the
+    fastest. It runs once per shape, on first use (the engine's warm-up iteration); within a process
+    every later run reuses the choice, so runs of different policies compute with the same kernels.
+    The output buffer is overwritten by the real execution right after."""
+    import cupy
+
+    count = graph.get_execution_plan_count()
+    if count == 1:
+        return 0
+    workspace = cupy.empty(max(max(graph.get_workspace_size_plan_at_index(i) for i in range(count)), 1),
+                           dtype=cupy.uint8)
+    stream = cupy.cuda.get_current_stream()
+    best, best_ms = 0, float("inf")
+    for i in range(count):
+        try:
+            graph.execute_plan_at_index(pack, workspace.data.ptr, index=i, handle=handle)
+            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record(stream)
+            for _ in range(AUTOTUNE_RUNS):
+                graph.execute_plan_at_index(pack, workspace.data.ptr, index=i, handle=handle)
+            stop.record(stream)
+            stop.synchronize()
+        except Exception:  # a plan that cannot run here is simply not chosen
+            continue
+        ms = cupy.cuda.get_elapsed_time(start, stop)
+        if ms < best_ms:
+            best, best_ms = i, ms
+    return best
 
 
 def _handle(dev: int) -> int:
@@ -169,7 +206,7 @@ def _build(which: str, x_shape: tuple[int, ...], w_shape: tuple[int, ...], y_sha
     g.deselect_numeric_notes(notes)
     try:
         g.check_support()
-        g.build_plans()
+        g.build_plans(cudnn.build_plan_policy.ALL)
     except Exception as e:
         raise RuntimeError(f"cuDNN has no engine for conv {which} x={x_shape} w={w_shape} y={y_shape} "
                            f"stride={stride} padding={pad} allow_tf32={allow_tf32} "
