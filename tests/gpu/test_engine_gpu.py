@@ -50,28 +50,34 @@ def test_the_loss_falls_when_training_repeatedly_on_one_batch(model, batch, size
 
 
 # Per layer the spec is 1e-5 (fp32) and 1e-3 (TF32): test_ops_gpu.py pins that. Through a whole model
-# errors compound and a gradient that is a sum of nearly cancelling terms (a batch-norm shift's) has no
-# meaningful per-tensor relative error, so a model is held to the error of all its gradients together.
-@pytest.mark.parametrize("allow_tf32,tolerance", [(False, 1e-4), (True, 1e-2)])
+# errors compound, and a gradient that is a sum of nearly cancelling terms (a batch-norm shift's) has no
+# meaningful relative error of its own, so a model is held to the error of all its gradients together:
+# in fp32 against PyTorch's fp32; with TF32 against PyTorch's fp32 too, no worse than 3x PyTorch's own
+# TF32 error (two TF32 implementations round differently, so neither is the other's truth).
+@pytest.mark.parametrize("allow_tf32", [False, True])
 @pytest.mark.parametrize("model,batch,size", SMALL)
-def test_gradients_after_one_step_match_pytorch_autograd(model, batch, size, allow_tf32, tolerance):
+def test_gradients_after_one_step_match_pytorch_autograd(model, batch, size, allow_tf32):
     sys.path.insert(0, str(Path(__file__).parent))
     from reference import reference_gradients
 
     graph = build_graph(model, batch, size)
     result = _run(graph, "device", iterations=1, warmup=0, allow_tf32=allow_tf32, keep_weights=True)
     masks = {k: v for k, v in result.weights.items() if k.endswith(".mask")}
-    loss, grads = reference_gradients(graph, masks, allow_tf32=allow_tf32)
-    errors = {k: float(np.linalg.norm(result.weights[k] - g) / max(np.linalg.norm(g), 1e-12)) for k, g in grads.items()}
-    worst = max(errors, key=errors.get)
-    ours = np.concatenate([result.weights[k].ravel() for k in sorted(grads)])
-    theirs = np.concatenate([grads[k].ravel() for k in sorted(grads)])
-    overall = float(np.linalg.norm(ours - theirs) / np.linalg.norm(theirs))
-    _record("gradients", f"{model} tf32={allow_tf32}", {"loss": result.losses[0], "torch_loss": loss,
-                                                         "overall_error": overall, "worst_tensor": worst,
-                                                         "worst_tensor_error": errors[worst]})
-    assert result.losses[0] == pytest.approx(loss, rel=tolerance)
-    assert overall < tolerance, f"relative error of all gradients {overall:.2e} (worst tensor {worst})"
+    loss, truth = reference_gradients(graph, masks, allow_tf32=False)
+    names = sorted(truth)
+
+    def error(grads: dict) -> float:
+        a = np.concatenate([grads[k].ravel() for k in names])
+        b = np.concatenate([truth[k].ravel() for k in names])
+        return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+    ours = error(result.weights)
+    torch_tf32 = error(reference_gradients(graph, masks, allow_tf32=True)[1]) if allow_tf32 else 0.0
+    _record("gradients", f"{model} b{batch} {size}px tf32={allow_tf32}",
+            {"loss": result.losses[0], "torch_loss": loss, "engine_error": ours, "torch_tf32_error": torch_tf32})
+    assert result.losses[0] == pytest.approx(loss, rel=1e-3 if allow_tf32 else 1e-5)
+    limit = max(3 * torch_tf32, 1e-3) if allow_tf32 else 1e-4
+    assert ours < limit, f"relative error of all gradients {ours:.2e}, limit {limit:.2e}"
 
 
 @pytest.mark.parametrize("model,batch,size", SMALL)

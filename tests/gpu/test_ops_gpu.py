@@ -241,3 +241,262 @@ def test_sgd_momentum_two_steps_equal_torch_optim_sgd() -> None:
     close(w, tw, 1e-6, "W")
     close(b, tb, 1e-6, "b")
     close(mw, opt.state[tw]["momentum_buffer"], 1e-6, "momentum")
+
+
+# --- the CUDA fast paths (engine/ops/cuda_kernels.py) against the numpy path, and their determinism ---
+# On cupy with float32 operands relu, add, sgd_momentum, max_pool2d and batch_norm2d (and backwards) run
+# hand-written kernels; numpy runs the generic bodies. Where the numpy body fixes every rounding (all but
+# the batch-norm sums) the kernels must give the same values exactly.
+def on_host(kind: str, reads: list[Any], writes: list[Any], dtype: Any = None, **attrs: Any) -> list[np.ndarray]:
+    """Run the numpy body on host copies (optionally cast to dtype); a buffer both read and written stays one."""
+    copies: dict[int, np.ndarray] = {}
+
+    def host(a: Any) -> np.ndarray:
+        if id(a) not in copies:
+            h = cp.asnumpy(a)
+            copies[id(a)] = h.astype(dtype) if dtype is not None else h
+        return copies[id(a)]
+
+    r, w = [host(a) for a in reads], [host(a) for a in writes]
+    OPS[kind](np, r, w, attrs)
+    return w
+
+
+def bits(a: Any) -> np.ndarray:
+    return cp.asnumpy(a).view(np.uint32)
+
+
+def assert_same_values(ours: Any, ref: np.ndarray, what: str) -> None:
+    np.testing.assert_array_equal(cp.asnumpy(ours), ref, err_msg=what)
+
+
+def unaligned(shape: tuple[int, ...], values: np.ndarray | None = None) -> Any:
+    """A C-contiguous float32 array 4 bytes off 16-byte alignment: the kernels' scalar path."""
+    n = math.prod(shape)
+    a = cp.empty(n + 1, cp.float32)[1:].reshape(shape)
+    a[...] = cp.nan if values is None else cp.asarray(values)
+    return a
+
+
+ELEMENTWISE_SHAPES = [(4, 8, 9, 9), (1001,), (2, 3), (64, 4096)]
+
+
+@pytest.mark.parametrize("shape", ELEMENTWISE_SHAPES, ids=str)
+@pytest.mark.parametrize("aligned", [True, False], ids=["float4", "scalar"])
+def test_relu_kernels_equal_numpy(shape: tuple[int, ...], aligned: bool) -> None:
+    rng = np.random.default_rng(10)
+    x_np = rng.standard_normal(shape).astype(np.float32)
+    x_np.flat[::7] = 0.0
+    x_np.flat[3::11] = np.nan
+    x_np.flat[5::13] = -np.inf
+    dy_np = rng.standard_normal(shape).astype(np.float32)
+    make = (lambda v: cp.asarray(v)) if aligned else (lambda v: unaligned(shape, v))
+    x, dy = make(x_np), make(dy_np)
+    y = make(np.full(shape, np.nan, np.float32))
+    dx = make(np.full(shape, np.nan, np.float32))
+    run("relu", [x], [y])
+    (y_ref,) = on_host("relu", [x], [y])
+    assert_same_values(y, y_ref, "y")
+    run("relu_backward", [y, dy], [dx])
+    (dx_ref,) = on_host("relu_backward", [y, dy], [dx])
+    assert_same_values(dx, dx_ref, "dx")
+
+
+def test_relu_in_place() -> None:
+    x_np = np.random.default_rng(11).standard_normal((3, 5, 7)).astype(np.float32)
+    x = cp.asarray(x_np)
+    run("relu", [x], [x])
+    assert_same_values(x, np.maximum(x_np, 0), "y")
+
+
+@pytest.mark.parametrize("parts", [2, 3, 5])
+@pytest.mark.parametrize("shape", [(4, 8, 5, 5), (1001,), (64, 256, 14, 14)], ids=str)
+def test_add_kernel_equals_numpy(parts: int, shape: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(12)
+    reads = [cp.asarray(rng.standard_normal(shape).astype(np.float32)) for _ in range(parts)]
+    (y,) = run("add", reads, [empty(*shape)])
+    (ref,) = on_host("add", reads, [empty(*shape)])
+    np.testing.assert_array_equal(bits(y), ref.view(np.uint32))
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 1e-4])
+def test_sgd_kernel_equals_numpy_bit_for_bit(weight_decay: float) -> None:
+    rng = np.random.default_rng(13)
+    shapes = [(64, 32, 3, 3), (1001,), (3,)]
+    params = [cp.asarray(rng.standard_normal(s).astype(np.float32)) for s in shapes]
+    moms = [cp.zeros(s, cp.float32) for s in shapes]
+    host_params = [cp.asnumpy(p) for p in params]
+    host_moms = [cp.asnumpy(m) for m in moms]
+    attrs = dict(lr=0.1, momentum=0.9, weight_decay=weight_decay)
+    for _ in range(3):
+        grads = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+        reads = [a for p, g, m in zip(params, grads, moms) for a in (p, cp.asarray(g), m)]
+        run("sgd_momentum", reads, [a for p, m in zip(params, moms) for a in (p, m)], **attrs)
+        OPS["sgd_momentum"](np, [a for p, g, m in zip(host_params, grads, host_moms) for a in (p, g, m)],
+                            [a for p, m in zip(host_params, host_moms) for a in (p, m)], attrs)
+    for ours, ref in zip(params + moms, host_params + host_moms):
+        np.testing.assert_array_equal(bits(ours), ref.view(np.uint32))
+
+
+def test_sgd_kernel_with_separate_output_buffers() -> None:
+    rng = np.random.default_rng(14)
+    w, g, m = (cp.asarray(rng.standard_normal(100).astype(np.float32)) for _ in range(3))
+    w0, m0 = w.copy(), m.copy()
+    w_out, m_out = run("sgd_momentum", [w, g, m], [empty(100), empty(100)], lr=0.1, momentum=0.9,
+                       weight_decay=1e-4)
+    ref_w, ref_m = on_host("sgd_momentum", [w, g, m], [empty(100), empty(100)], lr=0.1, momentum=0.9,
+                           weight_decay=1e-4)
+    np.testing.assert_array_equal(bits(w_out), ref_w.view(np.uint32))
+    np.testing.assert_array_equal(bits(m_out), ref_m.view(np.uint32))
+    np.testing.assert_array_equal(bits(w), bits(w0))  # the inputs are left alone
+    np.testing.assert_array_equal(bits(m), bits(m0))
+
+
+POOLS = [((4, 8, 32, 32), 3, 2, 1), ((4, 8, 27, 27), 3, 2, 0), ((4, 8, 16, 16), 2, 2, 0),
+         ((2, 3, 9, 11), 3, 1, 1), ((2, 3, 8, 8), 2, 1, 0), ((1, 2, 7, 7), 5, 2, 2), ((2, 4, 1, 1), 1, 1, 0)]
+
+
+@pytest.mark.parametrize("shape,k,s,p", POOLS)
+@pytest.mark.parametrize("data", ["normal", "ties", "negative"])
+def test_max_pool_kernels_equal_numpy(shape: tuple[int, ...], k: int, s: int, p: int, data: str) -> None:
+    rng = np.random.default_rng(15)
+    if data == "ties":  # few distinct values: most windows hold their maximum more than once
+        x_np = rng.integers(-2, 3, shape).astype(np.float32)
+    elif data == "negative":  # padding must never win over all-negative windows
+        x_np = -1 - rng.random(shape).astype(np.float32)
+    else:
+        x_np = rng.standard_normal(shape).astype(np.float32)
+    x = cp.asarray(x_np)
+    ho, wo = (shape[2] + 2 * p - k) // s + 1, (shape[3] + 2 * p - k) // s + 1
+    out = (*shape[:2], ho, wo)
+    dy = cp.asarray(rng.standard_normal(out).astype(np.float32))
+    attrs = dict(kernel=k, stride=s, padding=p)
+    (y,) = run("max_pool2d", [x], [empty(*out)], **attrs)
+    (y_ref,) = on_host("max_pool2d", [x], [empty(*out)], **attrs)
+    np.testing.assert_array_equal(bits(y), y_ref.view(np.uint32))
+    (dx,) = run("max_pool2d_backward", [x, y, dy], [empty(*shape)], **attrs)
+    (dx_ref,) = on_host("max_pool2d_backward", [x, y, dy], [empty(*shape)], **attrs)
+    np.testing.assert_array_equal(bits(dx), dx_ref.view(np.uint32))  # same winners, same summation order
+
+
+@pytest.mark.parametrize("k,s,p", [(3, 2, 1), (3, 1, 1), (2, 2, 0)])
+def test_max_pool_kernels_follow_pytorch_on_ties_and_nan(k: int, s: int, p: int) -> None:
+    rng = np.random.default_rng(16)
+    x_np = rng.integers(-2, 3, (2, 3, 9, 9)).astype(np.float32)
+    x_np.flat[rng.choice(x_np.size, 12, replace=False)] = np.nan
+    x, tx = cp.asarray(x_np), torch.tensor(x_np, device="cuda", requires_grad=True)
+    ty = F.max_pool2d(tx, k, s, p)
+    dy_np = rng.integers(-4, 5, tuple(ty.shape)).astype(np.float32)  # integers: any summation order is exact
+    ty.backward(torch.tensor(dy_np, device="cuda"))
+    attrs = dict(kernel=k, stride=s, padding=p)
+    (y,) = run("max_pool2d", [x], [empty(*ty.shape)], **attrs)
+    (dx,) = run("max_pool2d_backward", [x, y, cp.asarray(dy_np)], [empty(*x.shape)], **attrs)
+    np.testing.assert_array_equal(cp.asnumpy(y), ty.detach().cpu().numpy())
+    np.testing.assert_array_equal(cp.asnumpy(dx), tx.grad.cpu().numpy())
+
+
+# one kernel per channel (at most 16384 values a channel) and the multi-block path, each with float4 and
+# scalar loads (H*W % 4 == 0 or not)
+BN_SHAPES = [(4, 16, 10, 10), (2, 8, 7, 7), (8, 32, 28, 28), (2, 3, 1, 1), (3, 5, 6, 2), (64, 4, 56, 56),
+             (32, 16, 28, 28), (400, 3, 7, 7)]
+
+
+def bn_inputs(rng: np.random.Generator, shape: tuple[int, ...]) -> list[Any]:
+    c = shape[1]
+    x = rng.standard_normal(shape) * 3 + 5  # an offset: the variance must not cancel away
+    return [cp.asarray(a.astype(np.float32)) for a in
+            (x, rng.standard_normal(c), rng.standard_normal(c), rng.standard_normal(c), 1 + rng.random(c))]
+
+
+def rel(ours: Any, ref: np.ndarray) -> float:
+    a, b = cp.asnumpy(ours).astype(np.float64), ref.astype(np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+@pytest.mark.parametrize("shape", BN_SHAPES, ids=str)
+@pytest.mark.parametrize("input_grad", [True, False])
+def test_batch_norm_kernels_equal_numpy(shape: tuple[int, ...], input_grad: bool) -> None:
+    """Against the numpy body in float64 (the kernels sum in double, numpy's float32 sums are the less exact)."""
+    rng = np.random.default_rng(17)
+    c = shape[1]
+    x, gamma, beta, rm, rv = bn_inputs(rng, shape)
+    dy = cp.asarray(rng.standard_normal(shape).astype(np.float32))
+    reads = [x, gamma, beta, rm, rv]
+    ref = on_host("batch_norm2d", reads, [empty(*shape), empty(c), empty(c), rm, rv], np.float64, eps=1e-5,
+                  momentum=0.1)
+    y, mean, invstd, _, _ = run("batch_norm2d", reads, [empty(*shape), empty(c), empty(c), rm, rv], eps=1e-5,
+                                momentum=0.1)
+    for name, ours, r in zip(["y", "saved_mean", "saved_invstd", "running_mean", "running_var"],
+                             [y, mean, invstd, rm, rv], ref):
+        assert rel(ours, r) < 1e-6, f"{name}: {rel(ours, r):.2e}"
+    writes = [empty(*shape)] * input_grad + [empty(c), empty(c)]
+    bwd_reads = [x, gamma, mean, invstd, dy]
+    grads = run("batch_norm2d_backward", bwd_reads, writes, input_grad=input_grad)
+    grads_ref = on_host("batch_norm2d_backward", bwd_reads, writes, np.float64, input_grad=input_grad)
+    for name, ours, r in zip(["dx"] * input_grad + ["dgamma", "dbeta"], grads, grads_ref):
+        if name == "dx" and x.size // c == 2:  # two values per channel: dx is 0 up to rounding, compare to dy
+            assert float(cp.abs(ours).max()) < 1e-5 * float(cp.abs(dy).max())
+            continue
+        assert rel(ours, r) < 1e-5, f"{name}: {rel(ours, r):.2e}"
+
+
+def test_batch_norm_kernel_running_stats_round_as_numpy() -> None:
+    """Given the same batch statistics, running stats, invstd and y come out of the same float32 roundings."""
+    rng = np.random.default_rng(18)
+    shape = (4, 16, 10, 10)
+    x, gamma, beta, rm, rv = bn_inputs(rng, shape)
+    x = cp.asarray(rng.integers(-8, 9, shape).astype(np.float32))  # small integers: exact float32 mean
+    ref = on_host("batch_norm2d", [x, gamma, beta, rm, rv], [empty(*shape), empty(16), empty(16), rm, rv],
+                  eps=1e-5, momentum=0.1)
+    y, mean, invstd, _, _ = run("batch_norm2d", [x, gamma, beta, rm, rv],
+                                [empty(*shape), empty(16), empty(16), rm, rv], eps=1e-5, momentum=0.1)
+    np.testing.assert_array_equal(cp.asnumpy(mean), ref[1])
+    if np.array_equal(cp.asnumpy(invstd), ref[2]):  # numpy's float32 variance may round differently
+        np.testing.assert_array_equal(bits(y), ref[0].view(np.uint32))
+    np.testing.assert_array_equal(cp.asnumpy(rm), ref[3])
+
+
+@pytest.mark.parametrize("shape", [(8, 32, 28, 28), (16, 64, 7, 7), (32, 16, 28, 28)], ids=str)
+def test_fast_kernels_are_deterministic(shape: tuple[int, ...]) -> None:
+    """The same op twice on the same inputs gives the same bits (no atomics, fixed summation orders)."""
+    rng = np.random.default_rng(19)
+    c = shape[1]
+    x, gamma, beta, _, _ = bn_inputs(rng, shape)
+    dy = cp.asarray(rng.standard_normal(shape).astype(np.float32))
+    ties = cp.asarray(rng.integers(-2, 3, shape).astype(np.float32))
+    pooled = (*shape[:2], (shape[2] - 1) // 2 + 1, (shape[3] - 1) // 2 + 1)
+    dpool = cp.asarray(rng.standard_normal(pooled).astype(np.float32))
+
+    def once() -> list[np.ndarray]:
+        rm, rv = cp.zeros(c, cp.float32), cp.ones(c, cp.float32)
+        y, mean, invstd, _, _ = run("batch_norm2d", [x, gamma, beta, rm, rv],
+                                    [empty(*shape), empty(c), empty(c), rm, rv], eps=1e-5, momentum=0.1)
+        grads = run("batch_norm2d_backward", [x, gamma, mean, invstd, dy], [empty(*shape), empty(c), empty(c)],
+                    input_grad=True)
+        attrs = dict(kernel=3, stride=2, padding=1)
+        (py,) = run("max_pool2d", [ties], [empty(*pooled)], **attrs)
+        (pdx,) = run("max_pool2d_backward", [ties, py, dpool], [empty(*shape)], **attrs)
+        (r,) = run("relu", [x], [empty(*shape)])
+        (rdx,) = run("relu_backward", [r, dy], [empty(*shape)])
+        (s,) = run("add", [x, dy, r], [empty(*shape)])
+        w, m = x.copy(), dy.copy()
+        run("sgd_momentum", [w, r, m], [w, m], lr=0.1, momentum=0.9, weight_decay=1e-4)
+        return [bits(a) for a in (y, mean, invstd, rm, rv, *grads, py, pdx, r, rdx, s, w, m)]
+
+    for first, second in zip(once(), once()):
+        np.testing.assert_array_equal(first, second)
+
+
+def test_fast_paths_are_taken_on_cupy() -> None:
+    from vmexplorer.engine.ops import cuda_kernels
+
+    x = cp.ones((2, 4, 4, 4), cp.float32)
+    run("relu", [x], [empty(*x.shape)])
+    run("max_pool2d", [x], [empty(2, 4, 2, 2)], kernel=2, stride=2, padding=0)
+    run("batch_norm2d", [x, cp.ones(4, cp.float32), cp.zeros(4, cp.float32), cp.zeros(4, cp.float32),
+                         cp.ones(4, cp.float32)], [empty(*x.shape), empty(4), empty(4), empty(4), empty(4)],
+        eps=1e-5, momentum=0.1)
+    assert {"flat", "pool", "bn"} <= set(cuda_kernels.compiled())
+    x64 = cp.ones((2, 3), cp.float64)  # other dtypes take the generic body
+    (y64,) = run("relu", [x64], [cp.zeros((2, 3), cp.float64)])
+    cp.testing.assert_array_equal(y64, x64)

@@ -8,11 +8,14 @@ backward reads (x, gamma, saved_mean, saved_invstd, dy) writes ([dx], dgamma, db
 Backward keeps: x, gamma, saved_mean and saved_invstd (cuDNN's batch-norm backward inputs), as
 `layers.batch_norm2d` declares; beta and y are not needed.
 attrs: eps (default 1e-5), momentum (default 0.1); backward also input_grad.
+On cupy with float32 operands: deterministic CUDA kernels, sums in double (cuda_kernels.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from . import cuda_kernels
 
 Array = Any
 
@@ -27,6 +30,10 @@ def forward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, A
     if m < 2:
         raise ValueError(f"{attrs.get('op', 'batch_norm2d')}: expected more than 1 value per channel when "
                          f"training, got input of shape {x.shape}; use a larger batch or image size")
+    if cuda_kernels.fast(xp, *reads, *writes):
+        cuda_kernels.batch_norm_forward(x, gamma, beta, running_mean, running_var, y, saved_mean, saved_invstd,
+                                        new_mean, new_var, eps, momentum)
+        return
     mean = x.mean(axis=AXES)
     centred = x - mean.reshape(1, -1, 1, 1)
     var = (centred * centred).mean(axis=AXES)  # two passes: no cancellation from E[x^2] - E[x]^2
@@ -47,6 +54,9 @@ def backward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, 
         raise ValueError(f"{attrs.get('op', 'batch_norm2d_backward')}: expects {2 + input_grad} writes "
                          f"(input_grad={input_grad}), got {len(writes)}")
     dgamma, dbeta = writes[-2], writes[-1]
+    if cuda_kernels.fast(xp, *reads, *writes):
+        cuda_kernels.batch_norm_backward(x, gamma, mean, invstd, dy, writes[0] if input_grad else None, dgamma, dbeta)
+        return
     m = x.size // x.shape[1]
     xhat = (x - mean.reshape(1, -1, 1, 1)) * invstd.reshape(1, -1, 1, 1)
     xp.sum(dy, axis=AXES, out=dbeta)

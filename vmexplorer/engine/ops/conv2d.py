@@ -135,13 +135,18 @@ def _fastest(graph: Any, pack: dict[Any, int], handle: int) -> int:
     import cupy
 
     count = graph.get_execution_plan_count()
-    if count == 1:
-        return 0
-    workspace = cupy.empty(max(max(graph.get_workspace_size_plan_at_index(i) for i in range(count)), 1),
-                           dtype=cupy.uint8)
+    sizes = {}
+    for i in range(count):  # plans cuDNN could not build answer with an error: they are not candidates
+        try:
+            sizes[i] = graph.get_workspace_size_plan_at_index(i)
+        except Exception:
+            continue
+    if len(sizes) <= 1:
+        return next(iter(sizes), 0)
+    workspace = cupy.empty(max(max(sizes.values()), 1), dtype=cupy.uint8)
     stream = cupy.cuda.get_current_stream()
-    best, best_ms = 0, float("inf")
-    for i in range(count):
+    best, best_ms = next(iter(sizes)), float("inf")
+    for i in sizes:
         try:
             graph.execute_plan_at_index(pack, workspace.data.ptr, index=i, handle=handle)
             start, stop = cupy.cuda.Event(), cupy.cuda.Event()

@@ -4,6 +4,7 @@ max_pool2d reads (x) writes (y); backward reads (x, y, dy) writes (dx).
 Backward keeps: x and y (cuDNN-style: the argmax is recomputed from them, no index tensor).
 Ties route the gradient to the first maximum of the window in row-major order, as PyTorch does.
 attrs: kernel, stride, padding.
+On cupy with float32 operands max pooling runs CUDA kernels with the same winners (cuda_kernels.py).
 
 adaptive_avg_pool2d reads (x) writes (y); backward reads (dy) writes (dx).
 Backward keeps: nothing (the input's size is the shape of dx).
@@ -18,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from . import cuda_kernels
 from .conv2d import windows
 
 Array = Any
@@ -26,12 +28,18 @@ Array = Any
 def max_pool2d_forward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, Any]) -> None:
     (x,), (y,) = reads, writes
     k, s, p = int(attrs["kernel"]), int(attrs["stride"]), int(attrs["padding"])
+    if cuda_kernels.fast(xp, x, y):
+        cuda_kernels.max_pool2d_forward(x, y, k, s, p)
+        return
     xp.max(windows(xp, x, k, s, p, fill=-np.inf), axis=(4, 5), out=y)
 
 
 def max_pool2d_backward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, Any]) -> None:
     (x, y, dy), (dx,) = reads, writes
     k, s, p = int(attrs["kernel"]), int(attrs["stride"]), int(attrs["padding"])
+    if cuda_kernels.fast(xp, x, y, dy, dx):
+        cuda_kernels.max_pool2d_backward(x, y, dy, dx, k, s, p)
+        return
     n, c, h, w = x.shape
     ho, wo = y.shape[2], y.shape[3]
     win = windows(xp, x, k, s, p, fill=-np.inf).reshape(n, c, ho, wo, k * k)

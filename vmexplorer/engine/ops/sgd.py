@@ -9,11 +9,14 @@ carry per iteration and no special case in the kernel. (This holds because dampe
 dampening PyTorch's first step skips it and a flag would be needed.)
 Backward keeps: nothing (this is the update).
 attrs: lr, momentum, weight_decay.
+On cupy with float32 operands: one CUDA kernel per (W, dW, m), rounding as numpy does (cuda_kernels.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from . import cuda_kernels
 
 Array = Any
 
@@ -24,6 +27,16 @@ def forward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, A
                          f"(W, m) * k, got {len(reads)} reads and {len(writes)} writes")
     lr, momentum = float(attrs["lr"]), float(attrs["momentum"])
     weight_decay = float(attrs.get("weight_decay", 0.0))
+    if cuda_kernels.fast(xp, *reads, *writes):
+        for k in range(len(reads) // 3):
+            w, g, m = reads[3 * k:3 * k + 3]
+            w_out, m_out = writes[2 * k:2 * k + 2]
+            if w_out is not w:  # the graph updates in place; distinct buffers start as copies
+                w_out[...] = w
+            if m_out is not m:
+                m_out[...] = m
+            cuda_kernels.sgd_momentum(w_out, g, m_out, lr, momentum, weight_decay)
+        return
     for k in range(len(reads) // 3):
         w, g, m = reads[3 * k:3 * k + 3]
         w_out, m_out = writes[2 * k:2 * k + 2]
