@@ -480,7 +480,8 @@ def test_op_attrs_merge_the_run_settings() -> None:
     for i, op in enumerate(g.ops):
         by_kind.setdefault(op.kind, []).append(op_attrs(g, i, iteration=4, seed=1, lr=0.5, allow_tf32=False))
     assert by_kind["conv2d"][0] == {"op": "features.0", "kernel": 11, "stride": 4, "padding": 2, "bias": True,
-                                    "allow_tf32": False, "deterministic": False}
+                                    "allow_tf32": False, "deterministic": False,
+                                    "autotune": False}
     assert by_kind["conv2d_backward"][-1]["input_grad"] is False  # the first layer's input is the batch
     assert all(a["input_grad"] for a in by_kind["conv2d_backward"][:-1])
     seeds = {a["seed"] for a in by_kind["dropout"]}

@@ -249,3 +249,15 @@ def test_a_plans_moves_are_exactly_the_round_trips_it_was_compiled_from(options)
     if options:
         assert any(mv.prefetch_after is not None and mv.prefetch_after < mv.offload_after for mv in plan.moves)
     assert all(mv.prefetch_after is not None for mv in plan.moves)
+
+
+def test_a_too_early_prefetch_at_the_minimum_capacity_is_thrashed_not_refused():
+    g = graph("alexnet", 64, 128)
+    capacity = g.min_capacity[0]
+    autovm = compile_plan(g, capacity, "autovm", {"tensors": "all"})
+    earlier = [Move(mv.tensor, mv.offload_after, max(mv.offload_after, mv.prefetch_after - 2))
+               if mv.prefetch_after is not None and mv.prefetch_after > mv.offload_after else mv
+               for mv in autovm.moves]
+    plan = compile_plan(g, capacity, "manual", moves=earlier)
+    validate_plan(g, plan)
+    assert plan.peak_resident <= capacity

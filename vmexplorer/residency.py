@@ -180,19 +180,16 @@ def _walk(graph: Graph, capacity: int, transfers: list[_Transfer], start: Reside
         loc[t] = HOST
         if dev[t] == 0:
             lru.pop(t, None)
+        else:  # what is left stays evictable, first in line (an arriving tensor was not in the list yet)
+            lru[t] = None
+            lru.move_to_end(t, last=False)
 
     for k in range(n + 1):
         for tr in issued[k]:  # offloads and evictions issued after op k-1 start leaving
             if tr.direction is not Direction.TO_HOST:
                 continue
             t = tr.tensor
-            if tr.mode is Mode.SYNC:  # a driver eviction (of some bytes) right before op k
-                if loc[t] in (DEVICE, HOST, ARRIVING) and tr.nbytes is not None and 0 < tr.nbytes <= dev[t]:
-                    evict(t, tr.nbytes, k, tr.origin)
-                else:
-                    out.append(tr)
-                    problems.append(f"{tensors[t].name} is evicted before {name(k)} but has "
-                                    f"{dev[t]} bytes there, not {tr.nbytes}")
+            if tr.mode is Mode.SYNC:  # driver evictions make room once op k's tensors are in, below
                 continue
             out.append(tr)
             if loc[t] not in (DEVICE, HOST):
@@ -252,6 +249,17 @@ def _walk(graph: Graph, capacity: int, transfers: list[_Transfer], start: Reside
             lru.move_to_end(t)
         for t in faults.keys() - set(touches):
             problems.append(f"{tensors[t].name} is faulted in at {op.name}, which does not touch it")
+        for tr in issued[k]:  # a complete plan's driver evictions, where repair would make them
+            if tr.mode is not Mode.SYNC:
+                continue
+            t = tr.tensor
+            if loc[t] in (DEVICE, HOST, ARRIVING) and tr.nbytes is not None and 0 < tr.nbytes <= dev[t] \
+                    and t not in touches:
+                evict(t, tr.nbytes, k, tr.origin)
+            else:
+                out.append(tr)
+                problems.append(f"{tensors[t].name} is evicted before {op.name} but has {dev[t]} bytes "
+                                f"there, not {tr.nbytes}, or the op uses it")
         if occupied > capacity and fix:
             for tr in sorted(open_offloads.values(), key=lambda tr: tr.issue_after):
                 if occupied <= capacity:

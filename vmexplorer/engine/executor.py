@@ -39,6 +39,7 @@ class RunSettings:
     momentum: float = 0.9
     allow_tf32: bool = True  # for convolutions; matmuls (linear layers) stay full fp32 in CuPy
     deterministic: bool = False  # only cuDNN engines without atomics: identical bits run after run
+    autotune: bool = False  # time every cuDNN plan once per shape and keep the fastest
     keep_weights: bool = False  # return persistent tensors, weight gradients and dropout masks at the end
 
 
@@ -81,7 +82,8 @@ def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena, settings: RunSettings,
         if should_stop is not None and should_stop():
             break
         attrs = [op_attrs(graph, k, iteration=it, seed=settings.seed, lr=settings.lr, momentum=settings.momentum,
-                          allow_tf32=settings.allow_tf32, deterministic=settings.deterministic)
+                          allow_tf32=settings.allow_tf32, deterministic=settings.deterministic,
+                          autotune=settings.autotune)
                  for k in range(len(graph.ops))]
         events = _iteration(cp, graph, plan, arena, streams, steps, attrs, resident, ranges)
         for s in streams.values():

@@ -37,7 +37,7 @@ class AttrsError(ValueError):
 
 def op_attrs(graph: Graph, op_index: int, *, iteration: int = 0, seed: int = 0, lr: float = 0.01,
              momentum: float = 0.9, weight_decay: float = 0.0, allow_tf32: bool = True,
-             deterministic: bool = False) -> dict[str, Any]:
+             deterministic: bool = False, autotune: bool = False) -> dict[str, Any]:
     """Attributes of graph op `op_index` for iteration `iteration` of a run with the given settings."""
     op = graph.ops[op_index]
     recorded = dict(getattr(op, "attrs", ()))
@@ -53,6 +53,7 @@ def op_attrs(graph: Graph, op_index: int, *, iteration: int = 0, seed: int = 0, 
     if op.kind in ("conv2d", "conv2d_backward", "linear", "linear_backward"):
         attrs["allow_tf32"] = allow_tf32
         attrs["deterministic"] = deterministic
+        attrs["autotune"] = autotune
     elif op.kind == "dropout":
         # one stream per layer, stable across models and batch sizes: mix the run seed with the layer name
         attrs["seed"] = (seed * 1_000_003 + zlib.crc32(op.layer.encode())) & 0x7FFF_FFFF_FFFF

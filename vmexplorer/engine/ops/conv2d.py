@@ -90,13 +90,14 @@ _GRAPHS: dict[tuple[Any, ...], tuple[Any, tuple[Any, Any, Any], int]] = {}  # ..
 _HANDLES: dict[int, int] = {}
 
 
-def _numerics(attrs: dict[str, Any]) -> tuple[bool, bool]:
-    """(allow_tf32, deterministic): part of the cache key, since they choose the engine."""
-    return bool(attrs.get("allow_tf32", True)), bool(attrs.get("deterministic", False))
+def _numerics(attrs: dict[str, Any]) -> tuple[bool, bool, bool]:
+    """(allow_tf32, deterministic, autotune): part of the cache key, since they choose the engine."""
+    return (bool(attrs.get("allow_tf32", True)), bool(attrs.get("deterministic", False)),
+            bool(attrs.get("autotune", False)))
 
 
 def _cudnn_conv(which: str, x: Array, w: Array, y: Array, stride: int, pad: int,
-                numerics: tuple[bool, bool]) -> None:
+                numerics: tuple[bool, bool, bool]) -> None:
     """fprop writes y from (x, w); dgrad writes x from (w, y=dy); wgrad writes w from (x, y=dy).
 
     All three take the arrays in the same (x, w, y) slots so one cache key describes the problem."""
@@ -117,11 +118,15 @@ def _cudnn_conv(which: str, x: Array, w: Array, y: Array, stride: int, pad: int,
     if entry is None:
         graph, tensors = _build(which, x.shape, w.shape, y.shape, stride, pad, numerics, handle)
         pack = dict(zip(tensors, (x.data.ptr, w.data.ptr, y.data.ptr)))
-        entry = _GRAPHS[key] = (graph, tensors, _fastest(graph, pack, handle))
+        entry = _GRAPHS[key] = (graph, tensors, _fastest(graph, pack, handle) if numerics[2] else -1)
     graph, (tx, tw, ty), index = entry
-    workspace = cupy.empty(max(graph.get_workspace_size_plan_at_index(index), 1), dtype=cupy.uint8)
-    graph.execute_plan_at_index({tx: x.data.ptr, tw: w.data.ptr, ty: y.data.ptr}, workspace.data.ptr,
-                                index=index, handle=handle)
+    pack = {tx: x.data.ptr, tw: w.data.ptr, ty: y.data.ptr}
+    if index < 0:  # cuDNN's heuristic choice, like PyTorch's default (benchmark off)
+        workspace = cupy.empty(max(graph.get_workspace_size(), 1), dtype=cupy.uint8)
+        graph.execute(pack, workspace.data.ptr, handle=handle)
+    else:
+        workspace = cupy.empty(max(graph.get_workspace_size_plan_at_index(index), 1), dtype=cupy.uint8)
+        graph.execute_plan_at_index(pack, workspace.data.ptr, index=index, handle=handle)
 
 
 AUTOTUNE_RUNS = 3
@@ -175,7 +180,7 @@ def _handle(dev: int) -> int:
 
 
 def _build(which: str, x_shape: tuple[int, ...], w_shape: tuple[int, ...], y_shape: tuple[int, ...],
-           stride: int, pad: int, numerics: tuple[bool, bool], handle: int) -> tuple[Any, tuple[Any, Any, Any]]:
+           stride: int, pad: int, numerics: tuple[bool, bool, bool], handle: int) -> tuple[Any, tuple[Any, Any, Any]]:
     import cudnn
 
     f32 = cudnn.data_type.FLOAT
@@ -202,16 +207,20 @@ def _build(which: str, x_shape: tuple[int, ...], w_shape: tuple[int, ...], y_sha
     g.build_operation_graph()
     g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
     # PyTorch's filter: never engines that down-convert fp32 inputs; with TF32 off, no tensor-core engines
-    allow_tf32, deterministic = numerics
-    notes = [cudnn.numerical_note.DOWN_CONVERT_INPUTS]
-    if not allow_tf32:
-        notes.append(cudnn.numerical_note.TENSOR_CORE)
+    allow_tf32, deterministic, autotune = numerics
+    note = cudnn.numerical_note
+    notes = [note.DOWN_CONVERT_INPUTS]
+    if not allow_tf32:  # strict fp32: no tensor cores, and none of the transforms that trade accuracy
+        notes += [note.TENSOR_CORE] + [getattr(note, n) for n in ("FFT", "WINOGRAD") if hasattr(note, n)]
     if deterministic:  # engines that accumulate with atomics give other bits run to run
         notes.append(cudnn.numerical_note.NONDETERMINISTIC)
     g.deselect_numeric_notes(notes)
     try:
         g.check_support()
-        g.build_plans(cudnn.build_plan_policy.ALL)
+        if autotune:
+            g.build_plans(cudnn.build_plan_policy.ALL)
+        else:
+            g.build_plans()
     except Exception as e:
         raise RuntimeError(f"cuDNN has no engine for conv {which} x={x_shape} w={w_shape} y={y_shape} "
                            f"stride={stride} padding={pad} allow_tf32={allow_tf32} "
