@@ -13,7 +13,7 @@ from vmexplorer.graph import Graph, Kind, Phase
 
 
 def reference_gradients(graph: Graph, masks: dict[str, Any], seed: int = 0, allow_tf32: bool = True,
-                        device: str = "cuda") -> tuple[float, dict[str, Any]]:
+                        device: str = "cuda", float64: bool = False) -> tuple[float, dict[str, Any]]:
     """`masks`: the engine's dropout masks by tensor name, since two generators never draw alike."""
     import torch
     import torch.nn.functional as F
@@ -25,6 +25,8 @@ def reference_gradients(graph: Graph, masks: dict[str, Any], seed: int = 0, allo
         v = initial_value(graph, t, seed)
         if v is not None:
             values[t] = torch.from_numpy(v).to(device)
+            if float64 and values[t].is_floating_point():
+                values[t] = values[t].double()
             if tensor.kind is Kind.WEIGHT:
                 values[t].requires_grad_(True)
     loss = None
@@ -47,7 +49,7 @@ def reference_gradients(graph: Graph, masks: dict[str, Any], seed: int = 0, allo
             y = F.batch_norm(x[0], x[3].clone(), x[4].clone(), x[1], x[2], training=True,
                              momentum=a["momentum"], eps=a["eps"])
         elif op.kind == "dropout":
-            mask = torch.from_numpy(masks[graph.tensors[op.writes[1]].name]).to(device).float()
+            mask = torch.from_numpy(masks[graph.tensors[op.writes[1]].name]).to(device).to(x[0].dtype)
             y = x[0] * mask / (1.0 - a["p"])
         elif op.kind == "add":
             y = x[0] + x[1]

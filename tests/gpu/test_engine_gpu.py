@@ -49,11 +49,11 @@ def test_the_loss_falls_when_training_repeatedly_on_one_batch(model, batch, size
     assert result.losses[-1] < result.losses[0]
 
 
-# Per layer the spec is 1e-5 (fp32) and 1e-3 (TF32): test_ops_gpu.py pins that. Through a whole model
-# errors compound, and a gradient that is a sum of nearly cancelling terms (a batch-norm shift's) has no
-# meaningful relative error of its own, so a model is held to the error of all its gradients together:
-# in fp32 against PyTorch's fp32; with TF32 against PyTorch's fp32 too, no worse than 3x PyTorch's own
-# TF32 error (two TF32 implementations round differently, so neither is the other's truth).
+# Per layer the spec is 1e-5 (fp32) and 1e-3 (TF32): test_ops_gpu.py pins that. Through a whole model,
+# ReLU zero-crossings and near-ties in max pooling turn rounding differences into different gradient
+# routes, so no fp32 implementation is another's truth. Both are measured against PyTorch in float64,
+# over all gradients together (a batch-norm shift's gradient, a sum of nearly cancelling terms, has no
+# meaningful error of its own), and the engine may be at most 3x as far off as PyTorch at the same precision.
 @pytest.mark.parametrize("allow_tf32", [False, True])
 @pytest.mark.parametrize("model,batch,size", SMALL)
 def test_gradients_after_one_step_match_pytorch_autograd(model, batch, size, allow_tf32):
@@ -63,21 +63,22 @@ def test_gradients_after_one_step_match_pytorch_autograd(model, batch, size, all
     graph = build_graph(model, batch, size)
     result = _run(graph, "device", iterations=1, warmup=0, allow_tf32=allow_tf32, keep_weights=True)
     masks = {k: v for k, v in result.weights.items() if k.endswith(".mask")}
-    loss, truth = reference_gradients(graph, masks, allow_tf32=False)
+    loss, truth = reference_gradients(graph, masks, allow_tf32=False, float64=True)
     names = sorted(truth)
 
     def error(grads: dict) -> float:
-        a = np.concatenate([grads[k].ravel() for k in names])
+        a = np.concatenate([grads[k].ravel().astype(np.float64) for k in names])
         b = np.concatenate([truth[k].ravel() for k in names])
         return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
     ours = error(result.weights)
-    torch_tf32 = error(reference_gradients(graph, masks, allow_tf32=True)[1]) if allow_tf32 else 0.0
+    torch_loss, torch_grads = reference_gradients(graph, masks, allow_tf32=allow_tf32)
+    theirs = error(torch_grads)
     _record("gradients", f"{model} b{batch} {size}px tf32={allow_tf32}",
-            {"loss": result.losses[0], "torch_loss": loss, "engine_error": ours, "torch_tf32_error": torch_tf32})
+            {"loss": result.losses[0], "float64_loss": loss, "engine_error": ours, "pytorch_error": theirs})
     assert result.losses[0] == pytest.approx(loss, rel=1e-3 if allow_tf32 else 1e-5)
-    limit = max(3 * torch_tf32, 1e-3) if allow_tf32 else 1e-4
-    assert ours < limit, f"relative error of all gradients {ours:.2e}, limit {limit:.2e}"
+    limit = max(3 * theirs, 1e-3 if allow_tf32 else 1e-5)
+    assert ours < limit, f"engine {ours:.2e} from float64, PyTorch {theirs:.2e}: limit {limit:.2e}"
 
 
 @pytest.mark.parametrize("model,batch,size", SMALL)
