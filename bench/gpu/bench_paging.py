@@ -74,7 +74,8 @@ def main() -> int:
             wall = time.perf_counter() - t
             session = new_session(graph, plan, result.timeline, environment=result.environment,
                                   notes=(f"bench_paging, losses {result.losses}",))
-            save_session(session, out / f"{model}-b{batch}-{name}-{int(args.share * 100)}pct.measured.vms", force=True)
+            share = "" if policy == "device" else f"-{int(args.share * 100)}pct"
+            save_session(session, out / f"{model}-b{batch}-{name}{share}.measured.vms", force=True)
             sessions[name] = session
             measured = summarize(graph, plan, result.timeline)["iteration_ns"] / 1e6
             predicted = summarize(graph, plan, simulate(graph, plan))["iteration_ns"] / 1e6

@@ -1,0 +1,50 @@
+"""Render what the GPU benchmarks and tests measured (bench/results/h100/*) as one Markdown page.
+
+    python bench/report_h100.py > bench/results/h100/README.md
+
+Every figure comes from those files, which the scripts in bench/gpu wrote on the lent H100.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).parent / "results" / "h100"
+
+
+def main() -> int:
+    probe = json.loads((HERE / "probe.json").read_text())
+    speed = json.loads((HERE / "bench_speed.json").read_text())
+    paging = json.loads((HERE / "bench_paging.json").read_text())
+    grads = [json.loads(line) for line in (HERE / "gpu_gradients.jsonl").read_text().splitlines() if line]
+    out = ["# Measured on the lent H100", "",
+           f"Device: {probe['nvidia_smi']} (name, driver, memory, free, PCIe gen, width); "
+           f"CuPy {probe['version_cupy']}, cuDNN frontend {probe['version_cudnn']}, PyTorch {probe['version_torch']}.",
+           "", "Managed-memory prefetch probe (256 MiB): "
+           f"to host {probe['managed_prefetch']['to_host']['GBps']:.1f} GB/s, "
+           f"to device {probe['managed_prefetch']['to_device']['GBps']:.1f} GB/s.", "",
+           "## No paging: engine (`device` policy) against PyTorch eager (`bench/gpu/bench_speed.py`)", "",
+           "| model | engine, cuDNN heuristics | PyTorch | ratio | engine, autotuned | PyTorch, cudnn.benchmark | ratio |",
+           "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in speed:
+        out.append(f"| {r['model']} b{r['batch']} | {r['engine_ms']:.1f} ms | {r['pytorch_ms']:.1f} ms | "
+                   f"{r['ratio']:.2f}x | {r['engine_autotuned_ms']:.1f} ms | {r['pytorch_benchmark_ms']:.1f} ms | "
+                   f"{r['ratio_autotuned']:.2f}x |")
+    out += ["", "## Paging at 50% of the footprint (`bench/gpu/bench_paging.py`)", "",
+            "| model | policy | measured | simulated (uncalibrated) |", "|---|---|---:|---:|"]
+    for r in paging:
+        out.append(f"| {r['model']} b{r['batch']} | {r['policy']} | {r['measured_ms']:.1f} ms | "
+                   f"{r['simulated_ms']:.1f} ms |")
+    out += ["", "## Whole-model gradients after one step, against PyTorch in float64 "
+            "(`tests/gpu/test_engine_gpu.py`)", "",
+            "| case | engine error | PyTorch error, same precision |", "|---|---:|---:|"]
+    for g in grads:
+        out.append(f"| {g['case']} | {g['engine_error']:.2e} | {g['pytorch_error']:.2e} |")
+    print("\n".join(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
