@@ -26,7 +26,8 @@ def main() -> int:
            f"to host {probe['managed_prefetch']['to_host']['GBps']:.1f} GB/s, "
            f"to device {probe['managed_prefetch']['to_device']['GBps']:.1f} GB/s.", "",
            "## No paging: engine (`device` policy) against PyTorch eager (`bench/gpu/bench_speed.py`)", "",
-           "| model | engine, cuDNN heuristics | PyTorch | ratio | engine, autotuned | PyTorch, cudnn.benchmark | ratio |",
+           "| model | engine, cuDNN heuristics | PyTorch | ratio | engine, autotuned | PyTorch, cudnn.benchmark "
+           "| ratio |",
            "|---|---:|---:|---:|---:|---:|---:|"]
     for r in speed:
         out.append(f"| {r['model']} b{r['batch']} | {r['engine_ms']:.1f} ms | {r['pytorch_ms']:.1f} ms | "

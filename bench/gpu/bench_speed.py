@@ -18,10 +18,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "gpu"))
+
+from reference import forward_loss  # noqa: E402
 
 from vmexplorer.engine.executor import RunSettings, execute  # noqa: E402
 from vmexplorer.engine.init import initial_value  # noqa: E402
-from vmexplorer.graph import Kind, Phase  # noqa: E402
+from vmexplorer.graph import Kind  # noqa: E402
 from vmexplorer.models import build_graph  # noqa: E402
 from vmexplorer.policies import compile_plan  # noqa: E402
 from vmexplorer.records import summarize  # noqa: E402
@@ -29,7 +32,6 @@ from vmexplorer.records import summarize  # noqa: E402
 
 def torch_step_ms(graph, iterations: int, warmup: int = 2, benchmark: bool = False) -> float:
     import torch
-    import torch.nn.functional as F
 
     torch.backends.cudnn.benchmark = benchmark
     torch.backends.cudnn.allow_tf32 = True
@@ -43,32 +45,9 @@ def torch_step_ms(graph, iterations: int, warmup: int = 2, benchmark: bool = Fal
                 values[t].requires_grad_(True)
                 params.append(values[t])
     opt = torch.optim.SGD(params, lr=0.01, momentum=0.9)
-    forward = [op for op in graph.ops if op.phase in (Phase.FORWARD, Phase.LOSS)]
 
     def step():
-        env = dict(values)
-        for op in forward:
-            a, x = dict(op.attrs), [env[t] for t in op.reads]
-            if op.kind == "conv2d":
-                y = F.conv2d(x[0], x[1], x[2] if a["bias"] else None, stride=a["stride"], padding=a["padding"])
-            elif op.kind == "linear":
-                y = F.linear(x[0].flatten(1), x[1], x[2])
-            elif op.kind == "relu":
-                y = F.relu(x[0])
-            elif op.kind == "max_pool2d":
-                y = F.max_pool2d(x[0], a["kernel"], a["stride"], a["padding"])
-            elif op.kind == "adaptive_avg_pool2d":
-                y = F.adaptive_avg_pool2d(x[0], graph.tensors[op.writes[0]].shape[2:])
-            elif op.kind == "batch_norm2d":
-                y = F.batch_norm(x[0], x[3], x[4], x[1], x[2], training=True, momentum=a["momentum"], eps=a["eps"])
-            elif op.kind == "dropout":
-                y = F.dropout(x[0], a["p"], training=True)
-            elif op.kind == "add":
-                y = x[0] + x[1]
-            else:
-                loss = F.cross_entropy(x[0], x[1].long())
-                break
-            env[op.writes[0]] = y
+        loss = forward_loss(graph, dict(values))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -9,14 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from vmexplorer.engine.init import initial_value
-from vmexplorer.graph import Graph, Kind, Phase
+from vmexplorer.graph import Graph, Kind
 
 
 def reference_gradients(graph: Graph, masks: dict[str, Any], seed: int = 0, allow_tf32: bool = True,
                         device: str = "cuda", float64: bool = False) -> tuple[float, dict[str, Any]]:
     """`masks`: the engine's dropout masks by tensor name, since two generators never draw alike."""
     import torch
-    import torch.nn.functional as F
 
     torch.backends.cudnn.allow_tf32 = allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False  # the engine's matmuls (CuPy) are full fp32
@@ -29,10 +28,21 @@ def reference_gradients(graph: Graph, masks: dict[str, Any], seed: int = 0, allo
                 values[t] = values[t].double()
             if tensor.kind is Kind.WEIGHT:
                 values[t].requires_grad_(True)
-    loss = None
+    loss = forward_loss(graph, values, masks)
+    loss.backward()
+    grads = {graph.tensors[t].name + ".grad": v.grad.detach().cpu().numpy()
+             for t, v in values.items() if graph.tensors[t].kind is Kind.WEIGHT}
+    return float(loss.detach()), grads
+
+
+def forward_loss(graph: Graph, values: dict[int, Any], masks: dict[str, Any] | None = None) -> Any:
+    """The graph's forward ops and loss in torch.nn.functional, autograd recording; `values` holds the
+    persistent tensors by id and gains every activation. Dropout uses the engine's `masks` when given,
+    else PyTorch's own (for timing, where the draws do not matter)."""
+    import torch
+    import torch.nn.functional as F
+
     for op in graph.ops:
-        if op.phase is not Phase.FORWARD and op.phase is not Phase.LOSS:
-            break
         a = dict(op.attrs)
         x = [values[t] for t in op.reads]
         if op.kind == "conv2d":
@@ -48,19 +58,16 @@ def reference_gradients(graph: Graph, masks: dict[str, Any], seed: int = 0, allo
         elif op.kind == "batch_norm2d":
             y = F.batch_norm(x[0], x[3].clone(), x[4].clone(), x[1], x[2], training=True,
                              momentum=a["momentum"], eps=a["eps"])
+        elif op.kind == "dropout" and masks is None:
+            y = F.dropout(x[0], a["p"], training=True)
         elif op.kind == "dropout":
-            mask = torch.from_numpy(masks[graph.tensors[op.writes[1]].name]).to(device).to(x[0].dtype)
+            mask = torch.from_numpy(masks[graph.tensors[op.writes[1]].name]).to(x[0].device).to(x[0].dtype)
             y = x[0] * mask / (1.0 - a["p"])
         elif op.kind == "add":
             y = x[0] + x[1]
         elif op.kind == "softmax_cross_entropy":
-            loss = F.cross_entropy(x[0], x[1].long())
-            break
+            return F.cross_entropy(x[0], x[1].long())
         else:
             raise NotImplementedError(op.kind)
         values[op.writes[0]] = y
-    assert loss is not None
-    loss.backward()
-    grads = {graph.tensors[t].name + ".grad": v.grad.detach().cpu().numpy()
-             for t, v in values.items() if graph.tensors[t].kind is Kind.WEIGHT}
-    return float(loss.detach()), grads
+    raise ValueError(f"{graph.model}: no loss op")
