@@ -26,11 +26,14 @@ from vmexplorer.simulator import simulate  # noqa: E402
 from vmexplorer.timeline import summary_table, timeline_figure  # noqa: E402
 
 SAMPLES = ROOT / "sample_sessions"
+DEFAULT = "vgg19-b64-autovm-50pct.measured.vms"  # a real H100 run; its uvm twin sits beside it
 
 
 def first_session() -> tuple[Session, str]:
     """The session to show and a line saying where it came from."""
-    for path in sorted(p for p in SAMPLES.glob("*") if p.is_file() and not p.name.startswith(".")):
+    paths = sorted((p for p in SAMPLES.glob("*") if p.is_file() and not p.name.startswith(".")),
+                   key=lambda p: (p.name != DEFAULT, p.name))
+    for path in paths:
         try:
             return load_session(path), f"sample session `{path.name}`"
         except SessionError:

@@ -115,7 +115,7 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     graph, plan = _compile(args)
     cupy()  # says plainly when there is no GPU, before anything is allocated
     settings = RunSettings(iterations=args.iterations, warmup=args.warmup, seed=args.seed,
-                           allow_tf32=not args.no_tf32)
+                           allow_tf32=not args.no_tf32, autotune=args.autotune)
     progress = (lambda i, n, loss: print(f"iteration {i}/{n}: loss {loss:.4f}", file=sys.stderr)) \
         if args.progress else None
     try:
@@ -447,6 +447,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=1, metavar="N", help="iterations run first, not recorded")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and the synthetic batch")
     p.add_argument("--no-tf32", action="store_true", help="full fp32 convolutions and matmuls")
+    p.add_argument("--autotune", action="store_true",
+                   help="time every cuDNN plan once per shape and keep the fastest (like cudnn.benchmark)")
     p.add_argument("--progress", action="store_true", help="print each iteration's loss on stderr")
     p.add_argument("--out", type=Path, required=True, metavar="FILE", help="session file to write")
     p.add_argument("--force", action="store_true", help="replace FILE if it exists")
