@@ -74,3 +74,14 @@ def test_memory_calls_come_right_before_the_op_that_waits_for_them():
             op = position[("op", plan.memops[s.index].complete_before)]
             between = steps[position[s.done] + 1:op]
             assert all(b.kind is not StepKind.OP for b in between)
+
+
+@pytest.mark.parametrize("policy,options", CASES)
+def test_a_prefetch_waits_for_the_evictions_that_make_its_room(policy, options):
+    g, plan = plan_for(policy, options)
+    for s in schedule(g, plan):
+        m = plan.memops[s.index] if s.kind is not StepKind.OP else None
+        if s.kind is StepKind.COPY and m.direction.value == "to_device":
+            room = {("memop", j) for j, e in enumerate(plan.memops)
+                    if e.mode is Mode.SYNC and e.complete_before == m.issue_after + 1}
+            assert room <= set(s.waits)

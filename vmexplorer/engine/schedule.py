@@ -52,16 +52,24 @@ def schedule(graph: Graph, plan: Plan) -> tuple[Step, ...]:
         due[m.complete_before].append(i)
     last_move: dict[int, Event] = {}  # the latest memory operation issued on each tensor
     steps: list[Step] = []
+    evictions: list[list[int]] = [[] for _ in range(n + 1)]  # driver evictions made before each op
+    for i, m in enumerate(plan.memops):
+        if m.mode is Mode.SYNC:
+            evictions[m.complete_before].append(i)
     for k in range(n + 1):
         ready: list[Event] = []
-        for i in sorted(due[k], key=lambda i: (plan.memops[i].issue_after, i)):
+        # evictions first: a prefetch landing before op k must wait for the room they make, or the
+        # device would briefly hold more than the emulated capacity
+        for i in sorted(due[k], key=lambda i: (plan.memops[i].mode is not Mode.SYNC, plan.memops[i].issue_after, i)):
             m = plan.memops[i]
             after: list[Event] = [("op", m.issue_after)] if m.issue_after >= 0 else []
             if m.tensor in last_move:  # an offload and the prefetch of the same tensor never overlap
                 after.append(last_move[m.tensor])
             if m.mode is Mode.ASYNC:
                 stream = Stream.TO_HOST if m.direction is Direction.TO_HOST else Stream.TO_DEVICE
-                steps.append(Step(StepKind.COPY, i, stream, tuple(after)))
+                if m.direction is Direction.TO_DEVICE:
+                    after += [("memop", j) for j in evictions[m.issue_after + 1]]
+                steps.append(Step(StepKind.COPY, i, stream, tuple(dict.fromkeys(after))))
                 ready.append(("memop", i))
             elif m.mode is Mode.SYNC:
                 steps.append(Step(StepKind.EVICT, i, Stream.COMPUTE, tuple(e for e in after if e[0] == "memop")))
