@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from vmexplorer import session as session_module
+from vmexplorer.collected import UM_KINDS, Collected, CollectorStatus, thin
 from vmexplorer.costmodel import H100_DEFAULT
 from vmexplorer.fileio import OutputError, atomic_write
 from vmexplorer.models import build_graph
@@ -70,6 +71,16 @@ def assert_same(a: Session, b: Session) -> None:
             assert x == y
     assert b.cost_model == a.cost_model
     assert (b.environment, b.notes, b.created) == (a.environment, a.notes, a.created)
+    assert (a.collected is None) == (b.collected is None)
+    if a.collected is not None and b.collected is not None:
+        for f in dataclasses.fields(Collected):
+            x, y = getattr(a.collected, f.name), getattr(b.collected, f.name)
+            if isinstance(x, np.ndarray):
+                assert np.array_equal(x, y) and x.dtype == y.dtype, f.name
+            elif f.name == "status":
+                assert [vars(s) for s in x] == [vars(s) for s in y]
+            else:
+                assert x == y, f.name
 
 
 # --- round trips ----------------------------------------------------------------------------------
@@ -180,8 +191,11 @@ BAD_FILES: list[tuple[str, Callable[[bytes], bytes], str]] = [
     ("json list", lambda good: gzip.compress(b"[1, 2]"), "is not a vmexplorer session"),
     ("truncated", lambda good: good[: len(good) // 2], "is truncated"),
     ("corrupted", lambda good: good[:40] + bytes(b ^ 0x55 for b in good[40:80]) + good[80:], "damaged"),
-    ("newer schema", rewrite(set_in("schema_version", 2)),
-     "written by a newer vmexplorer (schema 2, this reads up to 1); upgrade"),
+    ("newer schema", rewrite(set_in("schema_version", 3)),
+     "written by a newer vmexplorer (schema 3, this reads up to 2); upgrade"),
+    ("collected in a schema 1 file", rewrite(set_in("schema_version", 1)), "unexpected field 'collected'"),
+    ("no collected field", rewrite(delete("collected")), "the file has no 'collected' field"),
+    ("collected in a simulated session", rewrite(set_in("collected", {})), "collected has no 'kernel_names'"),
     ("schema as text", rewrite(set_in("schema_version", "1")), "schema_version"),
     ("missing plan", rewrite(delete("plan")), "the file has no 'plan' field"),
     ("extra field", rewrite(set_in("surprise", 1)), "unexpected field 'surprise'"),
@@ -331,3 +345,142 @@ def test_a_written_file_is_readable_by_others_like_any_file(tmp_path: Path) -> N
     (tmp_path / "x").chmod(0o600)
     atomic_write(tmp_path / "x", b"more", force=True)
     assert (tmp_path / "x").stat().st_mode & 0o777 == 0o600
+
+
+# --- collector records (schema 2) -----------------------------------------------------------------
+
+def synthetic_records(s: Session, seed: int = 0) -> Collected:
+    """Kernels, unified-memory counters and NVML samples spread over a measured session's timeline."""
+    tl, rng = s.timeline, np.random.default_rng(seed)
+    rows = rng.integers(0, len(tl.op_index), 2000)
+    start = (tl.op_start_ns[rows] + (tl.op_end_ns[rows] - tl.op_start_ns[rows]) * rng.random(2000)).astype(np.int64)
+    k = rows[:500]
+    nvml_t = np.linspace(0, float(tl.op_end_ns.max()), 50)
+    return Collected(tl.op_iteration[k], start[:500], start[:500] + rng.integers(0, 5000, 500),
+                     rng.choice([7, 13], 500, p=[0.9, 0.1]), rng.integers(0, 3, 500),
+                     ("sm90_xmma_gemm", "cudnn::conv_fprop<float>", "relu"),
+                     tl.op_iteration[rows[500:]], start[500:], start[500:] + rng.integers(0, 20_000, 1500),
+                     rng.integers(0, 3, 1500), rng.integers(1, 2**21, 1500),
+                     nvml_t, rng.integers(10**9, 10**10, 50), rng.random(50) * 1e9, rng.random(50) * 1e9,
+                     rng.integers(0, 101, 50).astype(np.float64),
+                     (CollectorStatus("cupti", True, "", 3, 120_000),
+                      CollectorStatus("nvml", True, "", 0, 4_000),
+                      CollectorStatus("nvtx", False, "CUPTI's MARKER records did not arrive", 0, 0)))
+
+
+@pytest.fixture(scope="module")
+def recorded(session: Session) -> Session:
+    m = measured(session)
+    return new_session(m.graph, m.plan, m.timeline, notes=("with collectors",), collected=synthetic_records(m))
+
+
+def test_a_session_with_collector_records_round_trips_and_saves_identically(recorded: Session,
+                                                                           tmp_path: Path) -> None:
+    save_session(recorded, tmp_path / "a.vms")
+    back = load_session(tmp_path / "a.vms")
+    assert_same(recorded, back)
+    assert back.summary == recorded.summary
+    save_session(back, tmp_path / "b.vms")
+    assert (tmp_path / "a.vms").read_bytes() == (tmp_path / "b.vms").read_bytes()
+    thinned = dataclasses.replace(recorded, collected=thin(recorded.collected))  # type: ignore[arg-type]
+    assert_same(thinned, session_from_bytes(session_to_bytes(thinned)))
+
+
+def test_collector_records_are_columns_with_kinds_and_names_as_text(recorded: Session) -> None:
+    doc = json.loads(gzip.decompress(session_to_bytes(recorded)))
+    c = doc["collected"]
+    assert set(c) == {"kernel_names", "kernels", "um", "nvml", "status"}
+    assert c["kernel_names"]["columns"]["name"] == list(recorded.collected.kernel_names)  # type: ignore[union-attr]
+    assert set(c["um"]["columns"]["kind"]) <= set(UM_KINDS) and c["um"]["rows"] == 1500
+    assert c["status"]["columns"]["available"] == [True, True, False]
+
+
+def test_the_summary_adds_the_measured_figures(recorded: Session) -> None:
+    s = recorded.summary
+    assert {"measured_faults", "measured_fault_groups", "measured_bytes_htod", "measured_bytes_dtoh",
+            "measured_kernel_ns", "measured_collector_overhead_ns", "measured_dropped_records"} <= set(s)
+    assert s["measured_nvtx_unavailable"] == "CUPTI's MARKER records did not arrive"
+    assert s["measured_dropped_records"] == 3 and s["iteration_ns"] > 0
+    assert not any(k.startswith("measured_") for k in dataclasses.replace(recorded, collected=None).summary)
+
+
+def test_new_session_refuses_records_that_do_not_fit_the_timeline(session: Session, recorded: Session) -> None:
+    with pytest.raises(SessionError, match="belong to a measured session, not a simulated one"):
+        new_session(session.graph, session.plan, session.timeline, collected=recorded.collected)
+    one = dataclasses.replace(recorded.timeline, op_iteration=np.zeros_like(recorded.timeline.op_iteration))
+    with pytest.raises(SessionError, match="do not fit the timeline: kernel_iteration row .* but the timeline"):
+        new_session(recorded.graph, recorded.plan, one, collected=recorded.collected)
+
+
+@pytest.mark.parametrize("path", sorted(Path(__file__).parents[1].glob("sample_sessions/*.vms")),
+                         ids=lambda p: p.name)
+def test_schema_1_files_still_load_without_collector_records(path: Path) -> None:
+    assert json.loads(gzip.decompress(path.read_bytes()))["schema_version"] == 1
+    s = load_session(path)
+    assert s.collected is None and s.summary["iterations"] >= 1
+
+
+def test_a_schema_1_file_written_by_hand_loads_and_is_saved_as_schema_2(session: Session) -> None:
+    doc = json.loads(gzip.decompress(session_to_bytes(session)))
+    assert doc["schema_version"] == 2 and doc["collected"] is None
+    doc["schema_version"] = 1
+    del doc["collected"]
+    old = session_from_bytes(gzip.compress(json.dumps(doc).encode()))
+    assert_same(session, old)
+    assert json.loads(gzip.decompress(session_to_bytes(old)))["schema_version"] == 2
+
+
+BAD_COLLECTED: list[tuple[str, Callable[[bytes], bytes], str]] = [
+    ("missing table", rewrite(delete("collected.nvml")), "collected has no 'nvml' field"),
+    ("not an object", rewrite(set_in("collected", [1])), "collected should be an object, not a list"),
+    ("unknown kind", rewrite(set_in("collected.um.columns.kind.3", "page_fault")),
+     "collected.um column 'kind' row 3 is 'page_fault', expected one of bytes_dtoh"),
+    ("kind as number", rewrite(set_in("collected.um.columns.kind.0", 2)), "row 0 should be text"),
+    ("name index past the end", rewrite(set_in("collected.kernels.columns.name.4", 3)),
+     "collected.kernels row 4, name: 3 is not an index into collected.kernel_names; expected 0 to 2"),
+    ("negative value", rewrite(set_in("collected.um.columns.value.2", -1)), "collected.um row 2, value: -1"),
+    ("fractional value", rewrite(set_in("collected.um.columns.value.2", 0.5)),
+     "collected.um column 'value' row 2 should be a whole number"),
+    ("zero records", rewrite(set_in("collected.um.columns.records.0", 0)), "collected.um row 0, records: 0"),
+    ("negative time", rewrite(set_in("collected.kernels.columns.start_ns.0", -1)),
+     "collected.kernels row 0, start_ns: -1 is not a time on the timeline"),
+    ("ends before it starts", rewrite(set_in("collected.um.columns.end_ns.1", 0)),
+     "collected.um row 1: it ends (end_ns) before it starts"),
+    ("iteration not recorded", rewrite(set_in("collected.kernels.columns.iteration.0", 3)),
+     "collected.kernels row 0, iteration: 3 is not an iteration with ops; expected 0 to 2"),
+    ("short column", rewrite(set_in("collected.kernels.columns.stream", lambda v: v[:-1])),
+     "collected.kernels column 'stream' has 499 values for 500 rows"),
+    ("too many rows", rewrite(set_in("collected.um.rows", 10**8)), "collected.um claims 100,000,000 rows"),
+    ("utilisation over 100", rewrite(set_in("collected.nvml.columns.gpu_util_pct.0", 100.5)),
+     "gpu_util_pct: 100.5 is more than 100%"),
+    ("available as text", rewrite(set_in("collected.status.columns.available.0", "yes")),
+     "collected.status column 'available' row 0 should be true or false, not the text 'yes'"),
+    ("unavailable without reason", rewrite(set_in("collected.status.columns.reason.2", "")),
+     "collector 'nvtx' is unavailable but gives no reason"),
+    ("collector twice", rewrite(set_in("collected.status.columns.name.1", "cupti")), "'cupti' is there twice"),
+    ("negative overhead", rewrite(set_in("collected.status.columns.overhead_ns.0", -3)), "overhead_ns: -3"),
+    ("simulated timeline", rewrite(set_in("timeline.source", "simulated")),
+     "collected holds collector records, but the timeline is simulated"),
+]
+
+
+@pytest.mark.parametrize("make, expected", [b[1:] for b in BAD_COLLECTED], ids=[b[0] for b in BAD_COLLECTED])
+def test_bad_collector_tables_are_one_session_error(recorded: Session, tmp_path: Path,
+                                                    make: Callable[[bytes], bytes], expected: str) -> None:
+    test_a_bad_file_is_one_session_error_naming_the_file_and_the_problem(recorded, tmp_path, make, expected)
+
+
+def test_a_long_run_of_records_stays_small_on_disk(recorded: Session) -> None:
+    """The 50 MB budget of a 20-iteration VGG-19 session with every collector on: a million
+    unified-memory rows (thin()'s default cap) must compress to well under it."""
+    tl, n = recorded.timeline, 200_000
+    rng = np.random.default_rng(3)
+    start = np.sort(rng.integers(0, int(tl.op_end_ns.max()), n))
+    its = np.searchsorted(np.sort(tl.iteration_ns().cumsum()), start, "right").clip(0, tl.iterations - 1)
+    base = recorded.collected
+    assert base is not None
+    c = dataclasses.replace(base, um_iteration=its, um_start_ns=start,
+                            um_end_ns=start + rng.integers(500, 3000, n), um_kind=rng.integers(0, 3, n),
+                            um_value=rng.choice([4096, 65536, 2 << 20], n), um_records=np.ones(n, np.int64))
+    size = len(session_to_bytes(dataclasses.replace(recorded, collected=c)))
+    assert size / n < 25, f"{size / n:.1f} bytes per record"  # 1M rows: under 25 MB

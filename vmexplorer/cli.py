@@ -115,7 +115,7 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     graph, plan = _compile(args)
     cupy()  # says plainly when there is no GPU, before anything is allocated
     settings = RunSettings(iterations=args.iterations, warmup=args.warmup, seed=args.seed,
-                           allow_tf32=not args.no_tf32, autotune=args.autotune)
+                           allow_tf32=not args.no_tf32, autotune=args.autotune, collect=not args.no_collectors)
     progress = (lambda i, n, loss: print(f"iteration {i}/{n}: loss {loss:.4f}", file=sys.stderr)) \
         if args.progress else None
     try:
@@ -128,7 +128,11 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     notes = (f"measured on {result.environment.get('gpu', 'a GPU')}; losses {losses}",
              "fault bytes per op are the plan's; measured faults come with the CUPTI collector",
              *args.note)
-    session = new_session(graph, plan, result.timeline, notes=notes, environment=result.environment)
+    for status in getattr(result.collected, "status", ()):
+        if not status.available:
+            notes += (f"{status.name} collector unavailable: {status.reason}",)
+    session = new_session(graph, plan, result.timeline, notes=notes, environment=result.environment,
+                          **({"collected": result.collected} if result.collected is not None else {}))
     save_session(session, args.out, force=args.force)
     return {"path": str(args.out), "config": _config(session.plan), "summary": session.summary}
 
@@ -450,6 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--autotune", action="store_true",
                    help="time every cuDNN plan once per shape and keep the fastest (like cudnn.benchmark)")
     p.add_argument("--progress", action="store_true", help="print each iteration's loss on stderr")
+    p.add_argument("--no-collectors", action="store_true", help="record without CUPTI and NVML")
     p.add_argument("--out", type=Path, required=True, metavar="FILE", help="session file to write")
     p.add_argument("--force", action="store_true", help="replace FILE if it exists")
     p.add_argument("--note", action="append", default=[], metavar="TEXT",

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from . import __version__
+from .collected import busiest_stream, per_op
 from .fileio import atomic_write
 from .plan import Direction, Mode, Origin
 from .session import SCHEMA_VERSION, Session
@@ -21,6 +22,9 @@ COMPUTE, TO_DEVICE, TO_HOST, FAULTS = 1, 2, 3, 4
 THREADS = {COMPUTE: "compute stream", TO_DEVICE: "copy stream: to device", TO_HOST: "copy stream: to host",
            FAULTS: "demand faults (driver)"}
 PIDS = {"simulated": 1, "measured": 2}
+# With collector records (measured sessions): one thread per stream that ran kernels, the compute
+# stream's first, and counter tracks of the unified-memory counters per op (see _collected_events).
+KERNELS = 5
 
 
 def chrome_trace(session: Session) -> dict[str, Any]:
@@ -56,6 +60,8 @@ def chrome_trace(session: Session) -> dict[str, Any]:
     events += [{"ph": "C", "pid": pid, "tid": 0, "name": "resident bytes", "ts": t / 1000,
                 "args": {"resident": b}}
                for t, b in zip(tl.resident_t_ns.tolist(), tl.resident_bytes.tolist())]
+    if session.collected is not None:
+        events += _collected_events(session, pid)
     events.sort(key=lambda e: (e["ph"] != "M", e.get("ts", 0.0), e["tid"]))
     return {"traceEvents": events, "displayTimeUnit": "ms", "metadata": _metadata(session)}
 
@@ -79,6 +85,46 @@ def export_html(session: Session, path: str | os.PathLike[str], force: bool = Fa
     atomic_write(path, file_html(layout, INLINE, title).encode(), force=force)
 
 
+def _collected_events(session: Session, pid: int) -> list[dict[str, Any]]:
+    """Kernel spans (CUPTI) on threads of their own, one per stream: kernels of different streams
+    overlap, and Perfetto drops slices of one thread that are not nested. The unified-memory counters
+    become counter tracks stepping at each op's start to what that op saw (faults and fault groups by
+    the record's start, bytes each way by window: see `vmexplorer.collected.per_op`), and back to 0
+    at the end of the last op."""
+    g, tl, c = session.graph, session.timeline, session.collected
+    assert c is not None
+    compute = busiest_stream(c)
+    streams = sorted(set(c.kernel_stream.tolist()), key=lambda s: (s != compute, s))
+    tids = {s: KERNELS + i for i, s in enumerate(streams)}
+    events: list[dict[str, Any]] = []
+    for s, tid in tids.items():
+        name = "kernels (CUPTI)" if s == compute else f"kernels (CUPTI), stream {s}"
+        events += [{"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": name}},
+                   {"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}}]
+    for it, start, end, stream, k in zip(c.kernel_iteration.tolist(), c.kernel_start_ns.tolist(),
+                                         c.kernel_end_ns.tolist(), c.kernel_stream.tolist(), c.kernel_name.tolist()):
+        events.append(_span(pid, tids[stream], c.kernel_names[k], "kernel", start, end,
+                            {"iteration": it, "stream": stream}))
+    if not len(c.um_value) or not len(tl.op_index):
+        return events
+    figures = per_op(g, tl, c, compute)
+    order = np.argsort(tl.op_start_ns, kind="stable")
+    for row in order.tolist():
+        ts = tl.op_start_ns[row] / 1000
+        events.append({"ph": "C", "pid": pid, "tid": 0, "name": "faults", "ts": ts,
+                       "args": {"faults": int(figures["faults"][row]),
+                                "fault_groups": int(figures["fault_groups"][row])}})
+        events.append({"ph": "C", "pid": pid, "tid": 0, "name": "UM bytes htod/dtoh", "ts": ts,
+                       "args": {"htod": round(float(figures["window_bytes_htod"][row])),
+                                "dtoh": round(float(figures["window_bytes_dtoh"][row]))}})
+    end = float(tl.op_end_ns.max()) / 1000
+    events.append({"ph": "C", "pid": pid, "tid": 0, "name": "faults", "ts": end,
+                   "args": {"faults": 0, "fault_groups": 0}})
+    events.append({"ph": "C", "pid": pid, "tid": 0, "name": "UM bytes htod/dtoh", "ts": end,
+                   "args": {"htod": 0, "dtoh": 0}})
+    return events
+
+
 def _span(pid: int, tid: int, name: str, cat: str, start_ns: float, end_ns: float,
           args: dict[str, Any]) -> dict[str, Any]:
     return {"ph": "X", "pid": pid, "tid": tid, "name": name, "cat": cat, "ts": start_ns / 1000,
@@ -99,4 +145,6 @@ def _metadata(session: Session) -> dict[str, Any]:
             "image_size": p.image_size, "policy": p.policy, "capacity_bytes": p.capacity,
             "source": tl.source, "iterations": tl.iterations, "created": session.created,
             "cost_model": session.cost_model.name if session.cost_model else None,
-            "peak_resident_bytes": int(np.max(tl.resident_bytes, initial=0))}
+            "peak_resident_bytes": int(np.max(tl.resident_bytes, initial=0)),
+            "collectors": None if session.collected is None else
+            {s.name: s.available for s in session.collected.status}}

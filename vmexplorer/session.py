@@ -23,6 +23,7 @@ import numpy as np
 
 from . import __version__
 from . import sessionformat as schema
+from .collected import Collected, CollectedError, check_against, collected_summary
 from .costmodel import CostModel
 from .fileio import atomic_write
 from .graph import Graph
@@ -31,7 +32,7 @@ from .records import Timeline, summarize
 from .sessionformat import SessionError
 
 FORMAT = "vmexplorer-session"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2 added "collected" (the GPU collectors' records); version 1 files still load
 MAX_FILE_BYTES = 200 * 10**6  # compressed; ResNet-152 under uvm over 100 iterations is about 5 MB
 MAX_JSON_BYTES = 10**9  # decompressed; read with this cap, so a gzip bomb costs at most this much
 
@@ -45,28 +46,36 @@ class Session:
     environment: dict[str, str]  # versions, platform, and (from the engine) the GPU and its driver
     notes: tuple[str, ...]
     created: str  # ISO-8601 UTC, when the run or simulation was made (not when it was saved)
+    collected: Collected | None = None  # what CUPTI / NVML recorded in a measured run, if they ran
 
     @property
     def summary(self) -> dict[str, float | int | str]:
-        return summarize(self.graph, self.plan, self.timeline)
+        """The timeline's figures; with collector records, theirs too, prefixed `measured_`."""
+        figures = summarize(self.graph, self.plan, self.timeline)
+        if self.collected is not None:
+            figures.update({f"measured_{k}": v for k, v in collected_summary(self.timeline, self.collected).items()})
+        return figures
 
 
 def new_session(graph: Graph, plan: Plan, timeline: Timeline, cost_model: CostModel | None = None,
                 notes: tuple[str, ...] | list[str] = (),
-                environment: dict[str, str] | None = None) -> Session:
+                environment: dict[str, str] | None = None, *, collected: Collected | None = None) -> Session:
     """A session stamped now, with this machine's software versions; `environment` adds to them
-    (the engine passes the GPU, its driver and CUDA)."""
+    (the engine passes the GPU, its driver and CUDA). `collected`: the collectors' records of a
+    measured run (see `vmexplorer.collected`), checked against the timeline."""
     _check_matches(graph, plan)
+    _check_collected(collected, timeline)
     env = {"vmexplorer": __version__, "python": platform.python_version(),
            "platform": platform.platform(), "numpy": np.__version__}
     env.update(environment or {})
     created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return Session(graph, plan, timeline, cost_model, env, tuple(notes), created)
+    return Session(graph, plan, timeline, cost_model, env, tuple(notes), created, collected)
 
 
 def session_to_bytes(session: Session) -> bytes:
     """The file's bytes: identical for identical sessions."""
     _check_matches(session.graph, session.plan)
+    _check_collected(session.collected, session.timeline)
     doc = {"format": FORMAT, "schema_version": SCHEMA_VERSION, **schema.encode(session)}
     try:
         text = json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False)
@@ -111,7 +120,7 @@ def session_from_bytes(data: bytes, name: str = "the file") -> Session:
     if version > SCHEMA_VERSION:
         raise SessionError(f"{name} was written by a newer vmexplorer (schema {version}, this reads up "
                            f"to {SCHEMA_VERSION}); upgrade vmexplorer to open it")
-    return Session(**schema.decode(doc, schema.Reader(name)))
+    return Session(**schema.decode(doc, schema.Reader(name), version))
 
 
 def _decompress(data: bytes, name: str) -> bytes:
@@ -153,3 +162,14 @@ def _check_matches(graph: Graph, plan: Plan) -> None:
     if plan.key != graph.key:
         raise SessionError(f"the plan is for {plan.key} but the graph is {graph.key} "
                            "(model, batch, image size); compile the plan for this graph")
+
+
+def _check_collected(collected: Collected | None, timeline: Timeline) -> None:
+    if collected is None:
+        return
+    if not isinstance(collected, Collected):
+        raise SessionError(f"collected should be a vmexplorer.collected.Collected, not {type(collected).__name__}")
+    try:
+        check_against(collected, timeline)
+    except CollectedError as e:
+        raise SessionError(f"the collected records do not fit the timeline: {e}") from None

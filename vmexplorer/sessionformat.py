@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
+from .collected import UM_KINDS, Collected, CollectedError, CollectorStatus, UmKind, check_against
 from .costmodel import CostModel
 from .graph import PERSISTENT, Graph, Kind, Op, Phase, Tensor
 from .plan import Direction, MemOp, Mode, Origin, Plan
@@ -25,12 +26,13 @@ if TYPE_CHECKING:
 
 MAX_ROWS = 10_000_000  # per table: far beyond any real session (ResNet-152 x 100 iterations is ~1M)
 SOURCES = ("simulated", "measured")
-INT, NUM, STR = "int", "num", "str"
+INT, NUM, STR, BOOL = "int", "num", "str", "bool"
 ColType = str | type[StrEnum]
 _COST_FIELDS = ("flops_per_ns", "bytes_per_ns", "launch_ns", "prefetch_bytes_per_ns",
                 "evict_bytes_per_ns", "fault_bytes_per_ns", "host_block")
-TOP_LEVEL = ("format", "schema_version", "created", "environment", "notes", "config", "graph", "plan",
-             "timeline", "cost_model")
+TOP_LEVEL_V1 = ("format", "schema_version", "created", "environment", "notes", "config", "graph", "plan",
+                "timeline", "cost_model")
+TOP_LEVEL = (*TOP_LEVEL_V1, "collected")  # schema 2 added the collectors' records
 
 
 class SessionError(ValueError):
@@ -70,6 +72,7 @@ def encode(s: Session) -> dict[str, Any]:
             "resident": _table({"t_ns": tl.resident_t_ns.tolist(), "bytes": tl.resident_bytes.tolist()}),
         },
         "cost_model": None if s.cost_model is None else _cost_model(s.cost_model),
+        "collected": None if s.collected is None else _collected(s.collected),
     }
 
 
@@ -104,11 +107,33 @@ def _cost_model(c: CostModel) -> dict[str, Any]:
     return {"name": c.name, **{f: getattr(c, f) for f in _COST_FIELDS}, "op_ns": dict(c.op_ns)}
 
 
+def _collected(c: Collected) -> dict[str, Any]:
+    kinds = np.array(UM_KINDS, dtype=object)
+    st = c.status
+    return {
+        "kernel_names": _table({"name": list(c.kernel_names)}),
+        "kernels": _table({"iteration": c.kernel_iteration.tolist(), "start_ns": c.kernel_start_ns.tolist(),
+                           "end_ns": c.kernel_end_ns.tolist(), "stream": c.kernel_stream.tolist(),
+                           "name": c.kernel_name.tolist()}),
+        "um": _table({"iteration": c.um_iteration.tolist(), "start_ns": c.um_start_ns.tolist(),
+                      "end_ns": c.um_end_ns.tolist(), "kind": kinds[c.um_kind].tolist(),
+                      "value": c.um_value.tolist(), "records": c.um_records.tolist()}),
+        "nvml": _table({"t_ns": c.nvml_t_ns.tolist(), "memory_used_bytes": c.nvml_memory_used_bytes.tolist(),
+                        "pcie_tx_bytes_per_s": c.nvml_pcie_tx_bytes_per_s.tolist(),
+                        "pcie_rx_bytes_per_s": c.nvml_pcie_rx_bytes_per_s.tolist(),
+                        "gpu_util_pct": c.nvml_gpu_util_pct.tolist()}),
+        "status": _table({"name": [s.name for s in st], "available": [s.available for s in st],
+                          "reason": [s.reason for s in st], "dropped_records": [s.dropped_records for s in st],
+                          "overhead_ns": [s.overhead_ns for s in st]}),
+    }
+
+
 # --- reading --------------------------------------------------------------------------------------
 
-def decode(doc: dict[str, Any], r: Reader) -> dict[str, Any]:
-    """The Session's fields from a parsed document whose format and version are already known."""
-    r.fields(doc, "the file", TOP_LEVEL)
+def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
+    """The Session's fields from a parsed document whose format and version are already known
+    (schema 1 has no "collected" field: it loads with none)."""
+    r.fields(doc, "the file", TOP_LEVEL if version >= 2 else TOP_LEVEL_V1)
     created = r.scalar(doc["created"], "created", STR)
     if not _is_iso_time(created):
         r.fail(f"created is {created!r}, not an ISO-8601 date and time")
@@ -129,8 +154,10 @@ def decode(doc: dict[str, Any], r: Reader) -> dict[str, Any]:
     plan = _plan(r, doc["plan"], graph, policy, capacity, options)
     timeline = _timeline(r, doc["timeline"], graph, plan)
     cost = None if doc["cost_model"] is None else _read_cost_model(r, doc["cost_model"])
+    raw = doc.get("collected")
+    collected = None if raw is None else _read_collected(r, raw, timeline)
     return dict(graph=graph, plan=plan, timeline=timeline, cost_model=cost, environment=dict(env),
-                notes=tuple(notes), created=created)
+                notes=tuple(notes), created=created, collected=collected)
 
 
 def _graph(r: Reader, d: dict[str, Any], model: str, batch: int, size: int) -> Graph:
@@ -230,6 +257,63 @@ def _read_cost_model(r: Reader, value: Any) -> CostModel:
     return CostModel(r.scalar(d["name"], "cost_model.name", STR), **rates, op_ns=times)
 
 
+def _read_collected(r: Reader, value: Any, timeline: Timeline) -> Collected:
+    d = r.fields(value, "collected", ("kernel_names", "kernels", "um", "nvml", "status"))
+    names = r.table(d["kernel_names"], "collected.kernel_names", {"name": STR})
+    k = r.table(d["kernels"], "collected.kernels", {"iteration": INT, "start_ns": NUM, "end_ns": NUM,
+                                                    "stream": INT, "name": INT})
+    u = r.table(d["um"], "collected.um", {"iteration": INT, "start_ns": NUM, "end_ns": NUM, "kind": UmKind,
+                                          "value": INT, "records": INT})
+    v = r.table(d["nvml"], "collected.nvml", {"t_ns": NUM, "memory_used_bytes": INT, "pcie_tx_bytes_per_s": NUM,
+                                              "pcie_rx_bytes_per_s": NUM, "gpu_util_pct": NUM})
+    st = r.table(d["status"], "collected.status", {"name": STR, "available": BOOL, "reason": STR,
+                                                   "dropped_records": INT, "overhead_ns": INT})
+    if timeline.source != "measured":
+        r.fail(f"collected holds collector records, but the timeline is {timeline.source}, not measured")
+    n = timeline.iterations
+    for table in (k, u):
+        r.within(table, "iteration", 0, n, "an iteration with ops")
+        r.within(table, "start_ns", 0, None, "a time on the timeline (records before it are dropped)")
+        late = np.flatnonzero(table["end_ns"] < table["start_ns"])
+        if late.size:
+            r.fail(f"{table['where']} row {late[0]}: it ends (end_ns) before it starts (start_ns)")
+    r.within(k, "stream", 0, None, "a stream id")
+    r.within(k, "name", 0, names["rows"], "an index into collected.kernel_names")
+    r.within(u, "value", 0, None, "a count or a size in bytes")
+    r.within(u, "records", 1, None, "a number of records")
+    r.within(v, "t_ns", 0, None, "a time on the timeline")
+    for name in ("memory_used_bytes", "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s"):
+        r.within(v, name, 0, None, "a size or a rate in bytes")
+    r.within(v, "gpu_util_pct", 0, 101, "a percentage")
+    over = np.flatnonzero(v["gpu_util_pct"] > 100)
+    if over.size:
+        r.fail(f"collected.nvml row {over[0]}, gpu_util_pct: {v['gpu_util_pct'][over[0]]} is more than 100%")
+    r.within(st, "dropped_records", 0, None, "a count")
+    r.within(st, "overhead_ns", 0, None, "a duration")
+    seen: set[str] = set()
+    for i, (name, available, reason) in enumerate(zip(st["name"], st["available"], st["reason"])):
+        if not name or name in seen:
+            r.fail(f"collected.status row {i}: the collector's name {name!r} is "
+                   f"{'empty' if not name else 'there twice'}")
+        seen.add(name)
+        if not available and not reason.strip():
+            r.fail(f"collected.status row {i}: collector {name!r} is unavailable but gives no reason")
+    index = {kind: i for i, kind in enumerate(UM_KINDS)}
+    try:
+        collected = Collected(
+            k["iteration"], k["start_ns"], k["end_ns"], k["stream"], k["name"], tuple(names["name"]),
+            u["iteration"], u["start_ns"], u["end_ns"], np.array([index[x] for x in u["kind"]], dtype=np.int64),
+            u["value"], v["t_ns"], v["memory_used_bytes"], v["pcie_tx_bytes_per_s"], v["pcie_rx_bytes_per_s"],
+            v["gpu_util_pct"],
+            tuple(CollectorStatus(*row) for row in zip(st["name"], st["available"], st["reason"],
+                                                      st["dropped_records"].tolist(), st["overhead_ns"].tolist())),
+            u["records"])
+        check_against(collected, timeline)
+    except CollectedError as e:  # everything above should have caught it first; one message all the same
+        r.fail(f"collected: {e}")
+    return collected
+
+
 class Reader:
     """Checks values against the schema; every failure names the file and the place in it."""
 
@@ -266,6 +350,11 @@ class Reader:
             self.fail(f"{where} has {len(values)} values for {rows} rows")
         if kind in (INT, NUM):
             return self.numbers(values, where, str(kind))
+        if kind == BOOL:
+            bad = next((i for i, v in enumerate(values) if type(v) is not bool), None)
+            if bad is not None:
+                self.fail(f"{where} row {bad} should be true or false, not {_describe(values[bad])}")
+            return values
         for i, v in enumerate(values):
             if not isinstance(v, str):
                 self.fail(f"{where} row {i} should be text, not {_describe(v)}")
@@ -330,12 +419,14 @@ class Reader:
 
 
 _INT64 = (-(2**63), 2**63 - 1)
-_NAMES = {INT: "a whole number", NUM: "a number", STR: "text"}
+_NAMES = {INT: "a whole number", NUM: "a number", STR: "text", BOOL: "true or false"}
 
 
 def _is(value: Any, kind: str) -> bool:
     if kind == STR:
         return isinstance(value, str)
+    if kind == BOOL:
+        return type(value) is bool
     if type(value) is int:  # not bool: JSON's true is not a count
         return _INT64[0] <= value <= _INT64[1]
     return kind == NUM and type(value) is float and math.isfinite(value)

@@ -1,11 +1,18 @@
-"""Measurement collectors for GPU runs (not built yet), sharing one small start/stop/records interface.
+"""Collectors: what the GPU itself reports while the engine runs, on one clock.
 
-What will live here, per DESIGN.md:
-- CUPTI (`cupti-python`): unified-memory counters with timestamps (GPU page-fault groups, bytes host to
-  device and device to host), kernel and memcpy activity;
-- NVTX ranges for every op and memory operation, on CUPTI's clock so ranges, kernels and faults share
-  one time axis (and Nsight Systems shows them too);
-- NVML (`nvidia-ml-py`): a sampler of device memory used, PCIe throughput and utilisation.
-Each collector's overhead is measured and reported. GPU packages are imported only where used and fail
-with "X is needed for Y", so importing this package works on a machine with no GPU.
+Each collector has the same small shape: `start()` once the CUDA context exists, `flush()` at the end
+of every iteration (so buffers stay bounded on long runs), `stop()`, then `rows` (raw columns on
+CUPTI's clock, ns) and `status` (available, and why not). A collector that cannot run (package
+missing, another profiler attached, counters unsupported) is reported, never fatal: the run goes on.
+
+- cupti: unified-memory counters (GPU page-fault groups, bytes each way, thrashing, throttling) and
+  kernel activity, through cupti-python.
+- nvml: device memory used, PCIe throughput each way and utilisation, sampled by a thread.
+NVTX ranges are emitted by the executor for every op and memory operation (Nsight Systems shows them);
+the session keeps the same spans from CUDA events, placed on CUPTI's clock with the records here.
 """
+
+from .cupti_collector import CuptiCollector
+from .nvml_sampler import NvmlSampler
+
+__all__ = ["CuptiCollector", "NvmlSampler"]

@@ -40,6 +40,7 @@ class RunSettings:
     allow_tf32: bool = True  # for convolutions; matmuls (linear layers) stay full fp32 in CuPy
     deterministic: bool = False  # only cuDNN engines without atomics: identical bits run after run
     autotune: bool = False  # time every cuDNN plan once per shape and keep the fastest
+    collect: bool = True  # CUPTI and NVML collectors (each reports itself unavailable rather than fail)
     keep_weights: bool = False  # return persistent tensors, weight gradients and dropout masks at the end
 
 
@@ -49,6 +50,7 @@ class RunResult:
     losses: tuple[float, ...]
     environment: dict[str, str]
     weights: dict[str, np.ndarray] = field(default_factory=dict)
+    collected: Any = None  # vmexplorer.collected.Collected, when settings.collect
 
 
 def execute(graph: Graph, plan: Plan, settings: RunSettings = RunSettings(),
@@ -76,29 +78,56 @@ def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena, settings: RunSettings,
     steps = schedule(graph, plan)
     ranges = gpu.Ranges()
     loss = graph.tensor_id("loss.value")
+    collectors = _start_collectors() if settings.collect else []
+    clock = collectors[0].clock if collectors else None
     records, losses = [], []
     total = settings.warmup + settings.iterations
-    for it in range(total):
-        if should_stop is not None and should_stop():
-            break
-        attrs = [op_attrs(graph, k, iteration=it, seed=settings.seed, lr=settings.lr, momentum=settings.momentum,
-                          allow_tf32=settings.allow_tf32, deterministic=settings.deterministic,
-                          autotune=settings.autotune)
-                 for k in range(len(graph.ops))]
-        events = _iteration(cp, graph, plan, arena, streams, steps, attrs, resident, ranges)
-        for s in streams.values():
-            s.synchronize()
-        losses.append(float(arena.views[loss].get()))
-        if it >= settings.warmup:
-            records.append(events)
-        if progress is not None:
-            progress(it + 1, total, losses[-1])
+    try:
+        for it in range(total):
+            if should_stop is not None and should_stop():
+                break
+            attrs = [op_attrs(graph, k, iteration=it, seed=settings.seed, lr=settings.lr,
+                              momentum=settings.momentum, allow_tf32=settings.allow_tf32,
+                              deterministic=settings.deterministic, autotune=settings.autotune)
+                     for k in range(len(graph.ops))]
+            # the streams are idle here, so the origin event fires at once: its CUPTI time is now
+            t0 = clock() if clock is not None else 0
+            events = _iteration(cp, graph, plan, arena, streams, steps, attrs, resident, ranges)
+            for s in streams.values():
+                s.synchronize()
+            for c in collectors:
+                c.flush()
+            losses.append(float(arena.views[loss].get()))
+            if it >= settings.warmup:
+                records.append({**events, "t0": t0})
+            if progress is not None:
+                progress(it + 1, total, losses[-1])
+    finally:
+        for c in collectors:
+            c.stop()
     weights = {}
     if settings.keep_weights:
         weights = {t.name: arena.views[i].get() for i, t in enumerate(graph.tensors)
                    if t.persistent or t.name.endswith((".weight.grad", ".bias.grad", ".mask"))}
-    return RunResult(_timeline(cp, graph, plan, records), tuple(losses[settings.warmup:]), gpu.environment(),
-                     weights)
+    timeline, offsets = _timeline(cp, graph, plan, records)
+    collected = _collected(collectors, [r["t0"] for r in records], offsets) if settings.collect else None
+    return RunResult(timeline, tuple(losses[settings.warmup:]), gpu.environment(), weights, collected)
+
+
+def _start_collectors() -> list[Any]:
+    from ..collectors import CuptiCollector, NvmlSampler
+
+    cupti = CuptiCollector()
+    cupti.start()
+    nvml = NvmlSampler(cupti.clock)
+    nvml.start()
+    return [cupti, nvml]
+
+
+def _collected(collectors: list[Any], t0s: list[int], offsets: list[float]) -> Any:
+    from ..collectors.build import build_collected
+
+    return build_collected(collectors, t0s, offsets)
 
 
 def _place(graph: Graph, plan: Plan, arena: Arena, stream: Any) -> list[int]:
@@ -160,15 +189,17 @@ def _iteration(cp: Any, graph: Graph, plan: Plan, arena: Arena, streams: dict[St
     return {"origin": origin, "spans": spans}
 
 
-def _timeline(cp: Any, graph: Graph, plan: Plan, records: list[dict]) -> Timeline:
+def _timeline(cp: Any, graph: Graph, plan: Plan, records: list[dict]) -> tuple[Timeline, list[float]]:
+    """The measured timeline, and each iteration's offset on its axis."""
     n, m = len(graph.ops), len(plan.memops)
     faults = np.zeros(n, dtype=np.int64)
     for memop in plan.memops:
         if memop.mode is Mode.FAULT:
             faults[memop.complete_before] += memop.nbytes
     cols: dict[str, list] = {k: [] for k in ("oi", "ox", "os", "oe", "ost", "of", "mi", "mx", "ms", "me", "rt", "rb")}
-    offset = 0.0
+    offset, offsets = 0.0, []
     for it, rec in enumerate(records):
+        offsets.append(offset)
         def ns(event: Any, rec: dict = rec) -> float:
             return cp.cuda.get_elapsed_time(rec["origin"], event) * 1e6
 
@@ -192,4 +223,4 @@ def _timeline(cp: Any, graph: Graph, plan: Plan, records: list[dict]) -> Timelin
     i64 = lambda a: np.rint(a).astype(np.int64)  # noqa: E731
     return Timeline("measured", i64(cat["oi"]), i64(cat["ox"]), i64(cat["os"]), i64(cat["oe"]), i64(cat["ost"]),
                     i64(cat["of"]), i64(cat["mi"]), i64(cat["mx"]), i64(cat["ms"]), i64(cat["me"]),
-                    i64(cat["rt"]), i64(cat["rb"]))
+                    i64(cat["rt"]), i64(cat["rb"])), offsets

@@ -1,0 +1,90 @@
+"""Collectors on the GPU: what CUPTI measures against what the plan says, their overhead, and the
+size of a long session, in one run.
+
+    python3 bench/gpu/bench_collectors.py [--iterations 5] [--long 20]
+
+1. VGG-19 b64 at 50% under uvm and autovm, with collectors: CUPTI's host->device and device->host
+   bytes per iteration next to the plan's, and the GPU page-fault groups and faults per iteration.
+2. The same uvm and device runs without collectors: the overhead, measured side by side.
+3. A `--long`-iteration VGG-19 uvm run with everything on, saved: the session file's size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from vmexplorer.collected import UM_KINDS  # noqa: E402
+from vmexplorer.engine.executor import RunSettings, execute  # noqa: E402
+from vmexplorer.models import build_graph  # noqa: E402
+from vmexplorer.plan import Direction, Mode  # noqa: E402
+from vmexplorer.policies import compile_plan  # noqa: E402
+from vmexplorer.records import summarize  # noqa: E402
+from vmexplorer.session import new_session, save_session  # noqa: E402
+
+
+def per_iteration(collected, kind: str, iterations: int) -> float:
+    k = UM_KINDS.index(kind)
+    rows = np.asarray(collected.um_kind) == k
+    return float(np.asarray(collected.um_value)[rows].sum()) / max(iterations, 1)
+
+
+def fault_groups(collected, iterations: int) -> float:
+    rows = np.asarray(collected.um_kind) == UM_KINDS.index("gpu_page_fault_groups")
+    return float(np.asarray(collected.um_records)[rows].sum()) / iterations
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--iterations", type=int, default=5)
+    ap.add_argument("--long", type=int, default=20)
+    args = ap.parse_args()
+    out = Path(os.environ.get("OUT") or tempfile.mkdtemp())
+    graph = build_graph("vgg19", 64)
+    half = graph.footprint // 2
+    rows = {}
+    for policy, capacity in (("device", graph.footprint), ("uvm", half), ("autovm", half)):
+        plan = compile_plan(graph, capacity, policy)
+        timed = {}
+        for collect in (False, True):
+            result = execute(graph, plan, RunSettings(iterations=args.iterations, warmup=1, collect=collect))
+            timed[collect] = summarize(graph, plan, result.timeline)["iteration_ns"] / 1e6
+        c = result.collected
+        n = args.iterations
+        planned_in = sum(m.nbytes for m in plan.memops if m.direction is Direction.TO_DEVICE)
+        planned_faults = sum(m.nbytes for m in plan.memops if m.mode is Mode.FAULT)
+        planned_out = sum(m.nbytes for m in plan.memops if m.direction is Direction.TO_HOST)
+        row = {"without_ms": timed[False], "with_ms": timed[True], "overhead": timed[True] / timed[False] - 1,
+               "cupti_htod_bytes": per_iteration(c, "bytes_htod", n), "plan_htod_bytes": planned_in,
+               "plan_fault_bytes": planned_faults,
+               "cupti_dtoh_bytes": per_iteration(c, "bytes_dtoh", n), "plan_dtoh_bytes": planned_out,
+               "fault_groups": fault_groups(c, n), "faults": per_iteration(c, "gpu_page_fault_groups", n),
+               "kernels": len(c.kernel_start_ns) / n,
+               "status": [(s.name, s.available, s.reason, s.dropped_records) for s in c.status]}
+        rows[policy] = row
+        print(f"vgg19 b64 {policy:>6}: {timed[False]:.1f} ms without collectors, {timed[True]:.1f} ms with "
+              f"({row['overhead']:+.1%}); CUPTI htod {row['cupti_htod_bytes'] / 2**30:.2f} GiB/it vs plan "
+              f"{planned_in / 2**30:.2f}; dtoh {row['cupti_dtoh_bytes'] / 2**30:.2f} vs {planned_out / 2**30:.2f}; "
+              f"fault groups {row['fault_groups']:.0f}/it, faults {row['faults']:.0f}/it; "
+              f"kernels {row['kernels']:.0f}/it; {row['status']}", flush=True)
+    plan = compile_plan(graph, half, "uvm")
+    result = execute(graph, plan, RunSettings(iterations=args.long, warmup=1, collect=True))
+    path = out / f"vgg19-b64-uvm-50pct-{args.long}it.measured.vms"
+    save_session(new_session(graph, plan, result.timeline, environment=result.environment,
+                             collected=result.collected), path, force=True)
+    rows["long_session_bytes"] = path.stat().st_size
+    print(f"{args.long}-iteration VGG-19 uvm session with collectors: {path.stat().st_size / 1e6:.1f} MB", flush=True)
+    (out / "bench_collectors.json").write_text(json.dumps(rows, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""Collectors with no GPU: they say why they are unavailable, and records land on the right iteration."""
+
+import numpy as np
+
+from vmexplorer.collectors import CuptiCollector, NvmlSampler
+from vmexplorer.collectors.placement import place
+
+
+def test_records_land_on_the_iteration_that_began_before_them_and_warm_up_is_dropped():
+    starts, offsets = [1_000, 5_000, 9_000], [0.0, 3_000.0, 6_500.0]
+    keep, iteration, ns = place(starts, offsets, [500, 1_000, 4_999, 5_200, 12_000])
+    assert keep.tolist() == [False, True, True, True, True]
+    assert iteration.tolist() == [0, 0, 1, 2]
+    assert ns.tolist() == [0, 3_999, 3_200, 9_500]
+
+
+def test_collectors_without_their_packages_report_why_and_do_not_raise():
+    cupti = CuptiCollector()
+    cupti.start()
+    cupti.flush()
+    cupti.stop()
+    try:
+        import cupti as _  # noqa: F401
+    except ImportError:
+        assert not cupti.available and "cupti-python is not installed" in cupti.reason
+    nvml = NvmlSampler(cupti.clock)
+    nvml.start()
+    nvml.stop()
+    assert nvml.available or nvml.reason.startswith("NVML unavailable")
+    assert all(len(v) == 0 for v in cupti.rows.values()) or cupti.available
+    assert np.all(np.diff([cupti.clock(), cupti.clock()]) >= 0)
+
+
+class _Fake:
+    def __init__(self, name, rows, available=True, reason=""):
+        self.name, self.rows, self.available, self.reason = name, rows, available, reason
+        self.dropped, self.overhead_ns = 0, 4_000
+
+
+def test_raw_collector_rows_become_a_sessions_collected_records_on_its_axis():
+    from vmexplorer.collectors.build import build_collected
+
+    cupti = _Fake("cupti", {"kernel_start": [50, 1_100, 5_100], "kernel_end": [90, 1_400, 5_300],
+                            "kernel_stream": [7, 7, 7], "kernel_name": ["warmup", "conv", "relu"],
+                            "um_start": [1_200, 5_050], "um_end": [1_300, 5_150],
+                            "um_kind": ["gpu_page_fault_groups", "bytes_htod"], "um_value": [12, 1 << 20]})
+    nvml = _Fake("nvml", {}, available=False, reason="NVML unavailable: no driver")
+    c = build_collected([cupti, nvml], t0s=[1_000, 5_000], offsets=[0.0, 2_000.0])
+    assert c.kernel_names == ("conv", "relu")
+    assert c.kernel_start_ns.tolist() == [100, 2_100] and c.kernel_end_ns.tolist() == [400, 2_300]
+    assert c.um_iteration.tolist() == [0, 1] and c.um_value.tolist() == [12, 1 << 20]
+    status = {s.name: s for s in c.status}
+    assert status["nvml"].reason.startswith("NVML unavailable") and status["cupti"].overhead_ns == 2_000
