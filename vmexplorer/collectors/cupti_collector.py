@@ -13,6 +13,19 @@ UM_COUNTERS = {  # CUPTI counter kind name -> our kind name
     "THROTTLING": "throttling",
 }
 BUFFER_BYTES = 8 << 20
+# CUPTI takes one pair of buffer callbacks per process: register them once and hand the records to
+# whichever collector is running (one run at a time per process)
+_ACTIVE: list[CuptiCollector] = []
+_REGISTERED: list[bool] = []
+
+
+def _requested() -> tuple[int, int]:
+    return BUFFER_BYTES, 0
+
+
+def _completed(activities: list) -> None:
+    if _ACTIVE:
+        _ACTIVE[-1]._take(activities)
 
 
 class CuptiCollector:
@@ -40,7 +53,10 @@ class CuptiCollector:
             return
         self._cupti = cupti
         try:
-            cupti.activity_register_callbacks(self._requested, self._completed)
+            if not _REGISTERED:
+                cupti.activity_register_callbacks(_requested, _completed)
+                _REGISTERED.append(True)
+            _ACTIVE.append(self)
             if self.want_um:
                 self._configure_unified_memory(cupti)
                 self._enable(cupti.ActivityKind.UNIFIED_MEMORY_COUNTER)
@@ -67,10 +83,7 @@ class CuptiCollector:
         self._cupti.activity_enable(kind)
         self._kinds.append(kind)
 
-    def _requested(self) -> tuple[int, int]:
-        return BUFFER_BYTES, 0
-
-    def _completed(self, activities: list) -> None:
+    def _take(self, activities: list) -> None:
         t = time.perf_counter_ns()
         cupti, rows = self._cupti, self.rows
         um_kind = cupti.ActivityKind.UNIFIED_MEMORY_COUNTER
@@ -105,3 +118,6 @@ class CuptiCollector:
             self.dropped += int(self._cupti.activity_get_num_dropped_records(None, 0))
         except Exception:  # counting dropped records is best effort across cupti-python versions
             pass
+        finally:
+            if self in _ACTIVE:
+                _ACTIVE.remove(self)
