@@ -43,6 +43,21 @@ def main() -> int:
             "| case | engine error | PyTorch error, same precision |", "|---|---:|---:|"]
     for g in grads:
         out.append(f"| {g['case']} | {g['engine_error']:.2e} | {g['pytorch_error']:.2e} |")
+    collectors = HERE / "bench_collectors.json"
+    if collectors.exists():
+        c = json.loads(collectors.read_text())
+        out += ["", "## Collectors: CUPTI against the plan, and their overhead (`bench/gpu/bench_collectors.py`)", "",
+                "VGG-19 b64, `uvm` and `autovm` at 50%, `device` with the whole footprint; per iteration.", "",
+                "| policy | without collectors | with | overhead | CUPTI to device | plan to device | CUPTI to host "
+                "| plan to host | fault groups | faults |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for policy in ("device", "uvm", "autovm"):
+            r = c[policy]
+            out.append(f"| {policy} | {r['without_ms']:.1f} ms | {r['with_ms']:.1f} ms | {r['overhead']:+.1%} "
+                       f"| {r['cupti_htod_bytes'] / 2**30:.2f} GiB | {r['plan_htod_bytes'] / 2**30:.2f} GiB "
+                       f"| {r['cupti_dtoh_bytes'] / 2**30:.2f} GiB | {r['plan_dtoh_bytes'] / 2**30:.2f} GiB "
+                       f"| {r['fault_groups']:.0f} | {r['faults']:.0f} |")
+        out += ["", f"A 20-iteration VGG-19 `uvm` session with every collector on: "
+                    f"{c['long_session_bytes'] / 1e6:.1f} MB."]
     print("\n".join(out))
     return 0
 
