@@ -1,16 +1,29 @@
-"""The web app, for now a placeholder page: `panel serve vmexplorer/app.py` (no GPU needed).
+"""The web app: `panel serve vmexplorer/app.py` (no GPU needed).
 
-It draws one session: the first file in sample_sessions/, or, when there is none (or it does not
-open), a freshly simulated VGG-19 batch 64 under AutoVM at 50% of its footprint. The editor with
-draggable markers, runs and comparisons comes in a later release.
+It opens the sample session of VGG-19 batch 64 under AutoVM at 50% of its footprint, measured on an
+H100, and lets a person configure and simulate other plans, drag the plan's offload and prefetch
+markers (each edit re-plans as a `manual` plan and re-simulates at once), add or drop a tensor's
+round trip, compare two sessions op by op, and save or export what is shown. All the logic lives in
+`vmexplorer.appstate.AppState`; this module only lays out widgets and draws the state.
 """
 
 from __future__ import annotations
 
+import importlib
+import io
+import json
+import os
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import panel as pn
+from panel.theme.fast import Fast
+
+# the Fast design links a web font; offline (a classroom, a lent machine) that is two failed requests
+# and console errors, so the page uses the system's sans-serif instead
+Fast._resources = {k: v for k, v in Fast._resources.items() if k != "font"}  # type: ignore[assignment]
 
 ROOT = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):
@@ -18,48 +31,351 @@ if __package__ in (None, ""):
     # installed: make the package importable from the repository it sits in
     sys.path.insert(0, str(ROOT))
 
-from vmexplorer.costmodel import H100_DEFAULT  # noqa: E402
-from vmexplorer.models import build_graph  # noqa: E402
-from vmexplorer.policies import compile_plan  # noqa: E402
-from vmexplorer.session import Session, SessionError, load_session, new_session  # noqa: E402
-from vmexplorer.simulator import simulate  # noqa: E402
-from vmexplorer.timeline import summary_table, timeline_figure  # noqa: E402
+from vmexplorer.appstate import SAMPLES, AppState, samples  # noqa: E402
+from vmexplorer.export import chrome_trace, export_html  # noqa: E402
+from vmexplorer.layers import GraphError  # noqa: E402
+from vmexplorer.models import MODELS, build_graph  # noqa: E402
+from vmexplorer.policies import POLICIES, OptionSpec  # noqa: E402
+from vmexplorer.session import Session, session_to_bytes  # noqa: E402
+from vmexplorer.timeline import comparison_figure, issue_after_at, timeline_figure  # noqa: E402
+from vmexplorer.units import format_bytes, format_ns  # noqa: E402
 
-SAMPLES = ROOT / "sample_sessions"
-DEFAULT = "vgg19-b64-autovm-50pct.measured.vms"  # a real H100 run; its uvm twin sits beside it
+pd: Any = importlib.import_module("pandas")  # Panel's own dependency (its tables take DataFrames); no stubs
+BEFORE_EDITS = "(the shown session as loaded, before edits)"
 
 
-def first_session() -> tuple[Session, str]:
-    """The session to show and a line saying where it came from."""
-    paths = sorted((p for p in SAMPLES.glob("*") if p.is_file() and not p.name.startswith(".")),
-                   key=lambda p: (p.name != DEFAULT, p.name))
-    for path in paths:
+def gpu_reason() -> str | None:
+    """None when a GPU run could work here, else why not (the button says it)."""
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        return "no GPU engine available here (cupy is not installed)"
+    return "GPU runs go through the worker process, which this page does not start yet"
+
+
+class AppView:
+    """The widgets of one browser session over one AppState."""
+
+    def __init__(self, state: AppState | None = None) -> None:
+        self.state = state or AppState()
+        if self.state.session is None and not self.state.load_sample():
+            self.state.simulate_config("vgg19", 64, "50%", "autovm")
+        s = self.state
+        # --- messages
+        self.alert = pn.pane.Alert("", alert_type="danger", visible=False, sizing_mode="stretch_width")
+        self.info = pn.pane.Markdown("", sizing_mode="stretch_width")
+        # --- session: open, save, export
+        self.sample = _w(pn.widgets.Select, "Sample session", options=samples())
+        self.open_sample = _w(pn.widgets.Button, "Open sample", button_type="primary")
+        self.upload = pn.widgets.FileInput(accept=".vms,.gz", multiple=False)
+        self.save = pn.widgets.FileDownload(callback=self._session_bytes, filename="session.vms",
+                                            label="Save session (.vms)")
+        self.html = pn.widgets.FileDownload(callback=self._html_bytes, filename="session.html",
+                                            label="Export HTML")
+        self.trace = pn.widgets.FileDownload(callback=self._trace_bytes, filename="session.trace.json",
+                                             label="Export Chrome trace")
+        # --- configuration
+        self.model = _w(pn.widgets.Select, "Model", options=list(MODELS))
+        self.batch = _w(pn.widgets.IntInput, "Batch", start=1, value=64)
+        self.capacity = _w(pn.widgets.TextInput, "Capacity (bytes, e.g. 3GiB, or % of the footprint)",
+                                             value="50%")
+        self.capacity_help = pn.pane.Markdown("", styles={"font-size": "0.85em"})
+        self.policy = _w(pn.widgets.Select, "Policy", options=list(POLICIES), value="autovm")
+        self.policy_help = pn.pane.Markdown("", styles={"font-size": "0.85em"})
+        self.knobs = pn.Column()
+        self.knob_widgets: dict[str, Any] = {}
+        self.simulate = _w(pn.widgets.Button, "Simulate", button_type="primary")
+        reason = gpu_reason()
+        self.run_gpu = _w(pn.widgets.Button, "Run on GPU", disabled=True, description=reason or "")
+        self.run_reason = pn.pane.Markdown(f"*Run on GPU: {reason}.*" if reason else "",
+                                           styles={"font-size": "0.85em"})
+        # --- the timeline and editing
+        self.x_axis = _w(pn.widgets.RadioButtonGroup, "x axis", options=["op", "time"], value="op")
+        self.timeline = pn.pane.Bokeh(sizing_mode="stretch_width")
+        self.summary = pn.widgets.Tabulator(disabled=True, show_index=False, sizing_mode="stretch_width",
+                                            layout="fit_data_stretch")
+        self.marker_kind = _w(pn.widgets.Select, "Marker", options=["prefetch", "offload"], width=110)
+        self.marker_tensor = _w(pn.widgets.Select, "Tensor", options={}, width=220)
+        self.marker_op = _w(pn.widgets.IntInput, "Issue after op", start=-1, width=120)
+        self.marker_range = pn.pane.Markdown("", styles={"font-size": "0.85em"})
+        self.move = _w(pn.widgets.Button, "Move marker", button_type="primary", align="end")
+        self.reset = _w(pn.widgets.Button, "Undo all edits", align="end")
+        self.tensors = pn.widgets.Tabulator(disabled=True, show_index=False, selectable=1, height=300,
+                                            sizing_mode="stretch_width", pagination=None)
+        self.toggle = _w(pn.widgets.Button, "Add / remove the selected tensor's offload")
+        # --- comparison
+        self.compare_pick = _w(pn.widgets.Select, "Compare the shown session (A) with (B)",
+                                              options=[BEFORE_EDITS, *samples()])
+        self.compare_upload = pn.widgets.FileInput(accept=".vms,.gz", multiple=False)
+        self.compare_go = _w(pn.widgets.Button, "Compare", button_type="primary", align="end")
+        self.compare_clear = _w(pn.widgets.Button, "Clear", align="end")
+        self.compare_fig = pn.pane.Bokeh(sizing_mode="stretch_width")
+        self.compare_summary = pn.widgets.Tabulator(disabled=True, show_index=False, sizing_mode="stretch_width",
+                                                    layout="fit_data_stretch")
+        self.deltas = pn.widgets.Tabulator(disabled=True, show_index=False, height=300, sizing_mode="stretch_width",
+                                           pagination=None)
+        self.compare_note = pn.pane.Markdown("")
+
+        self.open_sample.on_click(lambda _: self._act(s.load_sample, self.sample.value))
+        self.upload.param.watch(self._on_upload, "value")
+        self.simulate.on_click(self._on_simulate)
+        self.policy.param.watch(lambda _: self._draw_knobs(), "value")
+        self.model.param.watch(lambda _: self._draw_capacity_help(), "value")
+        self.batch.param.watch(lambda _: self._draw_capacity_help(), "value")
+        self.x_axis.param.watch(lambda _: self._draw_timeline(), "value")
+        self.move.on_click(self._on_move)
+        self.reset.on_click(lambda _: self._act(s.reset_edits))
+        self.marker_kind.param.watch(lambda _: self._draw_marker_range(), "value")
+        self.marker_tensor.param.watch(lambda _: self._draw_marker_range(), "value")
+        self.toggle.on_click(self._on_toggle)
+        self.compare_go.on_click(self._on_compare)
+        self.compare_clear.on_click(lambda _: self._act(s.compare_with, None))
+        self.compare_upload.param.watch(self._on_compare_upload, "value")
+        s.param.watch(lambda _: self._draw_session(), "session")
+        s.param.watch(lambda _: self._draw_comparison(), ["comparison", "session"])
+        s.param.watch(lambda _: self._draw_messages(), ["message", "status"])
+        self._draw_session()
+        self._draw_comparison()
+        self._draw_messages()
+
+    # --- actions: each goes through the state, which turns problems into `message`
+    def _act(self, method: Any, *args: Any) -> None:
         try:
-            return load_session(path), f"sample session `{path.name}`"
-        except SessionError:
-            continue  # a stray or damaged file must not keep the page from opening
-    graph = build_graph("vgg19", 64)
-    plan = compile_plan(graph, graph.footprint // 2, "autovm")
-    timeline = simulate(graph, plan, H100_DEFAULT)
-    return (new_session(graph, plan, timeline, H100_DEFAULT, notes=["simulated by the placeholder app"]),
-            "VGG-19, batch 64, AutoVM at 50% of its footprint, simulated just now")
+            method(*args)
+        except Exception as e:  # a bug must not blank the page: say it, keep the state
+            self.state.message = f"unexpected error ({type(e).__name__}): {e}"
+
+    def _on_upload(self, event: Any) -> None:
+        if event.new:
+            self._act(self.state.load, bytes(event.new), self.upload.filename or "the uploaded file")
+
+    def _on_compare_upload(self, event: Any) -> None:
+        if event.new:
+            self._act(self.state.compare_with, bytes(event.new), self.compare_upload.filename or "the uploaded file")
+
+    def _on_simulate(self, _: Any) -> None:
+        options = {name: w.value for name, w in self.knob_widgets.items()}
+        self._act(self.state.simulate_config, self.model.value, self.batch.value, self.capacity.value,
+                  self.policy.value, options)
+
+    def _on_move(self, _: Any) -> None:
+        if self.marker_tensor.value is None:
+            self.state.message = "pick a tensor with a planned round trip (the tensor table adds one)"
+            return
+        self._act(self.state.drag, self.marker_kind.value, self.marker_tensor.value, self.marker_op.value)
+
+    def _on_toggle(self, _: Any) -> None:
+        rows = self.tensors.selection
+        if not rows:
+            self.state.message = "select a tensor in the table first"
+            return
+        self._act(self.state.toggle_offload, int(self.tensors.value.iloc[rows[0]]["id"]))
+
+    def _on_compare(self, _: Any) -> None:
+        pick = self.compare_pick.value
+        if pick == BEFORE_EDITS:
+            self._act(self.state.compare_with, self.state.loaded, "as loaded")
+        else:
+            self._act(self.state.compare_with, SAMPLES / pick, pick)
+
+    def _on_marker_drag(self, kind: str, before: dict[str, list[Any]]) -> Any:
+        """A PointDrawTool drag in the browser: find the marker whose x changed, turn its x into the op
+        it is issued after, and drag it there in the state (which snaps, clamps and re-simulates)."""
+        def changed(attr: str, old: Any, new: Any) -> None:
+            s = self.state.session
+            xs = list(new.get("x", []))
+            if s is None or len(xs) != len(before["x"]):
+                self._draw_timeline()  # a marker was deleted (Backspace): put it back
+                return
+            moved = [i for i, (a, b) in enumerate(zip(before["x"], xs)) if abs(float(a) - float(b)) >= 0.5]
+            if not moved:
+                return
+            i = moved[0]
+            to = issue_after_at(s, xs[i], self.x_axis.value, int(before["iteration"][i]))
+            self._act(self.state.drag, kind, int(before["tensor_id"][i]), to, int(before["issue_after"][i]))
+            if self.state.message:
+                self._draw_timeline()  # refused: draw the markers back where the plan has them
+        return changed
+
+    # --- drawing
+    def _draw_messages(self) -> None:
+        self.alert.object = self.state.message
+        self.alert.visible = bool(self.state.message)
+        self.info.object = f"*{self.state.status}*" if self.state.status else ""
+
+    def _draw_session(self) -> None:
+        s = self.state.session
+        if s is None:
+            return
+        p = s.plan
+        self.model.value, self.batch.value, self.policy.value = p.model, p.batch, p.policy
+        share = 100 * p.capacity / s.graph.footprint
+        self.capacity.value = f"{share:g}%" if int(s.graph.footprint * round(share) / 100) == p.capacity \
+            else str(p.capacity)
+        self._draw_knobs(p.options)
+        self._draw_capacity_help()
+        stem = f"{p.model}-b{p.batch}-{p.policy}-{s.timeline.source}"
+        self.save.filename, self.html.filename, self.trace.filename = (
+            f"{stem}.vms", f"{stem}.html", f"{stem}.trace.json")
+        self.summary.value = pd.DataFrame(self.state.summary_rows())
+        rows = self.state.tensor_rows()
+        self.tensors.value = pd.DataFrame(rows)
+        g = s.graph
+        moving = sorted({mv.tensor for mv in self.state.moves})
+        self.marker_tensor.options = {f"{g.tensors[t].name} ({t})": t for t in moving}
+        if self.marker_tensor.value not in moving:
+            self.marker_tensor.value = moving[0] if moving else None
+        self._draw_marker_range()
+        self._draw_timeline()
+
+    def _draw_timeline(self) -> None:
+        s = self.state.session
+        if s is None:
+            return
+        fig = timeline_figure(s, self.x_axis.value, editable=True,
+                              title=f"{self.state.origin}: {s.plan.policy} on {s.graph.model}, {s.timeline.source}")
+        for kind in ("offload", "prefetch"):
+            for r in fig.select({"name": f"{kind}_markers"}):
+                before = {k: list(v) for k, v in r.data_source.data.items()}
+                r.data_source.on_change("data", self._on_marker_drag(kind, before))
+        self.timeline.object = fig
+
+    def _draw_marker_range(self) -> None:
+        t = self.marker_tensor.value
+        if t is None or self.state.session is None:
+            self.marker_range.object = ""
+            return
+        kind = self.marker_kind.value
+        mv = next(mv for mv in self.state.moves if mv.tensor == t)
+        now = mv.offload_after if kind == "offload" else mv.prefetch_after
+        if now is None:
+            self.marker_range.object = "this tensor is never prefetched"
+            return
+        lo, hi = self.state.marker_range(kind, t)
+        self.marker_op.value = now
+        self.marker_range.object = f"now after op {now}; it may go from {lo} to {hi}"
+
+    def _draw_knobs(self, values: dict[str, Any] | None = None) -> None:
+        spec = POLICIES[self.policy.value]
+        self.policy_help.object = spec.summary
+        values = values or {}
+        self.knob_widgets = {name: _knob(name, opt, values.get(name, opt.default))
+                             for name, opt in spec.options.items()}
+        self.knobs.objects = list(self.knob_widgets.values())
+
+    def _draw_capacity_help(self) -> None:
+        try:
+            g = build_graph(self.model.value, int(self.batch.value or 0))
+        except (GraphError, ValueError, TypeError) as e:
+            self.capacity_help.object = f"({e})"
+            return
+        need, op = g.min_capacity
+        self.capacity_help.object = (f"minimum {format_bytes(need)} ({100 * need / g.footprint:.0f}%, "
+                                     f"{g.ops[op].name}); footprint {format_bytes(g.footprint)}")
+
+    def _draw_comparison(self) -> None:
+        a, b = self.state.session, self.state.comparison
+        if a is None or b is None:
+            self.compare_fig.object = None
+            self.compare_summary.value = pd.DataFrame()
+            self.deltas.value = pd.DataFrame()
+            self.compare_note.object = "Pick a session to compare with: the shown one is A."
+            return
+        self.compare_fig.object = comparison_figure(a, b, ("A", f"B ({self.state.comparison_origin})"))
+        self.compare_summary.value = pd.DataFrame(self.state.summary_delta_rows())
+        rows = self.state.delta_rows()
+        frame = pd.DataFrame([{**r, **{k: _ns(r[k]) for k in ("a_ns", "b_ns", "delta_ns")}} for r in rows])
+        frame.columns = [c.replace("_ns", "") for c in frame.columns]
+        self.deltas.value = frame
+        aligned = "op index" if rows and rows[0]["op"] is not None else "layer (the graphs differ)"
+        self.compare_note.object = (f"A: {self.state.origin}. B: {self.state.comparison_origin}. "
+                                    f"Per op time per iteration (stall + run), aligned by {aligned}.")
+
+    # --- downloads
+    def _session_bytes(self) -> io.BytesIO | None:
+        s = self._shown()
+        return None if s is None else io.BytesIO(session_to_bytes(s))
+
+    def _trace_bytes(self) -> io.BytesIO | None:
+        s = self._shown()
+        if s is None:
+            return None
+        text = json.dumps(chrome_trace(s), sort_keys=True, separators=(",", ":"), allow_nan=False)
+        return io.BytesIO(text.encode())
+
+    def _html_bytes(self) -> io.BytesIO | None:
+        s = self._shown()
+        if s is None:
+            return None
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "session.html")
+            export_html(s, path, force=True)
+            return io.BytesIO(Path(path).read_bytes())
+
+    def _shown(self) -> Session | None:
+        s: Session | None = self.state.session
+        if s is None:
+            self.state.message = "nothing to save: load or simulate a session first"
+        return s
+
+    # --- layout
+    def sidebar(self) -> list[Any]:
+        return [
+            pn.pane.Markdown("**vmexplorer**: how CNN training pages GPU unified memory. The GPU's capacity "
+                             "is *emulated*: a run keeps its resident bytes under the capacity you pick."),
+            pn.pane.Markdown("#### Session"), self.sample, self.open_sample,
+            pn.pane.Markdown("or open a session file (.vms):"), self.upload,
+            pn.Row(self.save), pn.Row(self.html, self.trace),
+            pn.pane.Markdown("#### Configure"), self.model, self.batch, self.capacity, self.capacity_help,
+            self.policy, self.policy_help, self.knobs, self.simulate, self.run_gpu, self.run_reason,
+        ]
+
+    def main(self) -> list[Any]:
+        editing = pn.Column(
+            pn.pane.Markdown("Drag a ▼ offload or ▲ prefetch marker along the op axis (the drag tool is "
+                             "active), or move one here; each edit re-plans as a `manual` plan and re-simulates."),
+            pn.Row(self.marker_kind, self.marker_tensor, self.marker_op, self.move, self.reset),
+            self.marker_range, self.tensors, self.toggle, name="Edit the plan")
+        comparison = pn.Column(self.compare_note, pn.Row(self.compare_pick, self.compare_go, self.compare_clear),
+                               pn.Row(pn.pane.Markdown("or upload B:"), self.compare_upload),
+                               self.compare_summary, self.compare_fig, self.deltas, name="Compare")
+        session = pn.Column(self.summary, pn.Row(pn.pane.Markdown("x axis:"), self.x_axis), self.timeline, editing,
+                            sizing_mode="stretch_width")
+        tabs = pn.Tabs(("Session", session), ("Compare", comparison), dynamic=False, sizing_mode="stretch_width")
+        return [pn.Column(self.alert, self.info, tabs, sizing_mode="stretch_width")]
 
 
-def page() -> pn.template.FastListTemplate:
-    session, origin = first_session()
-    about = pn.pane.Markdown(
-        "**vmexplorer** shows how CNN training pages GPU unified memory: which tensors a policy "
-        "offloads to the host and prefetches back, and what that costs.\n\n"
-        "The GPU's capacity is *emulated*: a run keeps its resident bytes under the capacity you pick "
-        "by evicting as the plan says, so a large GPU can stand in for a small one.\n\n"
-        "This is a preview that draws one session. The full editor (drag offload and prefetch "
-        "markers, simulate at once, run on a GPU, compare sessions) comes in a later release; the "
-        "`vmexplorer` command line already compiles, simulates, compares and exports.")
-    return pn.template.FastListTemplate(
-        title="vmexplorer",
-        sidebar=[about, pn.pane.Markdown(f"Showing: {origin}.")],
-        main=[pn.pane.Bokeh(summary_table(session)), pn.pane.Bokeh(timeline_figure(session))],
-    )
+def _knob(name: str, opt: OptionSpec, value: Any) -> Any:
+    label = f"{name.replace('_', ' ')}: {opt.help}"
+    if opt.choices:
+        return _w(pn.widgets.Select, label, options=list(opt.choices), value=value)
+    if opt.type is int:
+        return _w(pn.widgets.IntInput, label, value=int(value), start=opt.minimum)
+    if opt.type is float:
+        return _w(pn.widgets.FloatInput, label, value=float(value))
+    return _w(pn.widgets.TextInput, label, value=str(value))
+
+
+# Panel 1.9 names a widget's label `label` (and deprecates `name` for it); older Panels call it `name`
+_LABEL = "label" if "label" in pn.widgets.Button.param else "name"
+
+
+_COLOR = "color" if "color" in pn.widgets.Button.param else "button_type"
+
+
+def _w(cls: Any, label: str, **params: Any) -> Any:
+    if "button_type" in params:
+        params[_COLOR] = params.pop("button_type")
+    return cls(**{_LABEL: label}, **params)
+
+
+def _ns(value: Any) -> str:
+    return "" if value is None else format_ns(value)
+
+
+def page(state: AppState | None = None) -> pn.template.FastListTemplate:
+    view = AppView(state)
+    return pn.template.FastListTemplate(title="vmexplorer", sidebar=view.sidebar(), main=view.main())
 
 
 if __name__.startswith("bokeh"):  # served by `panel serve`; importing the module builds nothing

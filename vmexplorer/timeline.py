@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 from bokeh.layouts import column
-from bokeh.models import BasicTicker, ColumnDataSource, HoverTool, Range1d
+from bokeh.models import BasicTicker, ColumnDataSource, CustomJS, HoverTool, PointDrawTool, Range1d
 from bokeh.models.annotations import Label, Legend, LegendItem, Span
 from bokeh.models.widgets import Div
 from bokeh.plotting import figure
@@ -46,15 +46,23 @@ class _Axis:
         return "time (ms)" if self.mode == "time" else "op (position in execution order)"
 
 
-def timeline_figure(session: Session, x_axis: str = "time") -> Any:
-    """A column of linked figures: lanes with markers, fault bytes per op, resident bytes."""
+def timeline_figure(session: Session, x_axis: str = "time", editable: bool = False, x_range: Any = None,
+                    title: str | None = None) -> Any:
+    """A column of linked figures: lanes with markers, fault bytes per op, resident bytes.
+
+    editable: the planned offload/prefetch markers get a PointDrawTool (drag only: it adds nothing),
+    and a browser-side callback snaps a dragged marker back onto its lane, and in the op axis onto
+    the nearest op boundary, so a drag moves it along x only. The markers' sources carry the
+    `tensor_id`, `iteration` and `issue_after` of each marker; `issue_after_at` turns a dragged x
+    back into the op it is issued after. x_range: share one (e.g. a comparison's other figure's)."""
     if x_axis not in ("time", "op"):
         raise ValueError(f"x_axis has to be 'time' or 'op', not {x_axis!r}")
     axis = _axis(session, x_axis)
     lanes = figure(height=220, x_axis_label=axis.label, tools="xpan,xwheel_zoom,box_zoom,reset,save",
+                   **({"x_range": x_range} if x_range is not None else {}),
                    active_scroll="xwheel_zoom", sizing_mode="stretch_width",
                    y_range=Range1d(start=-0.2, end=3.2),
-                   title=f"{session.plan.policy} on {session.graph.model}: {session.timeline.source}")
+                   title=title or f"{session.plan.policy} on {session.graph.model}: {session.timeline.source}")
     lanes.yaxis.ticker = [v + _BAR / 2 for v in LANES.values()]
     lanes.yaxis.major_label_overrides = {v + _BAR / 2: k for k, v in LANES.items()}
     lanes.ygrid.grid_line_color = None
@@ -76,14 +84,55 @@ def timeline_figure(session: Session, x_axis: str = "time") -> Any:
         pick = planned & (mem["direction"] == direction.value)
         lane = LANES["to host" if direction is Direction.TO_HOST else "to device"]
         src = ColumnDataSource({"x": mem["issue"][pick], "y": np.full(int(pick.sum()), lane + _BAR + 0.1),
-                                "tensor": mem["tensor"][pick], "size": mem["size"][pick]})
-        markers.append(lanes.scatter("x", "y", marker=marker, size=9, color=MEMOP_COLORS[kind], source=src,
-                                     name=f"{kind}_markers"))
+                                "tensor": mem["tensor"][pick], "size": mem["size"][pick],
+                                "tensor_id": mem["tensor_id"][pick], "iteration": mem["iteration"][pick],
+                                "issue_after": mem["issue_after"][pick]})
+        markers.append(lanes.scatter("x", "y", marker=marker, size=12 if editable else 9, color=MEMOP_COLORS[kind],
+                                     source=src, name=f"{kind}_markers"))
     lanes.add_tools(HoverTool(renderers=markers, tooltips=[("planned", "$name"), ("tensor", "@tensor"),
-                                                           ("bytes", "@size")]))
+                                                           ("bytes", "@size"), ("issued after op", "@issue_after")]))
+    if editable:
+        draw = PointDrawTool(renderers=markers, add=False, drag=True, description="drag a marker along the op axis")
+        lanes.add_tools(draw)
+        lanes.toolbar.active_drag = draw
+        for m, lane in zip(markers, (LANES["to host"], LANES["to device"])):
+            m.data_source.js_on_change("data", CustomJS(
+                args={"src": m.data_source, "snap": x_axis == "op", "y0": lane + _BAR + 0.1}, code=_SNAP_JS))
     lanes.add_layout(_legend(ops, memops, markers), "above")
     return column(lanes, _faults(session, axis, lanes), _resident(session, axis, lanes),
                   sizing_mode="stretch_width")
+
+
+# Keep a dragged marker on its lane (y never changes) and, on the op axis, on an op boundary.
+# Writing only when something moved keeps the change event from firing again for nothing.
+_SNAP_JS = """
+const d = src.data; const n = d.x.length; if (n == 0) { return; }
+let changed = false;
+const x = Array.from(d.x); const y = Array.from(d.y);
+for (let i = 0; i < n; i++) {
+  if (y[i] != y0) { y[i] = y0; changed = true; }
+  if (snap && Math.round(x[i]) != x[i]) { x[i] = Math.round(x[i]); changed = true; }
+}
+if (changed) { src.data = Object.assign({}, d, {x: x, y: y}); }
+"""
+
+
+def issue_after_at(session: Session, x: float, x_axis: str, iteration: int = 0) -> int:
+    """The op a marker dragged to `x` is issued after (-1: the start of the iteration), in the
+    iteration it belongs to: the nearest op boundary, on either axis."""
+    axis = _axis(session, x_axis)
+    position = float(x) if x_axis == "op" else float(np.interp(float(x) * 1e6, axis.knots_ns,
+                                                               axis.knots_x))
+    return int(round(position)) - 1 - iteration * len(session.graph.ops)
+
+
+def comparison_figure(a: Session, b: Session, titles: tuple[str, str] = ("A", "B")) -> Any:
+    """Two sessions one above the other on the op axis (aligned by op index), x ranges linked."""
+    top = timeline_figure(a, "op", title=f"{titles[0]}: {a.plan.policy} on {a.graph.model}, {a.timeline.source}")
+    lanes = top.children[0]
+    bottom = timeline_figure(b, "op", x_range=lanes.x_range,
+                             title=f"{titles[1]}: {b.plan.policy} on {b.graph.model}, {b.timeline.source}")
+    return column(top, bottom, sizing_mode="stretch_width")
 
 
 def _legend(ops: Any, memops: Any, markers: list[Any]) -> Legend:
@@ -161,6 +210,9 @@ def _memop_columns(session: Session, axis: _Axis) -> dict[str, Any]:
     kind = ["forced" if m.origin is Origin.DRIVER else "prefetch" if m.direction is Direction.TO_DEVICE
             else "offload" for m in ms]
     return {"left": axis.x(tl.memop_start_ns), "right": axis.x(tl.memop_end_ns), "bottom": bottom,
+            "tensor_id": np.array([m.tensor for m in ms], dtype=np.int64),
+            "issue_after": np.array([m.issue_after for m in ms], dtype=np.int64),
+            "iteration": tl.memop_iteration.astype(np.int64),
             "top": bottom + _BAR, "issue": _issue_x(session, axis),
             "color": np.array([MEMOP_COLORS[k] for k in kind], dtype=object),
             "kind": np.array(kind, dtype=object),

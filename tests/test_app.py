@@ -1,0 +1,212 @@
+"""The app's logic (vmexplorer.appstate) as a specification, and the page built without a server."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vmexplorer.appstate import DEFAULT_SAMPLE, SAMPLES, AppState
+from vmexplorer.policies import validate_plan
+from vmexplorer.session import load_session
+from vmexplorer.timeline import comparison_figure, issue_after_at, timeline_figure
+
+UVM_TWIN = "vgg19-b64-uvm-50pct.measured.vms"
+pytestmark = pytest.mark.skipif(not (SAMPLES / DEFAULT_SAMPLE).is_file(), reason="sample sessions are missing")
+
+
+@pytest.fixture
+def state() -> AppState:
+    s = AppState()
+    assert s.load_sample(), s.message
+    return s
+
+
+def snapshot(s: AppState) -> tuple[Any, ...]:
+    return (s.session, s.loaded, list(s.moves), s.comparison, s.origin)
+
+
+def iteration_ns(s: AppState) -> int:
+    return int(s.session.summary["iteration_ns"])
+
+
+def test_the_default_sample_opens_measured_and_every_figure_says_so(state: AppState) -> None:
+    assert state.session.timeline.source == "measured" and state.message == ""
+    rows = state.summary_rows()
+    figures = {r["figure"]: r for r in rows}
+    assert {"iteration time", "waiting for memory (stall)", "demand-faulted in", "moved to host",
+            "moved to device (faults included)", "peak resident", "speedup vs device", "speedup vs uvm"} <= set(figures)
+    assert all(r["source"].startswith("measured") for r in rows)
+    # the uvm twin and the device session are samples: like is compared with like
+    assert figures["speedup vs uvm"]["source"].startswith("measured vs measured uvm")
+    assert state.moves == list(state.session.plan.moves) and state.moves
+    assert state.cost_model.name.startswith("calibrated on vgg19")
+
+
+def test_dragging_a_prefetch_earlier_replans_manual_and_changes_the_iteration(state: AppState) -> None:
+    move = state.moves[-1]
+    assert state.drag("prefetch", move.tensor, move.prefetch_after)  # unchanged moves, now simulated
+    before = iteration_ns(state)
+    assert state.session.timeline.source == "simulated" and state.session.plan.policy == "manual"
+    lo, _ = state.marker_range("prefetch", move.tensor)
+    assert state.drag("prefetch", move.tensor, lo), state.message
+    assert iteration_ns(state) != before
+    validate_plan(state.session.graph, state.session.plan)
+    assert any(mv.tensor == move.tensor and mv.prefetch_after == lo for mv in state.session.plan.moves)
+    assert [r["source"] for r in state.summary_rows()][0] == "simulated"
+
+
+@pytest.mark.parametrize("kind", ["offload", "prefetch"])
+def test_a_drag_beyond_the_producer_or_the_first_use_is_clamped(state: AppState, kind: str) -> None:
+    g = state.session.graph
+    move = state.moves[0]
+    first_use = next(u for u in g.uses[move.tensor] if u > move.offload_after)
+    lo, hi = state.marker_range(kind, move.tensor)
+    assert lo >= g.tensors[move.tensor].producer and hi < first_use
+    for far, expected in ((-1, lo), (len(g.ops) + 5, hi)):
+        assert state.drag(kind, move.tensor, far), state.message
+        edited = next(mv for mv in state.moves if mv.tensor == move.tensor)
+        assert (edited.offload_after if kind == "offload" else edited.prefetch_after) == expected
+        assert "clamped" in state.status
+        validate_plan(g, state.session.plan)
+
+
+def test_toggling_an_offload_adds_then_removes_a_move(state: AppState) -> None:
+    g = state.session.graph
+    moved = {mv.tensor for mv in state.moves}
+    t = next(i for i, tensor in enumerate(g.tensors) if i not in moved and tensor.kind.value == "activation"
+             and tensor.nbytes >= 2 << 20 and any(b - a >= 2 for a, b in zip(g.uses[i], g.uses[i][1:])))
+    n = len(state.moves)
+    assert state.toggle_offload(g.tensors[t].name), state.message
+    assert len(state.moves) == n + 1 and any(mv.tensor == t for mv in state.session.plan.moves)
+    validate_plan(g, state.session.plan)
+    assert state.toggle_offload(t) and len(state.moves) == n
+    assert all(mv.tensor != t for mv in state.session.plan.moves)
+
+
+def test_comparison_rows_align_by_op_index(state: AppState) -> None:
+    assert state.compare_with(SAMPLES / UVM_TWIN)
+    rows = state.delta_rows()
+    ops = state.session.graph.ops
+    assert [r["op"] for r in rows] == list(range(len(ops)))
+    assert [r["name"] for r in rows] == [op.name for op in ops]
+    assert all(r["delta_ns"] == r["b_ns"] - r["a_ns"] for r in rows)
+    headline = {r["figure"]: r for r in state.summary_delta_rows()}
+    assert headline["source"]["a"] == headline["source"]["b"] == "measured"
+    assert float(headline["iteration time"]["b/a"]) > 1  # uvm is slower than autovm on this run
+    fig = comparison_figure(state.session, state.comparison)
+    lanes = [c.children[0] for c in fig.children]
+    assert lanes[0].x_range is lanes[1].x_range
+
+
+def test_before_and_after_an_edit_compare_by_op(state: AppState) -> None:
+    move = state.moves[0]
+    assert state.drag("prefetch", move.tensor, move.offload_after + 1)
+    assert state.compare_with(state.loaded, "as loaded")
+    assert len(state.delta_rows()) == len(state.session.graph.ops)
+    assert state.compare_with(None) and state.delta_rows() == []
+
+
+def gz(data: bytes) -> bytes:
+    return gzip.compress(data, mtime=0)
+
+
+@pytest.mark.parametrize("upload, says", [
+    (b"not a session at all", "not gzip-compressed"),
+    (gz(b'{"format": "something else"}'), "not a vmexplorer session"),
+    ((SAMPLES / DEFAULT_SAMPLE).read_bytes()[:200], "truncated"),
+    (b"\x1f\x8b" + b"\0" * (50 * 10**6 + 1), "upload may be"),
+])
+def test_a_bad_upload_says_why_and_keeps_the_state(state: AppState, upload: bytes, says: str) -> None:
+    kept = snapshot(state)
+    assert not state.load(upload, "bad.vms")
+    assert says in state.message
+    assert snapshot(state) == kept
+    assert not state.compare_with(upload, "bad.vms") and state.comparison is None
+
+
+@pytest.mark.parametrize("capacity, says", [
+    ("nonsense", "is not a size"), ("-5GiB", "is not a size"), ("0%", "above 0%"), ("3 parsecs", "unknown unit"),
+    ("100MiB", "below the minimum"),
+])
+def test_a_bad_capacity_says_why_and_keeps_the_state(state: AppState, capacity: str, says: str) -> None:
+    kept = snapshot(state)
+    assert not state.simulate_config("vgg19", 64, capacity, "autovm", {})
+    assert says in state.message and snapshot(state) == kept
+
+
+@pytest.mark.parametrize("call, says", [
+    (lambda s: s.drag("sideways", s.moves[0].tensor, 3), "'offload' or 'prefetch'"),
+    (lambda s: s.drag("prefetch", "no.such.tensor", 3), "no tensor named"),
+    (lambda s: s.drag("prefetch", 0, 3), "no planned round trip"),
+    (lambda s: s.drag("prefetch", s.moves[0].tensor, "soon"), "soon"),
+    (lambda s: s.toggle_offload(10**6), "not in the graph"),
+    (lambda s: s.simulate_config("vgg99", 64, "50%", "autovm", {}), "unknown model"),
+    (lambda s: s.simulate_config("vgg19", 64, "50%", "autovm", {"prefetch_distance": 0}), "at least 1"),
+    (lambda s: s.simulate_config("vgg19", 64, "50%", "device", {}), "device policy needs"),
+    (lambda s: s.load(Path("no/such/file.vms")), "cannot read"),
+    (lambda s: s.load_sample("../pyproject.toml"), "no sample session"),
+])
+def test_an_edit_or_config_that_cannot_work_says_why_and_keeps_the_state(state: AppState, call: Any,
+                                                                          says: str) -> None:
+    kept = snapshot(state)
+    assert call(state) is False
+    assert says in state.message and snapshot(state) == kept
+
+
+def test_simulating_a_config_uses_the_calibrated_model_for_the_same_graph(state: AppState) -> None:
+    calibrated = state.cost_model
+    assert state.simulate_config("vgg19", 64, "60%", "autovm", {"prefetch_distance": 2}), state.message
+    assert state.session.cost_model is calibrated and state.session.plan.options["prefetch_distance"] == 2
+    assert state.simulate_config("alexnet", 16, "4GiB", "uvm", {}), state.message
+    assert state.session.cost_model.name == "h100-uncalibrated"
+    assert all(r["source"].startswith("simulated") for r in state.summary_rows())
+
+
+def test_a_simulated_session_keeps_its_own_cost_model() -> None:
+    s = AppState()
+    assert s.load(SAMPLES / "vgg19-b64-50pct-autovm.simulated.vms")
+    assert s.cost_model.name == load_session(SAMPLES / "vgg19-b64-50pct-autovm.simulated.vms").cost_model.name
+
+
+def test_editable_markers_map_a_dragged_x_back_to_an_op(state: AppState) -> None:
+    for axis in ("op", "time"):
+        fig = timeline_figure(state.session, axis, editable=True)
+        data = next(iter(fig.select({"name": "prefetch_markers"}))).data_source.data
+        for x, it, after in zip(data["x"], data["iteration"], data["issue_after"]):
+            assert issue_after_at(state.session, x, axis, int(it)) == after
+
+
+def test_the_page_builds_without_a_server_and_a_browser_drag_replans() -> None:
+    from vmexplorer.app import AppView, page
+
+    assert page() is not None
+    view = AppView()
+    assert view.run_gpu.disabled
+    fig = view.timeline.object
+    src = next(iter(fig.select({"name": "prefetch_markers"}))).data_source
+    data = dict(src.data)
+    data["x"] = [data["x"][0] - 3, *list(data["x"])[1:]]
+    src.data = data  # what the PointDrawTool sends back after a drag
+    assert view.state.session.plan.policy == "manual" and view.state.message == ""
+    assert view.timeline.object is not fig
+    view.capacity.value = "nonsense"
+    view._on_simulate(None)
+    assert view.alert.visible and "not a size" in view.alert.object
+
+
+def test_an_edited_session_saves_and_exports_from_the_page() -> None:
+    from vmexplorer.app import AppView
+    from vmexplorer.session import session_from_bytes
+
+    view = AppView()
+    move = view.state.moves[0]
+    assert view.state.drag("prefetch", move.tensor, move.offload_after + 1)
+    saved = view._session_bytes()
+    assert saved is not None
+    again = session_from_bytes(saved.getvalue(), "saved.vms")
+    assert again.plan.policy == "manual" and again.plan.moves == view.state.session.plan.moves
+    assert b"traceEvents" in view._trace_bytes().getvalue()
+    assert b"<html" in view._html_bytes().getvalue().lower()

@@ -1,0 +1,434 @@
+"""What the app shows and edits, as one param.Parameterized with pure methods and no widgets.
+
+The page (app.py) only draws this state and calls its methods; tests drive it directly. Every method
+that takes input from a person returns normally: a problem becomes `message` (shown in place on the
+page) and leaves the state as it was. Editing follows the plan's own model: a plan-origin round trip
+is a `Move`; a drag changes one move's `offload_after` or `prefetch_after`, clamped to where it can
+work, and the edited moves are compiled as a `manual` plan and simulated at once (a few ms).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import param
+
+from .costmodel import H100_DEFAULT, CostModel, calibrate
+from .graph import Graph
+from .layers import GraphError
+from .models import build_graph
+from .plan import Move, PlanError
+from .policies import compile_plan
+from .residency import next_use
+from .session import Session, SessionError, load_session, new_session, session_from_bytes
+from .simulator import simulate
+from .units import format_bytes, format_ns, parse_bytes
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_sessions"
+DEFAULT_SAMPLE = "vgg19-b64-autovm-50pct.measured.vms"
+MAX_UPLOAD_BYTES = 50 * 10**6  # an upload travels through the browser: a session is a few MB at most
+MARKER_KINDS = ("offload", "prefetch")
+
+
+@dataclass(frozen=True)
+class _Baseline:
+    iteration_ns: int
+    source: str  # "measured" (a session on disk) or "simulated" (just now)
+
+
+class AppState(param.Parameterized):
+    session = param.Parameter(default=None, doc="the Session shown (loaded, or simulated after an edit)")
+    origin = param.String(default="", doc="where the shown session came from, in words")
+    loaded = param.Parameter(default=None, doc="the session as loaded or configured, before any edit")
+    cost_model = param.Parameter(default=None, doc="what edits are simulated with")
+    moves = param.List(default=[], item_type=Move, doc="the plan's round trips, as edited")
+    comparison = param.Parameter(default=None, doc="the session compared against, or None")
+    comparison_origin = param.String(default="")
+    message = param.String(default="", doc="the last problem, in words; empty when the last action worked")
+    status = param.String(default="", doc="what the last action did (clamping included)")
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self._baselines: dict[tuple[Any, ...], _Baseline] = {}
+
+    # --- loading and configuring ------------------------------------------------------------------
+    def load(self, source: str | os.PathLike[str] | bytes, name: str | None = None) -> bool:
+        """Open a session file (a path) or an upload (bytes); False and `message` if it is not one."""
+        try:
+            if isinstance(source, bytes | bytearray):
+                label = name or "the uploaded file"
+                if len(source) > MAX_UPLOAD_BYTES:
+                    raise SessionError(f"{label} is {len(source) / 1e6:.0f} MB, more than the "
+                                       f"{MAX_UPLOAD_BYTES // 10**6} MB an upload may be; open it with "
+                                       "`vmexplorer info` to check it is a session")
+                session = session_from_bytes(bytes(source), label)
+            else:
+                label = name or Path(source).name
+                session = load_session(source)
+            cost = self._cost_for(session)
+        except (SessionError, PlanError, ValueError) as e:
+            return self._fail(str(e))
+        self._show(session, f"{session.timeline.source} session `{label}`", loaded=session, cost=cost)
+        self.status = f"opened {label}"
+        return True
+
+    def load_sample(self, name: str = DEFAULT_SAMPLE) -> bool:
+        if Path(name).name != name or not (SAMPLES / name).is_file():
+            return self._fail(f"there is no sample session {name!r}; the samples are: {', '.join(samples())}")
+        return self.load(SAMPLES / name)
+
+    def simulate_config(self, model: str, batch: int, capacity_text: str, policy: str,
+                        options: Mapping[str, Any] | None = None) -> bool:
+        """Compile `policy` for the model and simulate it. The cost model is the loaded session's when
+        it ran this graph (its op times are by name, for this batch), else the uncalibrated H100."""
+        try:
+            graph = build_graph(model, int(batch))
+            capacity = parse_bytes(capacity_text, graph.footprint)
+            if policy == "manual":
+                plan = compile_plan(graph, capacity, "manual", moves=self._moves_for(graph))
+            else:
+                plan = compile_plan(graph, capacity, policy, dict(options or {}))
+            cost = self.cost_model if self._same_graph(graph) else H100_DEFAULT
+            session = new_session(graph, plan, simulate(graph, plan, cost), cost,
+                                  notes=[f"simulated in the app with {cost.name}"])
+        except (GraphError, PlanError, SessionError, ValueError, TypeError) as e:
+            return self._fail(str(e))
+        self._show(session, f"simulated: {model} batch {batch}, {policy} at {format_bytes(capacity)}",
+                   loaded=session, cost=cost)
+        self.status = f"simulated {policy} with {cost.name}"
+        return True
+
+    # --- editing the plan -------------------------------------------------------------------------
+    def marker_range(self, kind: str, tensor: int | str, from_op: int | None = None) -> tuple[int, int]:
+        """The ops (as `issue_after`) a marker may be dragged to: an offload stays after the tensor's
+        last use before its trip (never before its producer) and before its prefetch; a prefetch stays
+        after its offload and before the first use after the offload."""
+        graph, move = self._graph(), self._find(kind, tensor, from_op)[1]
+        return _marker_range(graph, move, kind)
+
+    def drag(self, marker_kind: str, tensor: int | str, to_op: int, from_op: int | None = None) -> bool:
+        """Move one marker: `to_op` is the op it is issued after (-1: the iteration's start), snapped
+        and clamped to `marker_range`; then re-plan as `manual` and re-simulate. `from_op` picks one
+        of the tensor's trips when it has several (the marker's current `issue_after`)."""
+        try:
+            graph = self._graph()
+            i, move = self._find(marker_kind, tensor, from_op)
+            lo, hi = _marker_range(graph, move, marker_kind)
+            to = int(round(float(to_op)))
+            snapped = min(max(to, lo), hi)
+            edited = (Move(move.tensor, snapped, move.prefetch_after) if marker_kind == "offload"
+                      else Move(move.tensor, move.offload_after, snapped))
+            moves = list(self.moves)
+            moves[i] = edited
+            self._replan(moves)
+        except (PlanError, KeyError, ValueError, TypeError) as e:
+            return self._fail(_text(e))
+        name = graph.tensors[move.tensor].name
+        clamp = "" if snapped == to else f" (clamped from {to}: it may go from {lo} to {hi})"
+        self.status = f"{marker_kind} of {name} now issued after {_op(graph, snapped)}{clamp}"
+        return True
+
+    def toggle_offload(self, tensor: int | str) -> bool:
+        """Drop every round trip of a tensor, or add one over its longest gap between uses, with the
+        prefetch issued three ops before the use that ends the gap (as AutoVM does)."""
+        try:
+            graph = self._graph()
+            t = _tensor_id(graph, tensor)
+            name = graph.tensors[t].name
+            if any(mv.tensor == t for mv in self.moves):
+                self._replan([mv for mv in self.moves if mv.tensor != t])
+                self.status = f"{name} is no longer offloaded"
+                return True
+            move = _new_move(graph, t)
+            self._replan(sorted([*self.moves, move], key=lambda mv: (mv.offload_after, mv.tensor)))
+        except (PlanError, KeyError, ValueError) as e:
+            return self._fail(_text(e))
+        self.status = (f"{name} offloaded after {_op(graph, move.offload_after)}, prefetched after "
+                       f"{_op(graph, move.prefetch_after if move.prefetch_after is not None else -1)}")
+        return True
+
+    def reset_edits(self) -> bool:
+        if self.loaded is None:
+            return self._fail("nothing is loaded")
+        self._show(self.loaded, self.origin.split(" (edited)")[0], loaded=self.loaded, cost=self.cost_model)
+        self.status = "edits undone"
+        return True
+
+    # --- comparing --------------------------------------------------------------------------------
+    def compare_with(self, other: Session | str | os.PathLike[str] | bytes | None, name: str | None = None) -> bool:
+        """Set the session compared against (None clears it); paths and uploads are opened first."""
+        try:
+            if other is None or isinstance(other, Session):
+                session, label = other, name or ("" if other is None else "a session")
+            elif isinstance(other, bytes | bytearray):
+                if len(other) > MAX_UPLOAD_BYTES:
+                    raise SessionError(f"{name or 'the uploaded file'} is more than the "
+                                       f"{MAX_UPLOAD_BYTES // 10**6} MB an upload may be")
+                session, label = session_from_bytes(bytes(other), name or "the uploaded file"), name or "upload"
+            else:
+                session, label = load_session(other), name or Path(other).name
+        except SessionError as e:
+            return self._fail(str(e))
+        with param.parameterized.batch_call_watchers(self):
+            self.comparison_origin = label
+            self.comparison = session
+            self.message, self.status = "", ("comparison cleared" if session is None else f"comparing with {label}")
+        return True
+
+    # --- tables -----------------------------------------------------------------------------------
+    def summary_rows(self) -> list[dict[str, str]]:
+        """The figures of the shown session, each labelled measured or simulated, then its speedup
+        against `device` and `uvm` for the same model, batch and capacity (measured where a sample
+        session has it, else simulated with the same cost model, and labelled so)."""
+        s = self.session
+        if s is None:
+            return []
+        fig, source = s.summary, s.timeline.source
+        rows = [{"figure": label, "value": fmt(fig[key]), "source": source}
+                for key, label, fmt in _FIGURES if key in fig]
+        for policy in ("device", "uvm"):
+            base = self._baseline(policy)
+            if base is None:
+                rows.append({"figure": f"speedup vs {policy}", "value": "n/a", "source": "cannot run here"})
+                continue
+            ratio = base.iteration_ns / fig["iteration_ns"] if fig["iteration_ns"] else float("nan")
+            rows.append({"figure": f"speedup vs {policy}", "value": f"{ratio:.2f}x",
+                         "source": f"{source} vs {base.source} {policy} ({format_ns(base.iteration_ns)})"})
+        return rows
+
+    def delta_rows(self) -> list[dict[str, Any]]:
+        """Per op, B (the comparison) against A (the shown session): time per iteration (stall plus
+        run), aligned by op index when both ran the same graph, else by layer name."""
+        a, b = self.session, self.comparison
+        if a is None or b is None:
+            return []
+        same = [op.name for op in a.graph.ops] == [op.name for op in b.graph.ops]
+        ta, tb = _per_op_ns(a).round().astype(np.int64), _per_op_ns(b).round().astype(np.int64)
+        if same:
+            return [{"op": i, "name": op.name, "a_ns": int(ta[i]), "b_ns": int(tb[i]),
+                     "delta_ns": int(tb[i] - ta[i])} for i, op in enumerate(a.graph.ops)]
+        la, lb = _by_layer(a, ta), _by_layer(b, tb)
+        return [{"op": None, "name": layer, "a_ns": la.get(layer), "b_ns": lb.get(layer),
+                 "delta_ns": None if layer not in la or layer not in lb else lb[layer] - la[layer]}
+                for layer in list(la) + [x for x in lb if x not in la]]
+
+    def summary_delta_rows(self) -> list[dict[str, str]]:
+        """The headline figures of A and B side by side, with B/A."""
+        a, b = self.session, self.comparison
+        if a is None or b is None:
+            return []
+        sa, sb = a.summary, b.summary
+        rows = [{"figure": "source", "a": str(sa["source"]), "b": str(sb["source"]), "b/a": ""}]
+        for key, label, fmt in _FIGURES:
+            if key in sa and key in sb and key != "iterations":
+                va, vb = sa[key], sb[key]
+                ratio = f"{vb / va:.2f}" if isinstance(va, int | float) and va else ""
+                rows.append({"figure": label, "a": fmt(va), "b": fmt(vb), "b/a": ratio})
+        return rows
+
+    def tensor_rows(self) -> list[dict[str, Any]]:
+        """Tensors worth paging (2 MiB and more, with a gap between uses), largest first, with their trips."""
+        s = self.session
+        if s is None:
+            return []
+        g = s.graph
+        trips: dict[int, list[Move]] = {}
+        for mv in self.moves:
+            trips.setdefault(mv.tensor, []).append(mv)
+        rows = []
+        for t, tensor in enumerate(g.tensors):
+            if tensor.nbytes < (2 << 20) and t not in trips:
+                continue
+            ms = trips.get(t, [])
+            rows.append({"id": t, "tensor": tensor.name, "kind": tensor.kind.value,
+                         "bytes": format_bytes(tensor.nbytes), "offloaded": bool(ms),
+                         "offload after": ", ".join(str(mv.offload_after) for mv in ms),
+                         "prefetch after": ", ".join("-" if mv.prefetch_after is None else str(mv.prefetch_after)
+                                                     for mv in ms), "_nbytes": tensor.nbytes})
+        rows.sort(key=lambda r: (not r["offloaded"], -r["_nbytes"]))
+        for r in rows:
+            del r["_nbytes"]
+        return rows
+
+    # --- internals --------------------------------------------------------------------------------
+    def _fail(self, text: str) -> bool:
+        self.message = text
+        return False
+
+    def _graph(self) -> Graph:
+        if self.session is None:
+            raise PlanError("load or simulate a session first")
+        graph: Graph = self.session.graph
+        return graph
+
+    def _same_graph(self, graph: Graph) -> bool:
+        return self.loaded is not None and self.loaded.graph.key == graph.key and self.cost_model is not None
+
+    def _moves_for(self, graph: Graph) -> list[Move]:
+        return list(self.moves) if self.session is not None and self.session.graph.key == graph.key else []
+
+    def _cost_for(self, session: Session) -> CostModel:
+        if session.timeline.source == "measured":
+            return calibrate(session.graph, session.plan, session.timeline)
+        return session.cost_model or H100_DEFAULT
+
+    def _show(self, session: Session, origin: str, loaded: Session, cost: CostModel) -> None:
+        with param.parameterized.batch_call_watchers(self):
+            self.loaded, self.cost_model = loaded, cost
+            self.moves = list(session.plan.moves)
+            self.origin = origin
+            self.message = ""
+            self.session = session
+
+    def _find(self, kind: str, tensor: int | str, from_op: int | None) -> tuple[int, Move]:
+        if kind not in MARKER_KINDS:
+            raise PlanError(f"a marker is 'offload' or 'prefetch', not {kind!r}")
+        graph = self._graph()
+        t = _tensor_id(graph, tensor)
+        found = [(i, mv) for i, mv in enumerate(self.moves) if mv.tensor == t]
+        if not found:
+            raise PlanError(f"{graph.tensors[t].name} has no planned round trip; add one in the tensor table")
+        if from_op is not None:
+            at = [(i, mv) for i, mv in found
+                  if (mv.offload_after if kind == "offload" else mv.prefetch_after) == from_op]
+            found = at or found
+        i, mv = found[0]
+        if kind == "prefetch" and mv.prefetch_after is None:
+            raise PlanError(f"{graph.tensors[t].name} is offloaded and never prefetched: there is no "
+                            "prefetch marker to move")
+        return i, mv
+
+    def _replan(self, moves: Sequence[Move]) -> None:
+        """Compile the moves as a manual plan and simulate; raises PlanError and changes nothing then."""
+        s = self.session
+        assert s is not None
+        graph = s.graph
+        plan = compile_plan(graph, s.plan.capacity, "manual", moves=list(moves))
+        cost = self.cost_model or H100_DEFAULT
+        session = new_session(graph, plan, simulate(graph, plan, cost), cost,
+                              notes=[f"a manual plan edited in the app from {self.origin}, simulated with {cost.name}"])
+        with param.parameterized.batch_call_watchers(self):
+            self.moves = list(moves)
+            self.origin = self.origin if self.origin.endswith("(edited)") else f"{self.origin} (edited)"
+            self.message = ""
+            self.session = session
+
+    def _baseline(self, policy: str) -> _Baseline | None:
+        """Like against like: a measured session against a measured sample of `policy` when there is
+        one, a simulated session against `policy` simulated with the same cost model."""
+        s = self.session
+        assert s is not None
+        g, capacity, source = s.graph, s.plan.capacity, s.timeline.source
+        cost = s.cost_model if source == "simulated" and s.cost_model is not None else \
+            (self.cost_model if self._same_graph(g) else H100_DEFAULT)
+        key = (g.key, capacity if policy == "uvm" else None, policy, source, cost.name)
+        if key not in self._baselines:
+            found = _measured_baseline(g, capacity, policy) if source == "measured" else None
+            if found is None:
+                try:
+                    plan = compile_plan(g, capacity if policy == "uvm" else max(capacity, g.footprint), policy)
+                except PlanError:
+                    return None
+                its = simulate(g, plan, cost).iteration_ns()
+                found = _Baseline(int(np.median(its)) if len(its) else 0, "simulated")
+            self._baselines[key] = found
+        return self._baselines[key]
+
+def samples() -> list[str]:
+    """The sample sessions beside the package, the default first."""
+    names = sorted(p.name for p in SAMPLES.glob("*.vms") if p.is_file()) if SAMPLES.is_dir() else []
+    return sorted(names, key=lambda n: n != DEFAULT_SAMPLE)
+
+
+_FIGURES = (
+    ("iteration_ns", "iteration time", format_ns),
+    ("stall_ns", "waiting for memory (stall)", format_ns),
+    ("fault_bytes", "demand-faulted in", format_bytes),
+    ("bytes_to_host", "moved to host", format_bytes),
+    ("bytes_to_device", "moved to device (faults included)", format_bytes),
+    ("peak_resident_bytes", "peak resident", format_bytes),
+    ("capacity_bytes", "capacity (emulated)", format_bytes),
+    ("footprint_bytes", "footprint (no paging)", format_bytes),
+    ("iterations", "iterations recorded", str),
+)
+
+
+def _measured_baseline(graph: Graph, capacity: int, policy: str) -> _Baseline | None:
+    """A measured sample session of `policy` on this graph at this capacity (any capacity holding
+    the footprint for `device`)."""
+    for name in samples():
+        if f"-{policy}" not in name or ".measured." not in name or not name.startswith(graph.model + "-"):
+            continue
+        try:
+            s = load_session(SAMPLES / name)
+        except SessionError:
+            continue
+        fits = s.plan.capacity >= graph.footprint if policy == "device" else s.plan.capacity == capacity
+        if s.plan.policy == policy and s.graph.key == graph.key and fits:
+            return _Baseline(int(s.summary["iteration_ns"]), "measured")
+    return None
+
+
+def _marker_range(graph: Graph, move: Move, kind: str) -> tuple[int, int]:
+    n, uses = len(graph.ops), graph.uses[move.tensor]
+    o, p = move.offload_after, move.prefetch_after
+    wraps = p is not None and p < o
+    if wraps:  # a persistent tensor away across the iteration boundary: each end stays on its side
+        assert p is not None
+        return (uses[-1] if uses else o, n - 1) if kind == "offload" else (-1, uses[0] - 1 if uses else p)
+    before = [u for u in uses if u <= o]
+    last = before[-1] if before else (-1 if graph.tensors[move.tensor].persistent else o)
+    first = next_use(graph, move.tensor, o)
+    if kind == "offload":
+        return last, (p - 1 if p is not None else (first - 1 if first is not None else n - 1))
+    return o + 1, (first - 1 if first is not None else n - 1)
+
+
+def _new_move(graph: Graph, t: int) -> Move:
+    uses, n = graph.uses[t], len(graph.ops)
+    tensor = graph.tensors[t]
+    gaps = [(b - a, a, b) for a, b in zip(uses, uses[1:]) if b - a >= 2]
+    if tensor.persistent and uses and uses[0] + n - uses[-1] >= 2:
+        gaps.append((uses[0] + n - uses[-1], uses[-1], uses[0] + n))
+    if not gaps:
+        raise PlanError(f"{tensor.name} is used by consecutive ops only: there is no gap to offload it in")
+    _, last, use = max(gaps)
+    if use >= n:  # wraps into the next iteration
+        return Move(t, last, max(use - n - 3, -1))
+    return Move(t, last, max(use - 3, last + 1))
+
+
+def _tensor_id(graph: Graph, tensor: int | str) -> int:
+    if isinstance(tensor, str) and not tensor.lstrip("-").isdigit():
+        return graph.tensor_id(tensor)
+    t = int(tensor)
+    if not 0 <= t < len(graph.tensors):
+        raise PlanError(f"tensor {t} is not in the graph (it has {len(graph.tensors)} tensors)")
+    return t
+
+
+def _per_op_ns(s: Session) -> np.ndarray:
+    tl = s.timeline
+    out = np.zeros(len(s.graph.ops), dtype=np.float64)
+    np.add.at(out, tl.op_index, (tl.op_end_ns - tl.op_start_ns + tl.op_stall_ns).astype(np.float64))
+    return out / max(tl.iterations, 1)
+
+
+def _by_layer(s: Session, per_op: np.ndarray) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for op, ns in zip(s.graph.ops, per_op.tolist()):
+        out[op.layer] = out.get(op.layer, 0) + int(ns)
+    return out
+
+
+def _op(graph: Graph, k: int) -> str:
+    return "the iteration start" if k < 0 else f"op {k} ({graph.ops[k].name})"
+
+
+def _text(e: BaseException) -> str:
+    return str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)

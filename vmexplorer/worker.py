@@ -1,0 +1,438 @@
+"""GPU runs for the app, in worker processes: queued, one at a time per GPU, cancellable, crash-proof.
+
+The Panel server never imports CuPy. `RunQueue.submit(config)` queues a run; one thread per GPU hands
+the runs, in order, to a worker process of its own (multiprocessing's 'spawn' context, so CUDA only ever
+initialises in the worker). The worker reports progress over a pipe and sends back the session file's
+bytes. If the worker dies (a segfault, a CUDA error that aborts, a hang that had to be killed) its job is
+`failed` with a message saying so, and the next job starts a fresh worker: the server carries on.
+
+`cancel(job_id)` drops a queued job; for a running one it sets the worker's stop flag (the executor's
+`should_stop`, checked between iterations) and, if the run has not stopped after `grace_s`, terminates
+the worker. The runner, the function a worker calls, is injectable: the default builds the graph,
+compiles the plan, runs `engine.executor.execute` and returns `session_to_bytes(new_session(...))`;
+tests use CPU runners that sleep, raise or crash.
+
+The server should use `shared_queue()`, one queue for all its browser sessions. `gpu_available()`
+says whether CuPy and a GPU are there without importing CuPy here: it asks a short subprocess, once,
+and remembers the answer.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import itertools
+import multiprocessing
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Literal, NamedTuple
+
+State = Literal["queued", "running", "done", "failed", "cancelled"]
+Progress = Callable[[int, int, float], None]
+Runner = Callable[["RunConfig", Progress, Callable[[], bool]], "bytes | None"]
+
+
+class RunConfig(NamedTuple):
+    """What to run: a plain tuple in this order works as well."""
+
+    model: str
+    batch: int
+    image_size: int
+    capacity_bytes: int
+    policy: str
+    options: dict[str, Any]
+    moves: Sequence[tuple[str | int, str | int, str | int | None]]  # (tensor, offload_after, prefetch_after)
+    iterations: int
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    job_id: int
+    state: State
+    queue_position: int | None  # 1 = next to run; None unless queued
+    iteration: int  # iterations finished (warm-up included), as the runner reported
+    iterations: int  # how many the run makes (warm-up included, once the runner has said)
+    loss: float | None  # the last iteration's
+    message: str  # what happened, in a sentence; the error when failed
+    result: bytes | None = field(default=None, repr=False)  # the session file's bytes, when done
+    gpu: int | None = None  # the device it ran (or runs) on
+
+
+# --- the default runner: runs in the worker process ------------------------------------------------
+def build_plan(config: RunConfig) -> tuple[Any, Any]:
+    """The graph and plan of a config (CPU only; the app may call it to check a config before queueing)."""
+    from .models import build_graph
+    from .policies import compile_plan, load_moves
+
+    graph = build_graph(config.model, config.batch, config.image_size)
+    moves = load_moves(graph, [{"tensor": t, "offload_after": o, "prefetch_after": p}
+                               for t, o, p in config.moves]) if config.moves else ()
+    return graph, compile_plan(graph, config.capacity_bytes, config.policy, dict(config.options), moves)
+
+
+def run_on_gpu(config: RunConfig, progress: Progress, should_stop: Callable[[], bool]) -> bytes:
+    """Build, compile, execute, and return the session file's bytes."""
+    from .engine.executor import RunSettings, execute
+    from .session import new_session, session_to_bytes
+
+    graph, plan = build_plan(config)
+    result = execute(graph, plan, RunSettings(iterations=config.iterations), progress=progress,
+                     should_stop=should_stop)
+    if not result.losses:
+        raise RuntimeError("the run stopped before it recorded an iteration")
+    losses = ", ".join(f"{x:.4f}" for x in result.losses)
+    notes: tuple[str, ...] = (f"measured on {result.environment.get('gpu', 'a GPU')} from the app; "
+                              f"losses {losses}",)
+    for status in getattr(result.collected, "status", ()):
+        if not status.available:
+            notes += (f"{status.name} collector unavailable: {status.reason}",)
+    session = new_session(graph, plan, result.timeline, notes=notes, environment=result.environment,
+                          **({"collected": result.collected} if result.collected is not None else {}))
+    return session_to_bytes(session)
+
+
+def _worker_main(conn: Any, stop: Any, device: int | None) -> None:
+    """A worker process: run jobs from `conn` until it closes. Ctrl-C belongs to the server."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if device is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(device)
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        job_id, config, runner = msg
+
+        def progress(i: int, n: int, loss: float, job_id: int = job_id) -> None:
+            conn.send(("progress", job_id, int(i), int(n), float(loss)))
+
+        try:
+            result = runner(RunConfig(*config), progress, stop.is_set)
+        except Exception as e:
+            text = " ".join(str(e).split())
+            conn.send(("failed", job_id, f"{type(e).__name__}: {text}" if text else type(e).__name__))
+        else:
+            conn.send(("done", job_id, result))
+
+
+# --- the server side -------------------------------------------------------------------------------
+class _Job:
+    def __init__(self, job_id: int, config: RunConfig, runner: Runner) -> None:
+        self.id, self.config, self.runner = job_id, config, runner
+        self.state: State = "queued"
+        self.iteration, self.iterations = 0, config.iterations
+        self.loss: float | None = None
+        self.message = "waiting for the GPU"
+        self.result: bytes | None = None
+        self.gpu: int | None = None
+        self.cancel_requested = False
+
+
+class _Slot:
+    """One GPU: a thread that runs its jobs one at a time in a worker process it restarts as needed."""
+
+    def __init__(self, queue: RunQueue, device: int | None) -> None:
+        self.queue, self.device = queue, device
+        self.proc: Any = None
+        self.conn: Any = None
+        self.stop: Any = None  # the worker's should_stop flag; a fresh one with each worker
+        self.thread = threading.Thread(target=self._loop, name=f"vmexplorer-gpu-{device}", daemon=True)
+
+    def _start_worker(self) -> None:
+        parent, child = self.queue._ctx.Pipe(duplex=True)
+        self.stop = self.queue._ctx.Event()  # a killed worker may have died holding the old one's lock
+        proc = self.queue._ctx.Process(target=_worker_main, args=(child, self.stop, self.device),
+                                       name=f"vmexplorer-worker-{self.device}", daemon=True)
+        proc.start()
+        child.close()  # so the pipe reports EOF when the worker dies
+        self.proc, self.conn = proc, parent
+
+    def kill_worker(self) -> None:
+        proc, conn = self.proc, self.conn
+        self.proc = self.conn = None
+        if conn is not None:
+            conn.close()
+        if proc is not None and proc.is_alive():
+            proc.terminate()
+            proc.join(2)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(2)
+
+    def _loop(self) -> None:
+        q = self.queue
+        while True:
+            with q._cond:
+                while not q._pending and not q._closed:
+                    q._cond.wait()
+                if q._closed:
+                    return
+                job = q._pending.pop(0)
+                job.state, job.gpu, job.message = "running", self.device, "starting"
+            try:
+                self._run(job)
+            except Exception as e:  # never let the slot's thread die: the queue must go on
+                self.kill_worker()
+                if job.cancel_requested:
+                    q._finish(job, "cancelled", "cancelled")
+                else:
+                    q._finish(job, "failed", f"the run's worker failed: {type(e).__name__}: {e}")
+
+    def _run(self, job: _Job) -> None:
+        q = self.queue
+        if self.proc is None or not self.proc.is_alive():
+            self.kill_worker()
+            self._start_worker()
+        self.stop.clear()
+        conn, proc = self.conn, self.proc  # kill_worker (from close) may clear the attributes meanwhile
+        conn.send((job.id, tuple(job.config), job.runner))
+        started, deadline = time.monotonic(), None
+        while True:
+            try:
+                ready = conn.poll(q.poll_s)
+                msg = conn.recv() if ready else None
+                gone = msg is None and not proc.is_alive() and not conn.poll(0)
+            except (EOFError, OSError):
+                self._died(job, proc)
+                return
+            if msg is not None:
+                kind = msg[0]
+                if kind == "progress":
+                    with q._cond:
+                        job.iteration, job.iterations, job.loss = msg[2], msg[3], msg[4]
+                        job.message = f"iteration {msg[2]} of {msg[3]}, loss {msg[4]:.4f}"
+                    continue
+                stopped = job.cancel_requested
+                if kind == "done":
+                    if stopped:
+                        q._finish(job, "cancelled", f"cancelled after iteration {job.iteration}", msg[2])
+                    else:
+                        q._finish(job, "done", f"finished {job.iteration} iterations", msg[2])
+                else:
+                    q._finish(job, "cancelled" if stopped else "failed",
+                              f"cancelled ({msg[2]})" if stopped else msg[2])
+                return
+            if gone:
+                self._died(job, proc)
+                return
+            now = time.monotonic()
+            if job.cancel_requested and deadline is None:
+                self.stop.set()
+                deadline = now + q.grace_s
+            if deadline is not None and now > deadline:
+                self.kill_worker()
+                q._finish(job, "cancelled", f"cancelled: the run did not stop within {q.grace_s:g} s, so its "
+                                            "worker process was terminated")
+                return
+            if q.timeout_s is not None and now - started > q.timeout_s:
+                self.kill_worker()
+                q._finish(job, "failed", f"the run took longer than {q.timeout_s:g} s (a hung GPU?), so its "
+                                         "worker process was terminated; the next run starts a fresh one")
+                return
+
+    def _died(self, job: _Job, proc: Any) -> None:
+        proc.join(5)
+        code = proc.exitcode
+        self.kill_worker()
+        if job.cancel_requested:
+            self.queue._finish(job, "cancelled", "cancelled (the worker process ended)")
+            return
+        if code is not None and code < 0:
+            try:
+                how = f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"was killed by signal {-code}"
+        elif code is not None:
+            how = f"exited with status {code}"
+        else:
+            how = "stopped answering"
+        self.queue._finish(job, "failed", f"the GPU worker process {how} during the run (a crash in CUDA, "
+                                          "cuDNN or the driver?); the server is fine, and the next run "
+                                          "starts a fresh worker")
+
+
+class RunQueue:
+    """GPU runs, queued and run one at a time per GPU in worker processes. Thread-safe.
+
+    devices: the GPUs to use, one worker each (None: let CUDA pick, as one GPU). runner: what a worker
+    calls with (RunConfig, progress, should_stop); it must be picklable (a module-level function).
+    grace_s: how long a cancelled run may take to stop before its worker is terminated. timeout_s: a
+    run longer than this is taken for a hang and its worker terminated (None: no limit).
+    """
+
+    def __init__(self, runner: Runner = run_on_gpu, devices: Sequence[int | None] = (None,),
+                 grace_s: float = 10.0, timeout_s: float | None = None, poll_s: float = 0.05) -> None:
+        if not devices:
+            raise ValueError("a RunQueue needs at least one device")
+        try:
+            pickle.dumps(runner)
+        except Exception as e:  # a lambda or a closure cannot reach a spawned worker
+            raise TypeError(f"the runner must be a module-level function a worker process can import: {e}") \
+                from None
+        self.runner, self.grace_s, self.timeout_s, self.poll_s = runner, grace_s, timeout_s, poll_s
+        self._ctx = multiprocessing.get_context("spawn")
+        self._cond = threading.Condition()
+        self._jobs: dict[int, _Job] = {}
+        self._pending: list[_Job] = []
+        self._ids = itertools.count(1)
+        self._closed = False
+        self._slots = [_Slot(self, d) for d in devices]
+        for s in self._slots:
+            s.thread.start()
+
+    def submit(self, config: RunConfig | Sequence[Any]) -> int:
+        """Queue a run; returns its job id."""
+        cfg = RunConfig(*config)
+        if not isinstance(cfg.iterations, int) or cfg.iterations < 1:
+            raise ValueError(f"iterations must be a whole number from 1, not {cfg.iterations!r}")
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the run queue is closed")
+            job = _Job(next(self._ids), cfg, self.runner)
+            self._jobs[job.id] = job
+            self._pending.append(job)
+            self._cond.notify_all()
+            return job.id
+
+    def status(self, job_id: int) -> JobStatus:
+        with self._cond:
+            job = self._jobs.get(job_id)
+            if job is None:
+                raise KeyError(f"no run {job_id}")
+            position = self._pending.index(job) + 1 if job.state == "queued" else None
+            return JobStatus(job.id, job.state, position, job.iteration, job.iterations, job.loss,
+                             job.message, job.result, job.gpu)
+
+    def jobs(self) -> list[JobStatus]:
+        """Every job this queue knows, oldest first."""
+        with self._cond:
+            ids = list(self._jobs)
+        return [self.status(i) for i in ids]
+
+    def cancel(self, job_id: int) -> bool:
+        """Cancel a run: a queued one leaves the queue; a running one is asked to stop, then terminated
+        after the grace period. Returns False if the job had already ended."""
+        with self._cond:
+            job = self._jobs.get(job_id)
+            if job is None:
+                raise KeyError(f"no run {job_id}")
+            if job.state == "queued":
+                self._pending.remove(job)
+                job.state, job.message = "cancelled", "cancelled before it started"
+                self._cond.notify_all()
+                return True
+            if job.state == "running":
+                job.cancel_requested = True
+                job.message = "stopping"
+                return True
+            return False
+
+    def wait(self, job_id: int, timeout: float | None = None) -> JobStatus:
+        """Block until the job has ended (or the timeout passes); returns its status."""
+        end = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._jobs[job_id].state in ("queued", "running"):
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                self._cond.wait(left)
+        return self.status(job_id)
+
+    def forget(self, job_id: int) -> None:
+        """Drop an ended job (and its result bytes) from memory."""
+        with self._cond:
+            job = self._jobs.get(job_id)
+            if job is not None and job.state not in ("queued", "running"):
+                del self._jobs[job_id]
+
+    def close(self) -> None:
+        """Cancel what is queued, stop the workers (a running job is terminated) and the threads."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            for job in self._pending:
+                job.state, job.message = "cancelled", "cancelled: the server is shutting down"
+            self._pending.clear()
+            for job in self._jobs.values():
+                if job.state == "running":
+                    job.cancel_requested = True
+            self._cond.notify_all()
+        for s in self._slots:
+            s.kill_worker()
+        for s in self._slots:
+            s.thread.join(5)
+
+    def __enter__(self) -> RunQueue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _finish(self, job: _Job, state: State, message: str, result: bytes | None = None) -> None:
+        with self._cond:
+            if job.state in ("done", "failed", "cancelled"):
+                return
+            job.state, job.message, job.result = state, message, result
+            self._cond.notify_all()
+
+
+@lru_cache(maxsize=1)
+def shared_queue() -> RunQueue:
+    """The server's one queue (Panel runs the app's script once per browser session, so the queue that
+    keeps runs one at a time per GPU must be shared by all of them); closed when the server exits."""
+    queue = RunQueue()
+    atexit.register(queue.close)
+    return queue
+
+
+# --- is there a GPU? -------------------------------------------------------------------------------
+_PROBE = """
+import sys
+try:
+    import cupy
+except Exception as e:
+    print("no", f"CuPy could not be imported: {type(e).__name__}: {e}"); sys.exit()
+try:
+    n = cupy.cuda.runtime.getDeviceCount()
+except Exception as e:
+    print("no", f"no usable NVIDIA GPU or driver: {type(e).__name__}: {e}"); sys.exit()
+if n < 1:
+    print("no", "no NVIDIA GPU is visible to CUDA"); sys.exit()
+name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
+name = name.decode() if isinstance(name, bytes) else str(name)
+print("yes", f"{n} GPU{'s' if n > 1 else ''}: {name}")
+"""
+
+
+@lru_cache(maxsize=1)
+def gpu_available(timeout_s: float = 60.0) -> tuple[bool, str]:
+    """(True, "1 GPU: NVIDIA H100 ...") or (False, why not), asked of a subprocess once and remembered,
+    so CuPy and CUDA never load in the calling process."""
+    if importlib.util.find_spec("cupy") is None:
+        return False, "CuPy is not installed (pip install -e '.[gpu]' on a machine with an NVIDIA GPU)"
+    try:
+        out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True,
+                             timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return False, f"the GPU check did not answer within {timeout_s:g} s (a hung driver?)"
+    except OSError as e:
+        return False, f"the GPU check could not start: {e}"
+    line = (out.stdout.strip().splitlines() or [""])[-1]
+    answer, _, text = line.partition(" ")
+    if answer == "yes":
+        return True, text
+    if answer == "no":
+        return False, text
+    err = " ".join(out.stderr.split())[-300:]
+    return False, f"the GPU check failed (exit status {out.returncode}){': ' + err if err else ''}"
