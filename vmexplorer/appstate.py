@@ -27,6 +27,7 @@ from .policies import compile_plan
 from .residency import next_use
 from .session import Session, SessionError, load_session, new_session, session_from_bytes
 from .simulator import simulate
+from .timeline import SUMMARY_ROWS
 from .units import format_bytes, format_ns, parse_bytes
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_sessions"
@@ -190,7 +191,7 @@ class AppState(param.Parameterized):
             return []
         fig, source = s.summary, s.timeline.source
         rows = [{"figure": label, "value": fmt(fig[key]), "source": source}
-                for key, label, fmt in _FIGURES if key in fig]
+                for key, label, fmt in SUMMARY_ROWS if key in fig]
         for policy in ("device", "uvm"):
             base = self._baseline(policy)
             if base is None:
@@ -224,7 +225,7 @@ class AppState(param.Parameterized):
             return []
         sa, sb = a.summary, b.summary
         rows = [{"figure": "source", "a": str(sa["source"]), "b": str(sb["source"]), "b/a": ""}]
-        for key, label, fmt in _FIGURES:
+        for key, label, fmt in SUMMARY_ROWS:
             if key in sa and key in sb and key != "iterations":
                 va, vb = sa[key], sb[key]
                 ratio = f"{vb / va:.2f}" if isinstance(va, int | float) and va else ""
@@ -345,17 +346,6 @@ def samples() -> list[str]:
     return sorted(names, key=lambda n: n != DEFAULT_SAMPLE)
 
 
-_FIGURES = (
-    ("iteration_ns", "iteration time", format_ns),
-    ("stall_ns", "waiting for memory (stall)", format_ns),
-    ("fault_bytes", "demand-faulted in", format_bytes),
-    ("bytes_to_host", "moved to host", format_bytes),
-    ("bytes_to_device", "moved to device (faults included)", format_bytes),
-    ("peak_resident_bytes", "peak resident", format_bytes),
-    ("capacity_bytes", "capacity (emulated)", format_bytes),
-    ("footprint_bytes", "footprint (no paging)", format_bytes),
-    ("iterations", "iterations recorded", str),
-)
 
 
 def _measured_baseline(graph: Graph, capacity: int, policy: str) -> _Baseline | None:

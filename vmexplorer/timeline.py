@@ -151,7 +151,7 @@ def _legend(ops: Any, memops: Any, markers: list[Any]) -> Legend:
 def summary_table(session: Session) -> Div:
     """The figures a person compares, labelled simulated or measured."""
     s: dict[str, Any] = session.summary
-    rows = [(label, fmt(s[key])) for key, label, fmt in _SUMMARY_ROWS if key in s]
+    rows = [(label, fmt(s[key])) for key, label, fmt in SUMMARY_ROWS if key in s]
     body = "".join(f"<tr><td>{k}</td><td style='text-align:right'>{v}</td></tr>" for k, v in rows)
     p = session.plan
     # names come from session files people share: escape them, a Div renders HTML
@@ -160,7 +160,7 @@ def summary_table(session: Session) -> Div:
                name="summary")
 
 
-_SUMMARY_ROWS = (
+SUMMARY_ROWS = (
     ("iteration_ns", "iteration time", format_ns),
     ("stall_ns", "waiting for memory (stall)", format_ns),
     ("busy_ns", "ops running (faults included)", format_ns),
