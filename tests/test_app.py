@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import gzip
+import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -210,3 +213,108 @@ def test_an_edited_session_saves_and_exports_from_the_page() -> None:
     assert again.plan.policy == "manual" and again.plan.moves == view.state.session.plan.moves
     assert b"traceEvents" in view._trace_bytes().getvalue()
     assert b"<html" in view._html_bytes().getvalue().lower()
+
+
+# --- "Run on GPU" with CPU runners in place of the GPU (VMEXPLORER_FAKE_RUNNER, read by the app); the
+# worker processes import them by name, so they are module-level functions
+def fake_gpu(config: Any, progress: Callable[[int, int, float], None], should_stop: Callable[[], bool]) -> bytes:
+    """The default runner with the simulator in place of the GPU, 0.05 s an iteration, stopping when asked."""
+    from vmexplorer.costmodel import H100_DEFAULT
+    from vmexplorer.session import new_session, session_to_bytes
+    from vmexplorer.simulator import simulate
+    from vmexplorer.worker import build_plan
+
+    graph, plan = build_plan(config)
+    for i in range(config.iterations):
+        if should_stop():
+            break
+        time.sleep(0.05)
+        progress(i + 1, config.iterations, 1.0 / (i + 1))
+    return session_to_bytes(new_session(graph, plan, simulate(graph, plan, H100_DEFAULT), H100_DEFAULT))
+
+
+def fake_raise(config: Any, progress: Callable[[int, int, float], None], should_stop: Callable[[], bool]) -> bytes:
+    progress(1, config.iterations, 1.0)
+    raise RuntimeError("cuDNN said no")
+
+
+def fake_die(config: Any, progress: Callable[[int, int, float], None], should_stop: Callable[[], bool]) -> bytes:
+    os._exit(3)
+
+
+def _run_view(monkeypatch: pytest.MonkeyPatch, runner: str) -> Any:
+    from vmexplorer.app import FAKE_RUNNER_ENV, AppView
+
+    monkeypatch.setenv(FAKE_RUNNER_ENV, f"{__name__}:{runner}")
+    view = AppView()
+    assert not view.run_gpu.disabled and view.run_reason.object == ""
+    return view
+
+
+def _run_until(view: Any, check: Callable[[Any], bool], timeout: float = 60.0) -> Any:
+    """Poll as the page's periodic callback does, until check(status) holds."""
+    end = time.monotonic() + timeout
+    while True:
+        st = view.poll_run()
+        if st is not None and check(st):
+            return st
+        assert view.job is not None or st is not None, "the run ended without a status"
+        assert time.monotonic() < end, f"timed out; the run note says {view.run_note.object!r}"
+        time.sleep(0.02)
+
+
+def test_a_gpu_run_is_queued_then_runs_with_progress_then_opens_its_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    first = _run_view(monkeypatch, "fake_gpu")
+    second = _run_view(monkeypatch, "fake_gpu")
+    move = first.state.moves[0]
+    assert first.state.drag("prefetch", move.tensor, move.offload_after + 1), first.state.message
+    edited = list(first.state.moves)
+    config = first.run_config()
+    assert config.policy == "manual" and config.options == {} and len(config.moves) == len(edited)
+    assert config.iterations == 5 and config.image_size == first.state.session.graph.image_size
+    assert second.run_config().policy == "autovm" and second.run_config().moves == []
+    first.run_iterations.value = 40
+    first.run_gpu.clicks += 1
+    assert first.job is not None and first.run_gpu.disabled and first.run_cancel.visible
+    assert first.run_progress.visible and first.run_progress.max == 40
+    second.run_gpu.clicks += 1
+    st = _run_until(second, lambda st: st.state != "queued" or st.queue_position == 1)
+    assert st.state == "queued" and "queued: number 1" in second.run_note.object
+    st = _run_until(first, lambda st: st.state == "running" and st.iteration >= 2)
+    assert first.run_progress.value >= 2 and "iteration" in first.run_note.object
+    st = _run_until(first, lambda st: st.state not in ("queued", "running"))
+    assert st.state == "done", st.message
+    assert first.job is None and not first.run_gpu.disabled and not first.run_cancel.visible
+    assert first.state.message == "" and "GPU run" in first.state.origin
+    assert "finished" in first.state.status and "done" in first.run_note.object
+    assert list(first.state.session.plan.moves) == edited and first.state.session.plan.policy == "manual"
+    st = _run_until(second, lambda st: st.state not in ("queued", "running"))
+    assert st.state == "done" and second.state.session.plan.policy == "autovm" and second.state.message == ""
+
+
+def test_a_gpu_run_can_be_cancelled_and_the_page_stays_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    view = _run_view(monkeypatch, "fake_gpu")
+    kept = snapshot(view.state)
+    view.run_iterations.value = 400
+    view.run_gpu.clicks += 1
+    _run_until(view, lambda st: st.state == "running" and st.iteration >= 1)
+    view.run_cancel.clicks += 1
+    st = _run_until(view, lambda st: st.state not in ("queued", "running"))
+    assert st.state == "cancelled" and "cancelled" in view.run_note.object
+    assert snapshot(view.state) == kept and view.state.message == ""
+    assert view.job is None and not view.run_gpu.disabled and not view.run_progress.visible
+
+
+@pytest.mark.parametrize("runner, says", [("fake_raise", "cuDNN said no"), ("fake_die", "exited with status 3")])
+def test_a_failed_gpu_run_says_why_and_the_page_stays_usable(monkeypatch: pytest.MonkeyPatch, runner: str,
+                                                            says: str) -> None:
+    view = _run_view(monkeypatch, runner)
+    kept = snapshot(view.state)
+    view.run_gpu.clicks += 1
+    st = _run_until(view, lambda st: st.state not in ("queued", "running"))
+    assert st.state == "failed"
+    assert view.alert.visible and "GPU run failed" in view.alert.object and says in view.alert.object
+    assert snapshot(view.state) == kept and view.job is None and not view.run_gpu.disabled
+    move = view.state.moves[0]
+    assert view.state.drag("prefetch", move.tensor, move.offload_after + 1)
+    assert not view.alert.visible

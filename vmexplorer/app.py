@@ -3,12 +3,16 @@
 It opens the sample session of VGG-19 batch 64 under AutoVM at 50% of its footprint, measured on an
 H100, and lets a person configure and simulate other plans, drag the plan's offload and prefetch
 markers (each edit re-plans as a `manual` plan and re-simulates at once), add or drop a tensor's
-round trip, compare two sessions op by op, and save or export what is shown. All the logic lives in
+round trip, compare two sessions op by op, save or export what is shown, and (where
+`worker.gpu_available()` says a GPU is there) run the shown plan on the GPU through the server's one
+`worker.shared_queue()`, following it with a progress bar and opening the measured session. All the logic lives in
 `vmexplorer.appstate.AppState`; this module only lays out widgets and draws the state.
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
 import importlib
 import io
 import json
@@ -31,6 +35,7 @@ if __package__ in (None, ""):
     # installed: make the package importable from the repository it sits in
     sys.path.insert(0, str(ROOT))
 
+from vmexplorer import worker  # noqa: E402
 from vmexplorer.appstate import SAMPLES, AppState, samples  # noqa: E402
 from vmexplorer.export import chrome_trace, export_html  # noqa: E402
 from vmexplorer.layers import GraphError  # noqa: E402
@@ -44,13 +49,32 @@ pd: Any = importlib.import_module("pandas")  # Panel's own dependency (its table
 BEFORE_EDITS = "(the shown session as loaded, before edits)"
 
 
+FAKE_RUNNER_ENV = "VMEXPLORER_FAKE_RUNNER"  # tests only: module:function, a CPU stand-in for the GPU runner
+POLL_MS = 500
+
+
 def gpu_reason() -> str | None:
-    """None when a GPU run could work here, else why not (the button says it)."""
-    try:
-        import cupy  # noqa: F401
-    except ImportError:
-        return "no GPU engine available here (cupy is not installed)"
-    return "GPU runs go through the worker process, which this page does not start yet"
+    """None when a GPU run can work here, else why not (the button says it). Asks the worker's GPU
+    check (a subprocess, once per server), so CuPy never loads in the server."""
+    if os.environ.get(FAKE_RUNNER_ENV):
+        return None
+    ok, why = worker.gpu_available()
+    return None if ok else why
+
+
+def run_queue() -> worker.RunQueue:
+    """The server's one run queue; with VMEXPLORER_FAKE_RUNNER set (tests), one over that runner."""
+    spec = os.environ.get(FAKE_RUNNER_ENV)
+    return _fake_queue(spec) if spec else worker.shared_queue()
+
+
+@functools.cache
+def _fake_queue(spec: str) -> worker.RunQueue:
+    module, _, name = spec.partition(":")
+    runner = getattr(importlib.import_module(module), name)
+    queue = worker.RunQueue(runner=runner, grace_s=2.0)
+    atexit.register(queue.close)
+    return queue
 
 
 class AppView:
@@ -86,9 +110,18 @@ class AppView:
         self.knob_widgets: dict[str, Any] = {}
         self.simulate = _w(pn.widgets.Button, "Simulate", button_type="primary")
         reason = gpu_reason()
-        self.run_gpu = _w(pn.widgets.Button, "Run on GPU", disabled=True, description=reason or "")
+        self.run_iterations = _w(pn.widgets.IntInput, "GPU run: iterations", start=1, end=1000, value=5,
+                                 disabled=reason is not None)
+        self.run_gpu = _w(pn.widgets.Button, "Run on GPU", disabled=reason is not None,
+                          description=reason or "run the shown plan on the GPU and open the measured session",
+                          button_type="primary")
         self.run_reason = pn.pane.Markdown(f"*Run on GPU: {reason}.*" if reason else "",
                                            styles={"font-size": "0.85em"})
+        self.run_progress = pn.indicators.Progress(value=0, max=1, visible=False, sizing_mode="stretch_width")
+        self.run_note = pn.pane.Markdown("", styles={"font-size": "0.85em"})
+        self.run_cancel = _w(pn.widgets.Button, "Cancel the run", visible=False)
+        self.job: int | None = None  # the GPU run this page waits for
+        self._poller: Any = None
         # --- the timeline and editing
         self.x_axis = _w(pn.widgets.RadioButtonGroup, "x axis", options=["op", "time"], value="op")
         self.timeline = pn.pane.Bokeh(sizing_mode="stretch_width")
@@ -119,6 +152,8 @@ class AppView:
         self.open_sample.on_click(lambda _: self._act(s.load_sample, self.sample.value))
         self.upload.param.watch(self._on_upload, "value")
         self.simulate.on_click(self._on_simulate)
+        self.run_gpu.on_click(self._on_run)
+        self.run_cancel.on_click(self._on_cancel_run)
         self.policy.param.watch(lambda _: self._draw_knobs(), "value")
         self.model.param.watch(lambda _: self._draw_capacity_help(), "value")
         self.batch.param.watch(lambda _: self._draw_capacity_help(), "value")
@@ -157,6 +192,117 @@ class AppView:
         options = {name: w.value for name, w in self.knob_widgets.items()}
         self._act(self.state.simulate_config, self.model.value, self.batch.value, self.capacity.value,
                   self.policy.value, options)
+
+    # --- GPU runs: queued on the server's one queue, polled by this page while they last
+    def run_config(self) -> worker.RunConfig | None:
+        """The shown plan as a GPU run: a manual plan with the moves as edited, else the policy and its
+        options as planned."""
+        s = self.state.session
+        if s is None:
+            return None
+        p, g = s.plan, s.graph
+        edited = p.policy == "manual"
+        moves = [(mv.tensor, mv.offload_after, mv.prefetch_after) for mv in self.state.moves] if edited else []
+        return worker.RunConfig(p.model, p.batch, g.image_size, p.capacity, p.policy,
+                                {} if edited else dict(p.options), moves, int(self.run_iterations.value or 5))
+
+    def _on_run(self, _: Any) -> None:
+        if self.job is not None:
+            self.state.message = "a GPU run of this page is under way: wait for it or cancel it"
+            return
+        config = self.run_config()
+        if config is None:
+            self.state.message = "nothing to run: load or simulate a session first"
+            return
+        try:
+            self.job = run_queue().submit(config)
+        except Exception as e:  # a closed queue, a bad iteration count: say it, keep the state
+            self.state.message = f"the GPU run could not be queued ({type(e).__name__}): {e}"
+            return
+        self.state.message = ""
+        self.run_gpu.disabled = True
+        self.run_cancel.visible = True
+        self.run_progress.visible = True
+        self.run_progress.value, self.run_progress.max = 0, max(1, config.iterations)
+        self.run_note.object = "queued"
+        self._start_polling()
+
+    def _start_polling(self) -> None:
+        try:
+            self._poller = pn.state.add_periodic_callback(self._tick, period=POLL_MS)
+        except Exception:  # no event loop (a page built outside a server): the caller polls
+            self._poller = None
+
+    def _stop_polling(self) -> None:
+        poller, self._poller = self._poller, None
+        if poller is not None:
+            try:
+                poller.stop()
+            except Exception:  # already stopped with its session
+                pass
+
+    def _tick(self) -> None:
+        try:
+            self.poll_run()
+        except Exception as e:  # a bug must not leave the callback failing every half second
+            self._end_run()
+            self.state.message = f"unexpected error while following the GPU run ({type(e).__name__}): {e}"
+
+    def _on_cancel_run(self, _: Any) -> None:
+        if self.job is None:
+            return
+        try:
+            run_queue().cancel(self.job)
+        except KeyError:
+            pass
+        self.run_note.object = "cancelling"
+        self.poll_run()
+
+    def poll_run(self) -> worker.JobStatus | None:
+        """Show the run's progress; when it has ended, open its session or say why not."""
+        if self.job is None:
+            self._stop_polling()
+            return None
+        try:
+            st = run_queue().status(self.job)
+        except Exception as e:  # the job was forgotten, the queue closed
+            self._end_run()
+            self.state.message = f"the GPU run was lost ({type(e).__name__}): {e}"
+            return None
+        if st.state == "queued":
+            self.run_note.object = f"queued: number {st.queue_position} in line for the GPU"
+            return st
+        if st.state == "running":
+            self.run_progress.max = max(1, st.iterations)
+            self.run_progress.value = min(st.iteration, self.run_progress.max)
+            loss = "" if st.loss is None else f", loss {st.loss:.4f}"
+            self.run_note.object = f"running: iteration {st.iteration} of {st.iterations}{loss}"
+            return st
+        self._end_run()
+        if st.state == "done" and st.result is not None:
+            name = f"GPU run {st.job_id}"
+            self._act(self.state.load, st.result, name)
+            if not self.state.message:
+                self.state.status = f"the GPU run finished ({st.message}); showing its measured session"
+                self.run_note.object = f"done: {st.message}"
+        elif st.state == "cancelled":
+            self.run_note.object = f"cancelled: {st.message}"
+            self.state.status = "the GPU run was cancelled; the page is as it was"
+        else:
+            self.run_note.object = "failed"
+            self.state.message = f"the GPU run failed: {st.message}"
+        try:
+            run_queue().forget(st.job_id)
+        except Exception:
+            pass
+        return st
+
+    def _end_run(self) -> None:
+        self._stop_polling()
+        self.job = None
+        self.run_gpu.disabled = False
+        self.run_cancel.visible = False
+        self.run_progress.visible = False
 
     def _on_move(self, _: Any) -> None:
         if self.marker_tensor.value is None:
@@ -327,7 +473,8 @@ class AppView:
             pn.pane.Markdown("or open a session file (.vms):"), self.upload,
             pn.Row(self.save), pn.Row(self.html, self.trace),
             pn.pane.Markdown("#### Configure"), self.model, self.batch, self.capacity, self.capacity_help,
-            self.policy, self.policy_help, self.knobs, self.simulate, self.run_gpu, self.run_reason,
+            self.policy, self.policy_help, self.knobs, self.simulate,
+            self.run_iterations, self.run_gpu, self.run_reason, self.run_progress, self.run_note, self.run_cancel,
         ]
 
     def main(self) -> list[Any]:

@@ -1,8 +1,10 @@
-"""The pages in headless Chromium: the served app renders, says nothing wrong in the console, and an
-exported session opens from a file with no network at all."""
+"""The pages in headless Chromium: the served app renders, says nothing wrong in the console, a plan
+marker dragged with the mouse re-plans the session, and an exported session opens from a file with no
+network at all."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import warnings
@@ -94,3 +96,53 @@ def test_an_exported_session_opens_from_a_file_with_no_network(watched_page: Any
     assert all(u.startswith("file:") for u in watched_page.requests), watched_page.requests
     assert not watched_page.page_errors, watched_page.page_errors
     assert not watched_page.console_errors, watched_page.console_errors
+
+
+# where a planned marker is drawn, in page pixels, read from the Bokeh views: the renderer named
+# `name`'s marker `i` (negative counts from the end), and the pixel `ops` ops to its left on the x axis
+_MARKER_AT = """([name, i, ops]) => {
+    const m = Bokeh.documents[0].get_model_by_name(name);
+    const view = m && Bokeh.index.find_one(m);
+    if (!view) return null;
+    const d = m.data_source.data;
+    const k = i < 0 ? d.x.length + i : i;
+    const canvas = (view.parent.canvas_view ?? view.parent.canvas).el;
+    canvas.scrollIntoView({block: "center"});
+    const box = canvas.getBoundingClientRect();
+    const {x_scale, y_scale} = view.coordinates;
+    return {x: box.left + x_scale.compute(d.x[k]), y: box.top + y_scale.compute(d.y[k]),
+            to_x: box.left + x_scale.compute(d.x[k] - ops), tensor: d.tensor[k], n: d.x.length,
+            issue_after: d.issue_after[k]};
+}"""
+
+
+def test_dragging_a_prefetch_marker_with_the_mouse_changes_the_iteration_time(app_url: str,
+                                                                                watched_page: Any) -> None:
+    from playwright.sync_api import expect
+
+    page = watched_page.page
+    page.goto(app_url)
+    _wait_for_canvas(page)
+    page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0 && "
+                           "Bokeh.documents[0].get_model_by_name('prefetch_markers') !== null && "
+                           "Bokeh.index.find_one(Bokeh.documents[0].get_model_by_name('prefetch_markers'))",
+                           timeout=CANVAS_TIMEOUT_MS)
+    row = page.locator(".tabulator-row", has_text="iteration time").first
+    expect(row).to_be_visible(timeout=CANVAS_TIMEOUT_MS)
+    before = row.text_content()
+    assert before and "measured" in before, before
+    at = page.evaluate(_MARKER_AT, ["prefetch_markers", -1, 4])
+    assert at is not None and at["n"] > 0, at
+    page.mouse.move(at["x"], at["y"])
+    page.mouse.down()
+    for step in range(1, 6):  # a drag is several moves, as a hand makes
+        page.mouse.move(at["x"] + (at["to_x"] - at["x"]) * step / 5, at["y"], steps=2)
+    page.mouse.up()
+    # the server re-plans as `manual`, re-simulates and redraws the summary
+    expect(row).not_to_have_text(before, timeout=15_000)
+    after = row.text_content() or ""
+    assert "simulated" in after, (before, after)
+    number = re.compile(r"[\d.]+ \w*s")  # "642.94 ms"
+    assert number.findall(after) != number.findall(before), (before, after)
+    expect(page.locator(".alert-danger").first).to_be_hidden()
+    assert not watched_page.page_errors, watched_page.page_errors
