@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import param
 
+from .compare import align_op_times
 from .costmodel import H100_DEFAULT, CostModel, calibrate
 from .graph import Graph
 from .layers import GraphError
@@ -206,17 +207,7 @@ class AppState(param.Parameterized):
         """Per op, B (the comparison) against A (the shown session): time per iteration (stall plus
         run), aligned by op index when both ran the same graph, else by layer name."""
         a, b = self.session, self.comparison
-        if a is None or b is None:
-            return []
-        same = [op.name for op in a.graph.ops] == [op.name for op in b.graph.ops]
-        ta, tb = _per_op_ns(a).round().astype(np.int64), _per_op_ns(b).round().astype(np.int64)
-        if same:
-            return [{"op": i, "name": op.name, "a_ns": int(ta[i]), "b_ns": int(tb[i]),
-                     "delta_ns": int(tb[i] - ta[i])} for i, op in enumerate(a.graph.ops)]
-        la, lb = _by_layer(a, ta), _by_layer(b, tb)
-        return [{"op": None, "name": layer, "a_ns": la.get(layer), "b_ns": lb.get(layer),
-                 "delta_ns": None if layer not in la or layer not in lb else lb[layer] - la[layer]}
-                for layer in list(la) + [x for x in lb if x not in la]]
+        return [] if a is None or b is None else align_op_times(a, b)[1]
 
     def summary_delta_rows(self) -> list[dict[str, str]]:
         """The headline figures of A and B side by side, with B/A."""
@@ -340,12 +331,11 @@ class AppState(param.Parameterized):
             self._baselines[key] = found
         return self._baselines[key]
 
+
 def samples() -> list[str]:
     """The sample sessions beside the package, the default first."""
     names = sorted(p.name for p in SAMPLES.glob("*.vms") if p.is_file()) if SAMPLES.is_dir() else []
     return sorted(names, key=lambda n: n != DEFAULT_SAMPLE)
-
-
 
 
 def _measured_baseline(graph: Graph, capacity: int, policy: str) -> _Baseline | None:
@@ -400,20 +390,6 @@ def _tensor_id(graph: Graph, tensor: int | str) -> int:
     if not 0 <= t < len(graph.tensors):
         raise PlanError(f"tensor {t} is not in the graph (it has {len(graph.tensors)} tensors)")
     return t
-
-
-def _per_op_ns(s: Session) -> np.ndarray:
-    tl = s.timeline
-    out = np.zeros(len(s.graph.ops), dtype=np.float64)
-    np.add.at(out, tl.op_index, (tl.op_end_ns - tl.op_start_ns + tl.op_stall_ns).astype(np.float64))
-    return out / max(tl.iterations, 1)
-
-
-def _by_layer(s: Session, per_op: np.ndarray) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for op, ns in zip(s.graph.ops, per_op.tolist()):
-        out[op.layer] = out.get(op.layer, 0) + int(ns)
-    return out
 
 
 def _op(graph: Graph, k: int) -> str:

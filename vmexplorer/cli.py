@@ -88,7 +88,10 @@ def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
     sa, sb = a.summary, b.summary  # a property that recomputes: take it once
     summary = {k: {"a": sa.get(k), "b": sb.get(k), "ratio": _ratio(sa.get(k), sb.get(k))}
                for k in sorted(set(sa) | set(sb))}
-    aligned_by, rows = align_op_times(a, b)
+    from .compare import align_op_times
+
+    aligned_by, aligned = align_op_times(a, b)
+    rows = [{k: v for k, v in row.items() if k != "op"} for row in aligned]  # the documented JSON shape
     return {"a": {"path": str(args.a), "config": _config(a.plan)},
             "b": {"path": str(args.b), "config": _config(b.plan)},
             "summary": summary, "aligned_by": aligned_by, "rows": rows}
@@ -195,34 +198,6 @@ def _load(path: Path) -> Any:
 def _refuse_existing(path: Path, force: bool) -> None:
     if not force and (path.exists() or path.is_symlink()):
         raise UsageError(f"{path} exists; pass --force to replace it")
-
-
-def align_op_times(a: Any, b: Any) -> tuple[str, list[dict[str, Any]]]:
-    """Per-iteration time of each op (its stall plus its run), B against A: by op name when both
-    sessions ran the same graph, else summed by layer, so vgg16 and vgg19 still line up."""
-    same_ops = [op.name for op in a.graph.ops] == [op.name for op in b.graph.ops]
-    by = "op" if same_ops else "layer"
-    ta, tb = _op_times(a, by), _op_times(b, by)
-    rows = []
-    for name in list(ta) + [n for n in tb if n not in ta]:
-        va, vb = ta.get(name), tb.get(name)
-        rows.append({"name": name, "a_ns": va, "b_ns": vb,
-                     "delta_ns": None if va is None or vb is None else vb - va})
-    return by, rows
-
-
-def _op_times(session: Any, by: str) -> dict[str, int]:
-    tl, ops = session.timeline, session.graph.ops
-    per_op = [0] * len(ops)
-    spans = tl.op_end_ns - tl.op_start_ns + tl.op_stall_ns
-    for i, ns in zip(tl.op_index.tolist(), spans.tolist()):
-        per_op[i] += ns
-    out: dict[str, int] = {}
-    for op, ns in zip(ops, per_op):
-        key = op.name if by == "op" else op.layer
-        out[key] = out.get(key, 0) + ns
-    runs = max(tl.iterations, 1)
-    return {k: int(v) // runs for k, v in out.items()}
 
 
 def _ratio(a: Any, b: Any) -> float | None:
