@@ -24,7 +24,7 @@ from .graph import Graph
 from .layers import GraphError
 from .models import build_graph
 from .plan import Move, PlanError
-from .policies import compile_plan
+from .policies import POLICIES, compile_plan, reuse_gaps
 from .residency import next_use
 from .session import Session, SessionError, load_session, new_session, session_from_bytes
 from .simulator import simulate
@@ -370,17 +370,15 @@ def _marker_range(graph: Graph, move: Move, kind: str) -> tuple[int, int]:
 
 
 def _new_move(graph: Graph, t: int) -> Move:
-    uses, n = graph.uses[t], len(graph.ops)
-    tensor = graph.tensors[t]
-    gaps = [(b - a, a, b) for a, b in zip(uses, uses[1:]) if b - a >= 2]
-    if tensor.persistent and uses and uses[0] + n - uses[-1] >= 2:
-        gaps.append((uses[0] + n - uses[-1], uses[-1], uses[0] + n))
+    """A trip over the tensor's longest reuse gap, prefetched autovm's default distance ahead."""
+    n, distance = len(graph.ops), POLICIES["autovm"].options["prefetch_distance"].default
+    gaps = [(use - last, last, use) for last, use in reuse_gaps(graph, t) if use - last >= 2]
     if not gaps:
-        raise PlanError(f"{tensor.name} is used by consecutive ops only: there is no gap to offload it in")
+        raise PlanError(f"{graph.tensors[t].name} is used by consecutive ops only: there is no gap to offload it in")
     _, last, use = max(gaps)
     if use >= n:  # wraps into the next iteration
-        return Move(t, last, max(use - n - 3, -1))
-    return Move(t, last, max(use - 3, last + 1))
+        return Move(t, last, max(use - n - distance, -1))
+    return Move(t, last, max(use - distance, last + 1))
 
 
 def _tensor_id(graph: Graph, tensor: int | str) -> int:

@@ -124,14 +124,19 @@ class Graph:
         """Peak device bytes with everything resident: what the `device` policy needs."""
         return max(self.live_bytes)
 
+    @cached_property
+    def working_sets(self) -> tuple[int, ...]:
+        """Bytes each op touches: all of them must be on the device while it runs."""
+        return tuple(sum(self.tensors[t].nbytes for t in op.touches) for op in self.ops)
+
     def working_set(self, op: int) -> int:
-        return sum(self.tensors[t].nbytes for t in self.ops[op].touches)
+        return self.working_sets[op]
 
     @cached_property
     def min_capacity(self) -> tuple[int, int]:
         """(bytes, op): the largest single-op working set, below which no plan can run."""
-        best = max(range(len(self.ops)), key=self.working_set)
-        return self.working_set(best), best
+        best = max(range(len(self.ops)), key=self.working_sets.__getitem__)
+        return self.working_sets[best], best
 
     @property
     def param_count(self) -> int:

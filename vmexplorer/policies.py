@@ -98,7 +98,7 @@ def autovm_moves(graph: Graph, capacity: int, prefetch_distance: int = 3, offloa
     for t, tensor in enumerate(graph.tensors):
         if tensor.nbytes < MIN_MOVE_BYTES or not (tensors == "all" or tensor.kind is Kind.ACTIVATION):
             continue
-        for last, use in _gaps(graph, t, feature_maps_only=tensors != "all"):
+        for last, use in reuse_gaps(graph, t, feature_maps_only=tensors != "all"):
             prefetch_after = use - prefetch_distance
             if use >= n:  # a wrapped gap: the prefetch is issued in the next iteration, at its start at the earliest
                 prefetch_after = max(prefetch_after - n, -1)
@@ -140,18 +140,19 @@ def _away(mv: Move, n: int) -> list[tuple[int, int]]:
     return [(mv.offload_after + 1, n), (0, p + 1)]
 
 
-def _gaps(graph: Graph, t: int, feature_maps_only: bool) -> list[tuple[int, int]]:
-    """(last use, next use) pairs; a use past the end of the iteration is numbered from n on."""
-    tensor = graph.tensors[t]
+def reuse_gaps(graph: Graph, t: int, feature_maps_only: bool = False) -> list[tuple[int, int]]:
+    """(last use, next use) pairs of a tensor; a use in the next iteration is numbered from n on (a
+    persistent tensor's gap across the boundary). With feature_maps_only, AutoVM's one gap of a feature
+    map: from its last forward use to its first backward use."""
+    tensor, uses = graph.tensors[t], graph.uses[t]
     if feature_maps_only:
         if tensor.persistent:
             return []
-        forward = [k for k in (tensor.producer, *tensor.consumers) if graph.ops[k].phase is not Phase.BACKWARD]
-        backward = [k for k in tensor.consumers if graph.ops[k].phase is Phase.BACKWARD]
-        return [(max(forward), min(backward))] if backward else []
-    uses = graph.uses[t]
+        backward = [k for k in uses if graph.ops[k].phase is Phase.BACKWARD]
+        forward = [k for k in uses if graph.ops[k].phase is not Phase.BACKWARD]
+        return [(max(forward), min(backward))] if backward and forward else []
     pairs = list(zip(uses, uses[1:]))
-    if tensor.persistent:
+    if tensor.persistent and uses:
         pairs.append((uses[-1], uses[0] + len(graph.ops)))
     return pairs
 
@@ -159,7 +160,7 @@ def _gaps(graph: Graph, t: int, feature_maps_only: bool) -> list[tuple[int, int]
 def _fit_prefetches(graph: Graph, capacity: int, moves: list[Move]) -> list[Move]:
     """Issue prefetches late enough that, while they are in flight, they and each op's own tensors
     fit: neither can be evicted, so an earlier prefetch would only be thrown out again."""
-    working = np.array([graph.working_set(k) for k in range(len(graph.ops))], dtype=np.int64)
+    working = np.array(graph.working_sets, dtype=np.int64)
     arriving = np.zeros(len(graph.ops), dtype=np.int64)
     out = []
     for mv in sorted(moves, key=lambda mv: -(mv.prefetch_after or 0)):  # latest uses claim room first
