@@ -7,9 +7,11 @@ place where a complete plan breaks a rule. Both walk the same state machine, so 
 always validates.
 
 Per op k the order is: offloads issued after op k-1 start leaving; transfers due before op k
-complete; prefetches issued after op k-1 start arriving; op k's tensors must be on the device; the
-device must hold at most `capacity` bytes; after op k, tensors with no later use are released.
-A tensor that is leaving or arriving occupies device memory until its transfer completes.
+complete; prefetches issued after op k-1 start arriving; op k's tensors come onto the device
+(created, or demand-faulted); driver evictions then make room, so the device holds at most `capacity`
+bytes while op k runs; after op k, tensors with no later use are released. A tensor that is leaving
+or arriving occupies device memory until its transfer completes. Both modes follow this order, so a
+repaired plan replays identically in strict mode.
 """
 
 from __future__ import annotations
