@@ -55,7 +55,7 @@ def main() -> int:
             out.append(f"| {policy} | {r['without_ms']:.1f} ms | {r['with_ms']:.1f} ms | {r['overhead']:+.1%} "
                        f"| {r['cupti_htod_bytes'] / 2**30:.2f} GiB | {r['plan_htod_bytes'] / 2**30:.2f} GiB "
                        f"| {r['cupti_dtoh_bytes'] / 2**30:.2f} GiB | {r['plan_dtoh_bytes'] / 2**30:.2f} GiB "
-                       f"| {r['fault_groups']:.0f} | {r['faults']:.0f} |")
+                       f"| {r['faulted_pages']:.0f} | {r['fault_groups']:.0f} |")
         out += ["", f"A 20-iteration VGG-19 `uvm` session with every collector on: "
                     f"{c['long_session_bytes'] / 1e6:.1f} MB."]
     print("\n".join(out))

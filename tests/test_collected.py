@@ -100,8 +100,8 @@ def test_faults_and_bytes_count_in_the_op_where_they_start(graph: Graph) -> None
                  (1, 400, 401, FAULT, 5),  # row 4, exactly at its start
                  (0, 10, 20, HTOD, 4096), (0, 110, 300, DTOH, 1 << 20), (1, 599, 700, HTOD, 65536)])
     f = per_op(graph, timeline(), c)
-    assert f["fault_groups"].tolist() == [2, 0, 1, 0, 1, 0]
-    assert f["faults"].tolist() == [42, 0, 1, 0, 5, 0]
+    assert f["faulted_pages"].tolist() == [2, 0, 1, 0, 1, 0]
+    assert f["fault_groups"].tolist() == [42, 0, 1, 0, 5, 0]
     assert f["bytes_htod"].tolist() == [4096, 0, 0, 0, 0, 65536]
     assert f["bytes_dtoh"].tolist() == [0, 1 << 20, 0, 0, 0, 0]
 
@@ -111,7 +111,7 @@ def test_records_go_by_their_iteration_label_at_iteration_boundaries(graph: Grap
     c = make(um=[(1, 300, 301, FAULT, 3), (0, 300, 301, FAULT, 100), (1, 250, 251, FAULT, 1000)],
              kernels=[(1, 300, 320, COMPUTE, 0), (0, 299, 305, COMPUTE, 0)])
     f = per_op(graph, timeline(), c)
-    assert f["faults"].tolist() == [0, 0, 0, 3, 0, 0]
+    assert f["fault_groups"].tolist() == [0, 0, 0, 3, 0, 0]
     assert f["kernel_ns"].tolist() == [0, 0, 6, 20, 0, 0]
 
 
@@ -144,7 +144,7 @@ def test_the_summary_gives_medians_per_iteration_and_the_collectors_costs(graph:
              kernels=[(0, 0, 90, COMPUTE, 0), (1, 300, 400, COMPUTE, 0), (1, 400, 420, COMPUTE, 1)],
              nvml=[(0, 10**9, 1e9, 2e9, 50.0), (300, 3 * 10**9, 1e9, 2e9, 100.0)])
     s = collected_summary(timeline(), c)
-    assert (s["faults"], s["fault_groups"]) == (35, 1)  # medians of (30, 40) and (2, 1), truncated
+    assert (s["fault_groups"], s["faulted_pages"]) == (35, 1)  # medians of (30, 40) and (2, 1), truncated
     assert (s["bytes_htod"], s["bytes_dtoh"], s["kernel_ns"], s["kernels"]) == (200, 25, 105, 1)
     assert s["collector_overhead_ns"] == 2000 and s["collector_overhead_pct"] == 666.67
     assert s["dropped_records"] == 2
@@ -158,11 +158,19 @@ def test_an_unavailable_collector_gives_its_reason_and_no_zeros_in_its_place() -
     s = collected_summary(timeline(), no_records(status))
     assert s["cupti_unavailable"] == "cupti-python not installed"
     assert s["nvml_note"] == "PCIe counters unsupported"
-    assert not {"faults", "bytes_htod", "kernel_ns"} & set(s)
+    assert not {"fault_groups", "bytes_htod", "kernel_ns"} & set(s)
     um_off = no_records((CollectorStatus("cupti_um", False, "unified-memory counters unsupported on this device",
                                          0, 0),))
     s = collected_summary(timeline(), um_off)
-    assert "kernel_ns" in s and "faults" not in s
+    assert "kernel_ns" in s and "bytes_htod" not in s and "fault_groups" in s
+
+
+def test_page_faults_switched_off_leave_the_fault_figures_out_and_keep_the_bytes() -> None:
+    faults_off = no_records((CollectorStatus("cupti_faults", False, "switched off for this run (--collectors)",
+                                             0, 0),))
+    s = collected_summary(timeline(), faults_off)
+    assert s["cupti_faults_unavailable"] == "switched off for this run (--collectors)"
+    assert "bytes_htod" in s and "remote_map_bytes" in s and not {"fault_groups", "faulted_pages"} & set(s)
 
 
 # --- thinning -------------------------------------------------------------------------------------
@@ -206,8 +214,8 @@ def test_thinning_to_a_row_budget_widens_the_gap_and_still_keeps_the_totals(grap
     assert totals(thin(thin(c))) == totals(c)
     tl = timeline([(0, 0, 300_000), (1, 300_000, 600_000)])
     f, g = per_op(graph, tl, c), per_op(graph, tl, thin(c, max_rows=6))
-    assert g["fault_groups"].tolist() == f["fault_groups"].tolist()  # by iteration: each op is one
-    assert g["faults"].tolist() == f["faults"].tolist()
+    assert g["faulted_pages"].tolist() == f["faulted_pages"].tolist()  # by iteration: each op is one
+    assert g["fault_groups"].tolist() == f["fault_groups"].tolist()
 
 
 def test_thinning_nothing_gives_back_the_same_records() -> None:
@@ -288,8 +296,8 @@ def test_the_trace_shows_kernels_per_stream_and_um_counters_per_op() -> None:
     assert sorted((e["tid"], e["name"], e["ts"]) for e in kernels) == [
         (KERNELS, "relu_kernel", 0.05), (KERNELS, "sgemm", 0.0), (KERNELS + 1, "im2col", 0.01),
         (KERNELS + 1, "im2col", 0.02)]
-    faults = [e for e in events if e["name"] == "faults"]
-    assert [e["args"]["faults"] for e in faults[:3]] == [12, 3, 0] and faults[-1]["args"]["faults"] == 0
+    faults = [e for e in events if e["name"] == "fault_groups"]
+    assert [e["args"]["fault_groups"] for e in faults[:3]] == [12, 3, 0] and faults[-1]["args"]["fault_groups"] == 0
     htod = [e["args"]["htod"] for e in events if e["name"] == "UM bytes htod/dtoh"]
     assert htod[:3] == [900, 800, 0] and sum(htod) == 1700  # 100 of the 1800 bytes fell in the gaps
     assert chrome_trace(s)["metadata"]["collectors"] == {"cupti": True, "nvml": True}

@@ -35,6 +35,10 @@ class _Fake:
     def __init__(self, name, rows, available=True, reason=""):
         self.name, self.rows, self.available, self.reason = name, rows, available, reason
         self.dropped, self.overhead_ns = 0, 4_000
+        self.off: list[tuple[str, str]] = []
+
+    def switched_off(self):
+        return self.off
 
 
 def test_raw_collector_rows_become_a_sessions_collected_records_on_its_axis():
@@ -51,3 +55,24 @@ def test_raw_collector_rows_become_a_sessions_collected_records_on_its_axis():
     assert c.um_iteration.tolist() == [0, 1] and c.um_value.tolist() == [12, 1 << 20]
     status = {s.name: s for s in c.status}
     assert status["nvml"].reason.startswith("NVML unavailable") and status["cupti"].overhead_ns == 2_000
+
+
+def test_a_part_of_cupti_switched_off_is_named_in_the_session_so_its_zeros_are_not_read_as_none():
+    from vmexplorer.collected import collected_summary
+    from vmexplorer.collectors.build import build_collected
+    from vmexplorer.records import Timeline
+
+    real = CuptiCollector(faults=False)
+    assert [name for name, _ in real.switched_off()] == ["cupti_faults"]
+    assert "GPU_PAGE_FAULT" not in real.want_um and "BYTES_TRANSFER_HTOD" in real.want_um
+    cupti = _Fake("cupti", {"um_start": [1_200], "um_end": [1_300], "um_kind": ["bytes_htod"], "um_value": [4096]})
+    cupti.off = real.switched_off()
+    c = build_collected([cupti], t0s=[1_000], offsets=[0.0])
+    status = {s.name: s for s in c.status}
+    assert not status["cupti_faults"].available and "switched off" in status["cupti_faults"].reason
+    one, none = np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    tl = Timeline(source="measured", op_iteration=one, op_index=one, op_start_ns=one, op_end_ns=one + 1_000,
+                  op_stall_ns=one, op_fault_bytes=one, memop_iteration=none, memop_index=none, memop_start_ns=none,
+                  memop_end_ns=none, resident_t_ns=one, resident_bytes=one)
+    s = collected_summary(tl, c)
+    assert s["bytes_htod"] == 4096 and "fault_groups" not in s

@@ -114,11 +114,13 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
 
     if args.iterations < 1 or args.warmup < 0:
         raise UsageError("--iterations must be at least 1 and --warmup at least 0")
+    parts = _collector_parts(args.collectors)
     _refuse_existing(args.out, args.force)
     graph, plan = _compile(args)
     cupy()  # says plainly when there is no GPU, before anything is allocated
     settings = RunSettings(iterations=args.iterations, warmup=args.warmup, seed=args.seed,
-                           allow_tf32=not args.no_tf32, autotune=args.autotune, collect=not args.no_collectors)
+                           allow_tf32=not args.no_tf32, autotune=args.autotune, collect=not args.no_collectors,
+                           collectors=parts)
     progress = (lambda i, n, loss: print(f"iteration {i}/{n}: loss {loss:.4f}", file=sys.stderr)) \
         if args.progress else None
     try:
@@ -138,6 +140,16 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
                           **({"collected": result.collected} if result.collected is not None else {}))
     save_session(session, args.out, force=args.force)
     return {"path": str(args.out), "config": _config(session.plan), "summary": session.summary}
+
+
+def _collector_parts(text: str) -> tuple[str, ...]:
+    from .engine.executor import COLLECTOR_PARTS
+
+    parts = tuple(p.strip() for p in text.split(",") if p.strip())
+    unknown = [p for p in parts if p not in COLLECTOR_PARTS]
+    if unknown or not parts:
+        raise UsageError(f"--collectors takes a comma-separated list of {', '.join(COLLECTOR_PARTS)}, not {text!r}")
+    return parts
 
 
 class RunFailed(RuntimeError):
@@ -430,6 +442,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time every cuDNN plan once per shape and keep the fastest (like cudnn.benchmark)")
     p.add_argument("--progress", action="store_true", help="print each iteration's loss on stderr")
     p.add_argument("--no-collectors", action="store_true", help="record without CUPTI and NVML")
+    p.add_argument("--collectors", default="kernels,migrations,faults,nvml", metavar="PARTS",
+                   help="what to collect, comma-separated (default: all): kernels, migrations (bytes each way), "
+                        "faults (GPU page-fault records, the costly part under demand paging), nvml")
     p.add_argument("--out", type=Path, required=True, metavar="FILE", help="session file to write")
     p.add_argument("--force", action="store_true", help="replace FILE if it exists")
     p.add_argument("--note", action="append", default=[], metavar="TEXT",

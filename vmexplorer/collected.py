@@ -10,9 +10,12 @@ Three tables and the collectors' status:
   index into `kernel_names`, so each name is stored once);
 - unified-memory counters (CUPTI UnifiedMemoryCounter3): one row per record, its kind an index into
   `UM_KINDS`, its value in the kind's unit: bytes for `bytes_htod` / `bytes_dtoh`; for
-  `gpu_page_fault_groups` CUPTI's records are *fault groups*, and the value is, per CUPTI, the number
-  of faults in the group (to be verified on the device); counts of events for the others. `um_records`
-  says how many CUPTI records a row stands for: 1 for raw records, more after `thin` merged some;
+  `gpu_page_fault_groups` CUPTI writes one record per faulting page (its address is the page's) and
+  the value is the number of fault groups the driver took for that page (CUPTI's documentation of
+  UnifiedMemoryCounter3.value; VGG-19 under `uvm` on the H100: about 1.7 MiB migrated in per record and
+  six groups per record); for `remote_map` and `thrashing`, bytes (the region's size); for the others,
+  counts of events. `um_records` says how many CUPTI records a row stands for: 1 for raw records, more
+  after `thin` merged some;
 - NVML samples: device memory used, PCIe throughput each way, GPU utilisation, at sample times.
 Everything here is plain numpy and runs on a machine with no GPU.
 """
@@ -35,7 +38,7 @@ class UmKind(StrEnum):
 
     BYTES_HTOD = "bytes_htod"  # bytes migrated host to device (faults and prefetches)
     BYTES_DTOH = "bytes_dtoh"  # bytes migrated device to host (evictions, offloads)
-    GPU_PAGE_FAULT_GROUPS = "gpu_page_fault_groups"  # one record per fault group; value: faults in it
+    GPU_PAGE_FAULT_GROUPS = "gpu_page_fault_groups"  # one record per faulting page; value: its fault groups
     THRASHING = "thrashing"
     THROTTLING = "throttling"
     REMOTE_MAP = "remote_map"
@@ -43,14 +46,16 @@ class UmKind(StrEnum):
 
 
 UM_KINDS: tuple[str, ...] = tuple(k.value for k in UmKind)
-BYTES_HTOD, BYTES_DTOH, GPU_PAGE_FAULT_GROUPS = (UM_KINDS.index(k) for k in
-                                                 ("bytes_htod", "bytes_dtoh", "gpu_page_fault_groups"))
+BYTES_HTOD, BYTES_DTOH, GPU_PAGE_FAULT_GROUPS, THRASHING, THROTTLING, REMOTE_MAP = (
+    UM_KINDS.index(k) for k in ("bytes_htod", "bytes_dtoh", "gpu_page_fault_groups", "thrashing", "throttling",
+                                "remote_map"))
 MAX_UM_ROWS = 1_000_000  # thin()'s default: keeps a 20-iteration VGG-19 session far under 50 MB
 THIN_GAP_NS = 1000.0  # thin() merges records of one kind and iteration less than 1 µs apart
 
 # Which collectors feed which table: a table's summary figures are left out when one of its collectors
 # reports itself unavailable (a zero fault count from a CUPTI that never ran would read as "no faults").
-FEEDS = {"kernel": ("cupti",), "um": ("cupti", "cupti_um"), "nvml": ("nvml",)}
+FEEDS = {"kernel": ("cupti", "cupti_kernels"), "um": ("cupti", "cupti_um"), "faults": ("cupti", "cupti_faults"),
+         "nvml": ("nvml",)}
 
 
 class CollectedError(ValueError):
@@ -107,7 +112,7 @@ class Collected:
     um_start_ns: np.ndarray
     um_end_ns: np.ndarray
     um_kind: np.ndarray  # index into UM_KINDS
-    um_value: np.ndarray  # bytes, or faults in a fault group, or a count: see the module's docstring
+    um_value: np.ndarray  # bytes, or a page's fault groups, or a count: see the module's docstring
     nvml_t_ns: np.ndarray
     nvml_memory_used_bytes: np.ndarray
     nvml_pcie_tx_bytes_per_s: np.ndarray  # device to host, bytes/s (NVML reports KB/s: convert)
@@ -164,7 +169,7 @@ class Collected:
         return int(max(its)) + 1 if its else 0
 
     def available(self, table: str) -> bool:
-        """Whether the figures of a table ("kernel", "um", "nvml") mean anything: no collector that
+        """Whether the figures of a table ("kernel", "um", "faults", "nvml") mean anything: no collector that
         feeds it reported itself unavailable."""
         return not any(s.name in FEEDS[table] and not s.available for s in self.status)
 
@@ -253,10 +258,10 @@ def per_op(graph: Graph, timeline: Timeline, collected: Collected,
     span contains the record's start; records that start between ops count nowhere):
     - `kernel_ns`, `kernels`: time and number of kernels on the compute stream (`compute_stream`, by
       default the stream with the most kernel time);
-    - `fault_groups`, `faults`: GPU page-fault-group records (`um_records` summed, so thinned rows
-      still count every group) and the faults in them (their values summed);
+    - `faulted_pages`, `fault_groups`: GPU page-fault records, one per faulting page (`um_records`
+      summed, so thinned rows still count every record), and the fault groups they report (values);
     - `bytes_htod`, `bytes_dtoh`: unified-memory bytes migrated, from records of any stream.
-    By window (`window_faults`, `window_bytes_htod`, `window_bytes_dtoh`, float64): each record's value
+    By window (`window_fault_groups`, `window_bytes_htod`, `window_bytes_dtoh`, float64): each record's value
     spread evenly over its [start_ns, end_ns] and summed over the op's [start_ns, end_ns) window,
     whatever its iteration: so a long prefetch or eviction on a copy stream is shared among the ops
     it ran under instead of counted in full by the op it started under. A record of zero duration
@@ -282,12 +287,12 @@ def per_op(graph: Graph, timeline: Timeline, collected: Collected,
     out = {
         "kernel_ns": total(k_row, k_ns),
         "kernels": total(k_row, np.ones(len(k_row), dtype=np.int64)),
-        "fault_groups": total(u_row, c.um_records, faults),
-        "faults": total(u_row, c.um_value, faults),
+        "faulted_pages": total(u_row, c.um_records, faults),
+        "fault_groups": total(u_row, c.um_value, faults),
         "bytes_htod": total(u_row, c.um_value, htod),
         "bytes_dtoh": total(u_row, c.um_value, dtoh),
     }
-    for name, mask in (("faults", faults), ("bytes_htod", htod), ("bytes_dtoh", dtoh)):
+    for name, mask in (("fault_groups", faults), ("bytes_htod", htod), ("bytes_dtoh", dtoh)):
         out[f"window_{name}"] = _window_sums(c.um_start_ns[mask], c.um_end_ns[mask], c.um_value[mask],
                                              tl.op_start_ns, tl.op_end_ns)
     return out
@@ -348,7 +353,7 @@ def _cumulative(keys: np.ndarray, weights: np.ndarray, t: np.ndarray, side: Lite
 
 def collected_summary(timeline: Timeline, collected: Collected) -> dict[str, float | int | str]:
     """Per iteration, the median over the timeline's recorded iterations (records go by their iteration
-    label): `faults`, `fault_groups`, `bytes_htod`, `bytes_dtoh` (measured migrations), `kernel_ns`
+    label): `fault_groups`, `faulted_pages`, `bytes_htod`, `bytes_dtoh` (measured migrations), `kernel_ns`
     (kernel time summed over all streams), `kernels`; NVML's `nvml_peak_memory_used_bytes` and
     `nvml_gpu_util_pct` (mean of the samples); the collectors' `collector_overhead_ns` (per iteration,
     all collectors) and `collector_overhead_pct` (of the median iteration time), `dropped_records`
@@ -362,10 +367,14 @@ def collected_summary(timeline: Timeline, collected: Collected) -> dict[str, flo
     def median(iteration: np.ndarray, values: np.ndarray) -> int:
         return int(np.median(np.bincount(iteration, weights=values, minlength=n)))
 
-    if c.available("um"):
-        for name, kind, column in (("faults", GPU_PAGE_FAULT_GROUPS, c.um_value),
-                                   ("fault_groups", GPU_PAGE_FAULT_GROUPS, c.um_records),
-                                   ("bytes_htod", BYTES_HTOD, c.um_value), ("bytes_dtoh", BYTES_DTOH, c.um_value)):
+    for table, name, kind, column in (("faults", "fault_groups", GPU_PAGE_FAULT_GROUPS, c.um_value),
+                                      ("faults", "faulted_pages", GPU_PAGE_FAULT_GROUPS, c.um_records),
+                                      ("um", "bytes_htod", BYTES_HTOD, c.um_value),
+                                      ("um", "bytes_dtoh", BYTES_DTOH, c.um_value),
+                                      ("um", "remote_map_bytes", REMOTE_MAP, c.um_value),
+                                      ("um", "thrashing_bytes", THRASHING, c.um_value),
+                                      ("um", "throttling", THROTTLING, c.um_value)):
+        if c.available(table):
             mask = c.um_kind == kind
             out[name] = median(c.um_iteration[mask], column[mask])
     if c.available("kernel"):

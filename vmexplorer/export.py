@@ -111,15 +111,15 @@ def _collected_events(session: Session, pid: int) -> list[dict[str, Any]]:
     order = np.argsort(tl.op_start_ns, kind="stable")
     for row in order.tolist():
         ts = tl.op_start_ns[row] / 1000
-        events.append({"ph": "C", "pid": pid, "tid": 0, "name": "faults", "ts": ts,
-                       "args": {"faults": int(figures["faults"][row]),
-                                "fault_groups": int(figures["fault_groups"][row])}})
+        events.append({"ph": "C", "pid": pid, "tid": 0, "name": "fault_groups", "ts": ts,
+                       "args": {"fault_groups": int(figures["fault_groups"][row]),
+                                "faulted_pages": int(figures["faulted_pages"][row])}})
         events.append({"ph": "C", "pid": pid, "tid": 0, "name": "UM bytes htod/dtoh", "ts": ts,
                        "args": {"htod": round(float(figures["window_bytes_htod"][row])),
                                 "dtoh": round(float(figures["window_bytes_dtoh"][row]))}})
     end = float(tl.op_end_ns.max()) / 1000
-    events.append({"ph": "C", "pid": pid, "tid": 0, "name": "faults", "ts": end,
-                   "args": {"faults": 0, "fault_groups": 0}})
+    events.append({"ph": "C", "pid": pid, "tid": 0, "name": "fault_groups", "ts": end,
+                   "args": {"fault_groups": 0, "faulted_pages": 0}})
     events.append({"ph": "C", "pid": pid, "tid": 0, "name": "UM bytes htod/dtoh", "ts": end,
                    "args": {"htod": 0, "dtoh": 0}})
     return events

@@ -17,6 +17,8 @@ def build_collected(collectors: list[Any], t0s: list[int], offsets: list[float])
                               int(c.overhead_ns) // iterations) for c in collectors]
     status.append(_nvtx_status())
     cupti = by_name.get("cupti")
+    if cupti is not None and cupti.available:
+        status.extend(CollectorStatus(name, False, reason, 0, 0) for name, reason in cupti.switched_off())
     k = _placed(cupti.rows if cupti else {}, "kernel", t0s, offsets)
     names = sorted(set(k["name"]))
     index = {n: i for i, n in enumerate(names)}

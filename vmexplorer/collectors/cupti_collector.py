@@ -11,7 +11,13 @@ UM_COUNTERS = {  # CUPTI counter kind name -> our kind name
     "GPU_PAGE_FAULT": "gpu_page_fault_groups",
     "THRASHING": "thrashing",
     "THROTTLING": "throttling",
+    "REMOTE_MAP": "remote_map",
 }
+# what each part a user can switch off asks of CUPTI: "migrations" (bytes each way, and the driver's
+# thrashing, throttling and remote-mapping events) and "faults" (GPU page-fault records) are both
+# unified-memory counters; "kernels" is kernel activity
+MIGRATION_COUNTERS = ("BYTES_TRANSFER_HTOD", "BYTES_TRANSFER_DTOH", "THRASHING", "THROTTLING", "REMOTE_MAP")
+FAULT_COUNTERS = ("GPU_PAGE_FAULT",)
 BUFFER_BYTES = 8 << 20
 # CUPTI takes one pair of buffer callbacks per process: register them once and hand the records to
 # whichever collector is running (one run at a time per process)
@@ -31,9 +37,11 @@ def _completed(activities: list) -> None:
 class CuptiCollector:
     name = "cupti"
 
-    def __init__(self, device: int = 0, kernels: bool = True, unified_memory: bool = True) -> None:
-        self.device, self.want_kernels, self.want_um = device, kernels, unified_memory
+    def __init__(self, device: int = 0, kernels: bool = True, migrations: bool = True, faults: bool = True) -> None:
+        self.device, self.want_kernels = device, kernels
+        self.want_um = (MIGRATION_COUNTERS if migrations else ()) + (FAULT_COUNTERS if faults else ())
         self.available, self.reason = False, "not started"
+        self.note = ""  # a limitation of a collector that runs
         self.dropped = 0
         # host time the run is held up: the flush at each iteration's end (callbacks run inside it or on
         # CUPTI's own thread); the full cost is what bench/gpu/bench_collectors.py measures side by side
@@ -69,17 +77,47 @@ class CuptiCollector:
             self.reason = f"CUPTI refused: {type(e).__name__}: {e}"
             self._cupti = None
             return
-        self.available, self.reason = True, ""
+        self.available, self.reason = True, self.note
 
     def _configure_unified_memory(self, cupti: Any) -> None:
-        kinds = [getattr(cupti.ActivityUnifiedMemoryCounterKind, k) for k in UM_COUNTERS]
+        """All the counters asked for; when CUPTI refuses the set, each alone, keeping those it takes and
+        naming the rest in the reason (a driver may not know a newer kind such as REMOTE_MAP)."""
+        try:
+            self._configure(cupti, self.want_um)
+            return
+        except Exception:
+            pass
+        taken: list[str] = []
+        refused: list[str] = []
+        for name in self.want_um:
+            try:
+                self._configure(cupti, (*taken, name))
+                taken.append(name)
+            except Exception as e:
+                refused.append(f"{name} ({type(e).__name__})")
+        if not taken:
+            raise RuntimeError("no unified-memory counter could be configured: " + ", ".join(refused))
+        self.note = "unified-memory counters refused: " + ", ".join(refused)
+
+    def _configure(self, cupti: Any, names: tuple[str, ...] | list[str], enable: int = 1) -> None:
+        kinds = [getattr(cupti.ActivityUnifiedMemoryCounterKind, k) for k in names]
         config = cupti.ActivityUnifiedMemoryCounterConfig(len(kinds))
         config.scope = 1  # this process, one device
         config.device_id = self.device
-        config.enable = 1
+        config.enable = enable
         for i, kind in enumerate(kinds):
             config[i].kind = kind
         cupti.activity_configure_unified_memory_counter(config.ptr, len(kinds))
+
+    def switched_off(self) -> list[tuple[str, str]]:
+        """(status name, reason) for each part of CUPTI's records this run was asked not to collect, so a
+        session never reads a zero from a counter that was off as "none happened"."""
+        why = "switched off for this run (--collectors)"
+        return [(name, f"{what} {why}") for name, what, on in (
+            ("cupti_kernels", "kernel records", self.want_kernels),
+            ("cupti_um", "migration counters", bool(set(MIGRATION_COUNTERS) & set(self.want_um))),
+            ("cupti_faults", "GPU page-fault records", bool(set(FAULT_COUNTERS) & set(self.want_um))),
+        ) if not on]
 
     def _enable(self, kind: Any) -> None:
         self._cupti.activity_enable(kind)
@@ -114,6 +152,10 @@ class CuptiCollector:
             self._cupti.activity_flush_all(1)
             for kind in self._kinds:
                 self._cupti.activity_disable(kind)
+            if self.want_um and self._kinds:
+                # counters stay configured in the process: switch them off so a later run that asks
+                # for fewer does not inherit them
+                self._configure(self._cupti, self.want_um, enable=0)
             self._kinds.clear()
             self.dropped += int(self._cupti.activity_get_num_dropped_records(None, 0))
         except Exception:  # counting dropped records is best effort across cupti-python versions

@@ -28,6 +28,9 @@ from .ops import OPS, op_attrs
 from .schedule import Step, StepKind, Stream, schedule
 
 PAGE = 64 << 10  # evict partial ranges on page-group boundaries
+# What a recorded run can collect, each part switchable: CUPTI kernel records, CUPTI migration counters
+# (bytes each way, thrashing, throttling, remote mapping), CUPTI GPU page-fault records, NVML samples.
+COLLECTOR_PARTS = ("kernels", "migrations", "faults", "nvml")
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,7 @@ class RunSettings:
     deterministic: bool = False  # only cuDNN engines without atomics: identical bits run after run
     autotune: bool = False  # time every cuDNN plan once per shape and keep the fastest
     collect: bool = True  # CUPTI and NVML collectors (each reports itself unavailable rather than fail)
+    collectors: tuple[str, ...] = COLLECTOR_PARTS  # which parts, when collect: see COLLECTOR_PARTS
     keep_weights: bool = False  # return persistent tensors, weight gradients and dropout masks at the end
 
 
@@ -78,7 +82,7 @@ def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena, settings: RunSettings,
     steps = schedule(graph, plan)
     ranges = gpu.Ranges()
     loss = graph.tensor_id("loss.value")
-    collectors = _start_collectors() if settings.collect else []
+    collectors = _start_collectors(settings.collectors) if settings.collect else []
     clock = collectors[0].clock if collectors else None
     records, losses = [], []
     total = settings.warmup + settings.iterations
@@ -114,13 +118,19 @@ def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena, settings: RunSettings,
     return RunResult(timeline, tuple(losses[settings.warmup:]), gpu.environment(), weights, collected)
 
 
-def _start_collectors() -> list[Any]:
+def _start_collectors(parts: tuple[str, ...]) -> list[Any]:
     from ..collectors import CuptiCollector, NvmlSampler
 
-    cupti = CuptiCollector()
-    cupti.start()
+    unknown = sorted(set(parts) - set(COLLECTOR_PARTS))
+    if unknown:
+        raise ValueError(f"unknown collector part(s) {', '.join(unknown)}; choose from {', '.join(COLLECTOR_PARTS)}")
+    cupti = CuptiCollector(kernels="kernels" in parts, migrations="migrations" in parts, faults="faults" in parts)
     nvml = NvmlSampler(cupti.clock)
-    nvml.start()
+    for collector, on in ((cupti, bool({"kernels", "migrations", "faults"} & set(parts))), (nvml, "nvml" in parts)):
+        if on:
+            collector.start()
+        else:
+            collector.reason = "switched off for this run (--collectors)"
     return [cupti, nvml]
 
 

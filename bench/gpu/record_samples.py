@@ -1,0 +1,71 @@
+"""Record the measured sample sessions on the GPU, each with `vmexplorer run` in a process of its own.
+
+    python3 bench/gpu/record_samples.py [--set fifty|sweep|all] [--iterations 5] [--out DIR]
+
+`fifty`: AlexNet b256, VGG-19 b64 and ResNet-50 b64 under `device` (the whole footprint), `uvm` and
+`autovm` at 50% of each footprint. `sweep`: VGG-19 b64 under `uvm` and `autovm` at 30, 40, 60, 75 and
+90%. Sessions go to DIR (default $OUT/samples, else sample_sessions/) as
+`<model>-b<batch>-<policy>[-<pct>pct].measured.vms`; `record_samples.json` next to them says, for each,
+the command, its exit status, its wall time and, for a refusal, `vmexplorer run`'s one-line reason
+(a capacity below the model's minimum is refused, not recorded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FIFTY = [(m, b, p, 50 if p != "device" else None) for m, b in (("alexnet", 256), ("vgg19", 64), ("resnet50", 64))
+         for p in ("device", "uvm", "autovm")]
+SWEEP = [("vgg19", 64, p, pct) for pct in (30, 40, 60, 75, 90) for p in ("uvm", "autovm")]
+
+
+def name(model: str, batch: int, policy: str, pct: int | None) -> str:
+    return f"{model}-b{batch}-{policy}{f'-{pct}pct' if pct is not None else ''}.measured.vms"
+
+
+def record(model: str, batch: int, policy: str, pct: int | None, out: Path, iterations: int) -> dict:
+    path = out / name(model, batch, policy, pct)
+    cmd = [sys.executable, "-m", "vmexplorer", "run", "--model", model, "--batch", str(batch),
+           "--capacity", f"{pct}%" if pct is not None else "100%", "--policy", policy,
+           "--iterations", str(iterations), "--warmup", "1", "--out", str(path), "--force", "--format", "json",
+           "--note", "recorded by bench/gpu/record_samples.py"]
+    t = time.monotonic()
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    row = {"session": path.name, "command": " ".join(["vmexplorer", *cmd[3:]]), "exit": done.returncode,
+           "wall_s": round(time.monotonic() - t, 1)}
+    if done.returncode == 0:
+        summary = json.loads(done.stdout)["summary"]
+        row.update(bytes=path.stat().st_size, iteration_ms=summary["iteration_ns"] / 1e6,
+                   collector_overhead_pct=summary.get("measured_collector_overhead_pct"))
+    else:
+        row["message"] = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--set", choices=("fifty", "sweep", "all"), default="all")
+    ap.add_argument("--iterations", type=int, default=5)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    out = args.out or (Path(os.environ["OUT"]) / "samples" if os.environ.get("OUT") else ROOT / "sample_sessions")
+    out.mkdir(parents=True, exist_ok=True)
+    todo = {"fifty": FIFTY, "sweep": SWEEP, "all": FIFTY + SWEEP}[args.set]
+    rows = [record(*case, out=out, iterations=args.iterations) for case in todo]
+    log = out / "record_samples.json"
+    old = json.loads(log.read_text()) if log.exists() else []
+    keep = [r for r in old if r["session"] not in {row["session"] for row in rows}]
+    log.write_text(json.dumps(keep + rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
