@@ -48,6 +48,23 @@ def test_the_default_sample_opens_measured_and_every_figure_says_so(state: AppSt
     assert state.cost_model.name.startswith("calibrated on vgg19")
 
 
+def test_the_default_samples_uvm_twin_is_one_click_away(state: AppState) -> None:
+    from vmexplorer.app import AppView
+
+    twin = state.twin("uvm")
+    assert twin is not None and twin != state.origin
+    assert state.compare_with_twin("uvm") and state.message == ""
+    c = state.comparison
+    assert (c.plan.policy, c.timeline.source, c.plan.capacity) == ("uvm", "measured", state.session.plan.capacity)
+    view = AppView()
+    view.main()
+    assert view.compare_twin.visible
+    view.compare_twin.clicks += 1
+    assert view.state.comparison is not None and view.tabs.active == 1
+    assert state.simulate_config("alexnet", 32, "60%", "autovm") and state.twin("uvm") is None
+    assert not state.compare_with_twin("uvm") and "no measured uvm sample" in state.message
+
+
 def test_dragging_a_prefetch_earlier_replans_manual_and_changes_the_iteration(state: AppState) -> None:
     move = state.moves[-1]
     assert state.drag("prefetch", move.tensor, move.prefetch_after)  # unchanged moves, now simulated
@@ -318,3 +335,34 @@ def test_a_failed_gpu_run_says_why_and_the_page_stays_usable(monkeypatch: pytest
     move = view.state.moves[0]
     assert view.state.drag("prefetch", move.tensor, move.offload_after + 1)
     assert not view.alert.visible
+
+
+def test_closing_the_browser_tab_cancels_its_gpu_run_so_the_next_person_is_not_kept_waiting(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from vmexplorer.app import run_queue
+
+    view = _run_view(monkeypatch, "fake_gpu")
+    view.run_iterations.value = 400
+    view.run_gpu.clicks += 1
+    job = view.job
+    _run_until(view, lambda st: st.state == "running")
+    view.close()
+    assert view.job is None
+    assert run_queue().wait(job, timeout=30).state == "cancelled"
+
+
+def test_the_page_does_not_wait_for_the_gpu_check_and_enables_run_when_it_answers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import vmexplorer.app as app
+
+    answers: list[tuple[bool, str] | None] = [None]
+    monkeypatch.delenv(app.FAKE_RUNNER_ENV, raising=False)
+    monkeypatch.setattr(app.worker, "gpu_check", lambda: answers[-1])
+    view = app.AppView()
+    assert view.run_gpu.disabled and "checking for a GPU" in view.run_reason.object
+    answers.append((True, "1 GPU: NVIDIA H100"))
+    view._draw_gpu_reason()  # what the page's one-second callback does
+    assert not view.run_gpu.disabled and view.run_reason.object == ""
+    answers.append((False, "CuPy is not installed"))
+    view._draw_gpu_reason()
+    assert view.run_gpu.disabled and "CuPy is not installed" in view.run_reason.object

@@ -191,8 +191,12 @@ BAD_FILES: list[tuple[str, Callable[[bytes], bytes], str]] = [
     ("json list", lambda good: gzip.compress(b"[1, 2]"), "is not a vmexplorer session"),
     ("truncated", lambda good: good[: len(good) // 2], "is truncated"),
     ("corrupted", lambda good: good[:40] + bytes(b ^ 0x55 for b in good[40:80]) + good[80:], "damaged"),
-    ("newer schema", rewrite(set_in("schema_version", 3)),
-     "written by a newer vmexplorer (schema 3, this reads up to 2); upgrade"),
+    ("newer schema", rewrite(set_in("schema_version", 4)),
+     "written by a newer vmexplorer (schema 4, this reads up to 3); upgrade"),
+    ("a rate of zero", rewrite(set_in("cost_model.evict_bytes_per_ns", 0)),
+     "cost_model.evict_bytes_per_ns is 0.0: expected a number above 0"),
+    ("a negative gap", rewrite(set_in("cost_model.op_gap_ns", {"conv1": -5})), "op_gap_ns.conv1 is -5.0"),
+    ("gaps in a schema 2 cost model", rewrite(set_in("schema_version", 2)), "unexpected field 'op_gap_ns'"),
     ("collected in a schema 1 file", rewrite(set_in("schema_version", 1)), "unexpected field 'collected'"),
     ("no collected field", rewrite(delete("collected")), "the file has no 'collected' field"),
     ("collected in a simulated session", rewrite(set_in("collected", {})), "collected has no 'kernel_names'"),
@@ -412,7 +416,7 @@ def test_new_session_refuses_records_that_do_not_fit_the_timeline(session: Sessi
         new_session(recorded.graph, recorded.plan, one, collected=recorded.collected)
 
 
-@pytest.mark.parametrize("path", sorted(Path(__file__).parents[1].glob("sample_sessions/*.vms")),
+@pytest.mark.parametrize("path", sorted((Path(__file__).parent / "data").glob("schema1-*.vms")),
                          ids=lambda p: p.name)
 def test_schema_1_files_still_load_without_collector_records(path: Path) -> None:
     assert json.loads(gzip.decompress(path.read_bytes()))["schema_version"] == 1
@@ -420,14 +424,25 @@ def test_schema_1_files_still_load_without_collector_records(path: Path) -> None
     assert s.collected is None and s.summary["iterations"] >= 1
 
 
-def test_a_schema_1_file_written_by_hand_loads_and_is_saved_as_schema_2(session: Session) -> None:
+def test_a_schema_1_file_written_by_hand_loads_and_is_saved_as_schema_3(session: Session) -> None:
     doc = json.loads(gzip.decompress(session_to_bytes(session)))
-    assert doc["schema_version"] == 2 and doc["collected"] is None
+    assert doc["schema_version"] == 3 and doc["collected"] is None
     doc["schema_version"] = 1
     del doc["collected"]
+    del doc["cost_model"]["op_gap_ns"]
     old = session_from_bytes(gzip.compress(json.dumps(doc).encode()))
     assert_same(session, old)
-    assert json.loads(gzip.decompress(session_to_bytes(old)))["schema_version"] == 2
+    assert json.loads(gzip.decompress(session_to_bytes(old)))["schema_version"] == 3
+
+
+def test_a_schema_2_cost_model_loads_without_gaps_and_a_schema_3_one_keeps_them(session: Session) -> None:
+    gapped = dataclasses.replace(session, cost_model=dataclasses.replace(session.cost_model,
+                                                                         op_gap_ns={"conv1": 1500.0}))
+    assert session_from_bytes(session_to_bytes(gapped)).cost_model.op_gap_ns == {"conv1": 1500.0}
+    doc = json.loads(gzip.decompress(session_to_bytes(session)))
+    doc["schema_version"] = 2
+    del doc["cost_model"]["op_gap_ns"]
+    assert session_from_bytes(gzip.compress(json.dumps(doc).encode())).cost_model.op_gap_ns == {}
 
 
 BAD_COLLECTED: list[tuple[str, Callable[[bytes], bytes], str]] = [

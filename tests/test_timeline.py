@@ -11,6 +11,7 @@ import pytest
 from bokeh.models import GlyphRenderer, Span
 from bokeh.models.widgets import Div
 
+from vmexplorer.collected import UM_KINDS, Collected, CollectorStatus
 from vmexplorer.costmodel import H100_DEFAULT
 from vmexplorer.models import build_graph
 from vmexplorer.plan import Direction, Origin
@@ -178,3 +179,38 @@ def test_the_summary_table_says_whether_figures_are_simulated_or_measured(sessio
     for label in ("iteration time", "stall", "demand-faulted", "moved to host", "moved to device",
                   "peak resident", "capacity", "footprint"):
         assert label in table.text
+
+
+def _collected(s: Session, status: tuple[CollectorStatus, ...]) -> Collected:
+    tl = s.timeline
+    start = tl.op_start_ns.astype(np.int64)
+    n = len(start)
+    return Collected(
+        kernel_iteration=tl.op_iteration, kernel_start_ns=start, kernel_end_ns=start + 1,
+        kernel_stream=np.ones(n, dtype=np.int64), kernel_name=np.zeros(n, dtype=np.int64), kernel_names=("k",),
+        um_iteration=tl.op_iteration[[0, 0]], um_start_ns=start[[0, 0]], um_end_ns=start[[0, 0]] + 1,
+        um_kind=np.array([UM_KINDS.index("bytes_htod"), UM_KINDS.index("gpu_page_fault_groups")]),
+        um_value=np.array([3 << 20, 7]), nvml_t_ns=[0, 10**6], nvml_memory_used_bytes=[1, 1],
+        nvml_pcie_tx_bytes_per_s=[0, 1e9], nvml_pcie_rx_bytes_per_s=[2e9, 0], nvml_gpu_util_pct=[50, 60],
+        status=status)
+
+
+def test_a_measured_session_shows_what_cupti_and_nvml_recorded_under_the_modelled_lanes(session: Session) -> None:
+    measured = two_iterations(session)
+    ok = (CollectorStatus("cupti", True, "", 0, 0), CollectorStatus("nvml", True, "", 0, 0))
+    fig = timeline_figure(dataclasses.replace(measured, collected=_collected(measured, ok)), "op")
+    htod = data(fig, "measured_htod")
+    assert htod["top"].max() == pytest.approx(3.0) and htod["groups"].tolist() == ["7"]
+    assert data(fig, "nvml_rx")["y"].tolist() == [2.0, 0.0]
+    assert not list(fig.select({"name": "collector_notes"}))
+
+
+def test_a_collector_that_did_not_run_is_named_in_place_of_its_lane(session: Session) -> None:
+    measured = two_iterations(session)
+    off = (CollectorStatus("cupti", False, "CUPTI refused: another profiler is attached", 0, 0),
+           CollectorStatus("nvml", True, "", 0, 0))
+    fig = timeline_figure(dataclasses.replace(measured, collected=_collected(measured, off)), "op")
+    notes = list(fig.select({"name": "collector_notes"}))
+    assert len(notes) == 1 and "another profiler is attached" in notes[0].text
+    assert not list(fig.select({"name": "measured_htod"})) and list(fig.select({"name": "nvml_rx"}))
+    assert not list(timeline_figure(session).select({"name": "collector_notes"}))  # simulated: nothing to say

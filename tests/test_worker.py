@@ -198,3 +198,18 @@ def test_gpu_available_answers_without_importing_cupy_here() -> None:
     assert isinstance(ok, bool) and why
     assert "cupy" not in sys.modules
     assert gpu_available() == (ok, why)  # remembered
+
+
+def test_gpu_check_answers_at_once_and_gives_the_remembered_answer_when_known() -> None:
+    import time
+
+    from vmexplorer.worker import gpu_check
+
+    started = time.monotonic()
+    first = gpu_check()
+    assert time.monotonic() - started < 1.0  # the check runs in a thread of its own
+    assert first is None or first == gpu_available()
+    end = time.monotonic() + 120
+    while gpu_check() is None and time.monotonic() < end:
+        time.sleep(0.05)
+    assert gpu_check() == gpu_available()

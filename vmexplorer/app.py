@@ -53,12 +53,19 @@ FAKE_RUNNER_ENV = "VMEXPLORER_FAKE_RUNNER"  # tests only: module:function, a CPU
 POLL_MS = 500
 
 
+CHECKING = "checking for a GPU"
+
+
 def gpu_reason() -> str | None:
-    """None when a GPU run can work here, else why not (the button says it). Asks the worker's GPU
-    check (a subprocess, once per server), so CuPy never loads in the server."""
+    """None when a GPU run can work here, else why not (the button says it), or CHECKING while the
+    worker's GPU check (a subprocess, once per server, in the background) has not answered: CuPy never
+    loads in the server and no page waits for the check."""
     if os.environ.get(FAKE_RUNNER_ENV):
         return None
-    ok, why = worker.gpu_available()
+    answer = worker.gpu_check()
+    if answer is None:
+        return CHECKING
+    ok, why = answer
     return None if ok else why
 
 
@@ -109,19 +116,16 @@ class AppView:
         self.knobs = pn.Column()
         self.knob_widgets: dict[str, Any] = {}
         self.simulate = _w(pn.widgets.Button, "Simulate", button_type="primary")
-        reason = gpu_reason()
-        self.run_iterations = _w(pn.widgets.IntInput, "GPU run: iterations", start=1, end=1000, value=5,
-                                 disabled=reason is not None)
-        self.run_gpu = _w(pn.widgets.Button, "Run on GPU", disabled=reason is not None,
-                          description=reason or "run the shown plan on the GPU and open the measured session",
-                          button_type="primary")
-        self.run_reason = pn.pane.Markdown(f"*Run on GPU: {reason}.*" if reason else "",
-                                           styles={"font-size": "0.85em"})
+        self.run_iterations = _w(pn.widgets.IntInput, "GPU run: iterations", start=1, end=1000, value=5)
+        self.run_gpu = _w(pn.widgets.Button, "Run on GPU", button_type="primary")
+        self.run_reason = pn.pane.Markdown("", styles={"font-size": "0.85em"})
+        self._gpu_waiter: Any = None
         self.run_progress = pn.indicators.Progress(value=0, max=1, visible=False, sizing_mode="stretch_width")
         self.run_note = pn.pane.Markdown("", styles={"font-size": "0.85em"})
         self.run_cancel = _w(pn.widgets.Button, "Cancel the run", visible=False)
         self.job: int | None = None  # the GPU run this page waits for
         self._poller: Any = None
+        self._draw_gpu_reason()
         # --- the timeline and editing
         self.x_axis = _w(pn.widgets.RadioButtonGroup, "x axis", options=["op", "time"], value="op")
         self.timeline = pn.pane.Bokeh(sizing_mode="stretch_width")
@@ -148,6 +152,8 @@ class AppView:
         self.deltas = pn.widgets.Tabulator(disabled=True, show_index=False, height=300, sizing_mode="stretch_width",
                                            pagination=None)
         self.compare_note = pn.pane.Markdown("")
+        self.tabs = pn.Tabs(dynamic=False, sizing_mode="stretch_width")
+        self.compare_twin = _w(pn.widgets.Button, "Compare with the measured uvm run", button_type="primary")
 
         self.open_sample.on_click(lambda _: self._act(s.load_sample, self.sample.value))
         self.upload.param.watch(self._on_upload, "value")
@@ -165,6 +171,7 @@ class AppView:
         self.toggle.on_click(self._on_toggle)
         self.compare_go.on_click(self._on_compare)
         self.compare_clear.on_click(lambda _: self._act(s.compare_with, None))
+        self.compare_twin.on_click(self._on_compare_twin)
         self.compare_upload.param.watch(self._on_compare_upload, "value")
         s.param.watch(lambda _: self._draw_session(), "session")
         s.param.watch(lambda _: self._draw_comparison(), ["comparison", "session"])
@@ -194,6 +201,40 @@ class AppView:
                   self.policy.value, options)
 
     # --- GPU runs: queued on the server's one queue, polled by this page while they last
+    def _draw_gpu_reason(self) -> None:
+        """Enable Run on GPU when the GPU check says yes; while it is still checking, look again each
+        second (a page served before the check answered must not stay disabled)."""
+        reason = gpu_reason()
+        self.run_gpu.disabled = reason is not None or self.job is not None
+        self.run_iterations.disabled = reason is not None
+        self.run_gpu.description = reason or "run the shown plan on the GPU and open the measured session"
+        self.run_reason.object = f"*Run on GPU: {reason}{'…' if reason == CHECKING else '.'}*" if reason else ""
+        if reason == CHECKING and self._gpu_waiter is None:
+            try:
+                self._gpu_waiter = pn.state.add_periodic_callback(self._draw_gpu_reason, period=1000)
+            except Exception:  # no event loop (a page built outside a server)
+                self._gpu_waiter = None
+        elif reason != CHECKING and self._gpu_waiter is not None:
+            waiter, self._gpu_waiter = self._gpu_waiter, None
+            waiter.stop()
+
+    def close(self) -> None:
+        """The browser session ended: cancel its GPU run (queued or running) and stop polling, so a
+        closed tab does not hold the GPU for the next person."""
+        job, self.job = self.job, None
+        self._stop_polling()
+        if self._gpu_waiter is not None:
+            waiter, self._gpu_waiter = self._gpu_waiter, None
+            try:
+                waiter.stop()
+            except Exception:
+                pass
+        if job is not None:
+            try:
+                run_queue().cancel(job)
+            except Exception:  # already ended and forgotten
+                pass
+
     def run_config(self) -> worker.RunConfig | None:
         """The shown plan as a GPU run: a manual plan with the moves as edited, else the policy and its
         options as planned."""
@@ -317,6 +358,11 @@ class AppView:
             return
         self._act(self.state.toggle_offload, int(self.tensors.value.iloc[rows[0]]["id"]))
 
+    def _on_compare_twin(self, _: Any) -> None:
+        self._act(self.state.compare_with_twin, "uvm")
+        if self.state.comparison is not None and not self.state.message and len(self.tabs) > 1:
+            self.tabs.active = 1  # show it
+
     def _on_compare(self, _: Any) -> None:
         pick = self.compare_pick.value
         if pick == BEFORE_EDITS:
@@ -372,6 +418,7 @@ class AppView:
         if self.marker_tensor.value not in moving:
             self.marker_tensor.value = moving[0] if moving else None
         self._draw_marker_range()
+        self.compare_twin.visible = p.policy != "uvm" and self.state.twin("uvm") is not None
         self._draw_timeline()
 
     def _draw_timeline(self) -> None:
@@ -486,10 +533,10 @@ class AppView:
         comparison = pn.Column(self.compare_note, pn.Row(self.compare_pick, self.compare_go, self.compare_clear),
                                pn.Row(pn.pane.Markdown("or upload B:"), self.compare_upload),
                                self.compare_summary, self.compare_fig, self.deltas, name="Compare")
-        session = pn.Column(self.summary, pn.Row(pn.pane.Markdown("x axis:"), self.x_axis), self.timeline, editing,
-                            sizing_mode="stretch_width")
-        tabs = pn.Tabs(("Session", session), ("Compare", comparison), dynamic=False, sizing_mode="stretch_width")
-        return [pn.Column(self.alert, self.info, tabs, sizing_mode="stretch_width")]
+        session = pn.Column(self.summary, pn.Row(pn.pane.Markdown("x axis:"), self.x_axis, self.compare_twin),
+                            self.timeline, editing, sizing_mode="stretch_width")
+        self.tabs[:] = [("Session", session), ("Compare", comparison)]
+        return [pn.Column(self.alert, self.info, self.tabs, sizing_mode="stretch_width")]
 
 
 def _knob(name: str, opt: OptionSpec, value: Any) -> Any:
@@ -522,6 +569,10 @@ def _ns(value: Any) -> str:
 
 def page(state: AppState | None = None) -> pn.template.FastListTemplate:
     view = AppView(state)
+    try:
+        pn.state.on_session_destroyed(lambda _context: view.close())
+    except Exception:  # built outside a server: no session to outlive
+        pass
     return pn.template.FastListTemplate(title="vmexplorer", sidebar=view.sidebar(), main=view.main())
 
 

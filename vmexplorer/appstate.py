@@ -9,6 +9,7 @@ work, and the edited moves are compiled as a `manual` plan and simulated at once
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -182,6 +183,25 @@ class AppState(param.Parameterized):
             self.message, self.status = "", ("comparison cleared" if session is None else f"comparing with {label}")
         return True
 
+    def twin(self, policy: str) -> str | None:
+        """The measured sample of `policy` on the shown session's graph and capacity (the `uvm` twin of
+        the default sample, say), by file name; None when there is none or it is the shown one."""
+        s = self.session
+        if s is None:
+            return None
+        for name, (key, capacity, other_policy, defaults, source) in _sample_index().items():
+            if (source, key, capacity, other_policy, defaults) == ("measured", s.graph.key, s.plan.capacity, policy,
+                                                                  True) and name != self.origin:
+                return name
+        return None
+
+    def compare_with_twin(self, policy: str = "uvm") -> bool:
+        """Compare the shown session with its measured twin of `policy` (one click in the app)."""
+        name = self.twin(policy)
+        if name is None:
+            return self._fail(f"no measured {policy} sample of this model, batch and capacity to compare with")
+        return self.compare_with(SAMPLES / name, name)
+
     # --- tables -----------------------------------------------------------------------------------
     def summary_rows(self) -> list[dict[str, str]]:
         """The figures of the shown session, each labelled measured or simulated, then its speedup
@@ -265,9 +285,13 @@ class AppState(param.Parameterized):
         return list(self.moves) if self.session is not None and self.session.graph.key == graph.key else []
 
     def _cost_for(self, session: Session) -> CostModel:
+        """What edits of `session` are simulated with: the cost model stored in it (a sample session's
+        was fitted to that very run, `vmexplorer calibrate`), else one fitted to it now."""
+        if session.cost_model is not None:
+            return session.cost_model
         if session.timeline.source == "measured":
             return calibrate(session.graph, session.plan, session.timeline)
-        return session.cost_model or H100_DEFAULT
+        return H100_DEFAULT
 
     def _show(self, session: Session, origin: str, loaded: Session, cost: CostModel) -> None:
         with param.parameterized.batch_call_watchers(self):
@@ -338,19 +362,37 @@ def samples() -> list[str]:
     return sorted(names, key=lambda n: n != DEFAULT_SAMPLE)
 
 
-def _measured_baseline(graph: Graph, capacity: int, policy: str) -> _Baseline | None:
-    """A measured sample session of `policy` on this graph at this capacity (any capacity holding
-    the footprint for `device`)."""
-    for name in samples():
-        if f"-{policy}" not in name or ".measured." not in name or not name.startswith(graph.model + "-"):
-            continue
+def _sample_index() -> dict[str, tuple[Any, int, str, bool, str]]:
+    """name -> (graph key, capacity, policy, default options?, source) of every readable sample, read
+    once per change of the folder (a page asks at every draw)."""
+    stamp = tuple((p.name, p.stat().st_mtime_ns) for p in sorted(SAMPLES.glob("*.vms"))) if SAMPLES.is_dir() else ()
+    return _index(stamp)
+
+
+@functools.lru_cache(maxsize=2)
+def _index(stamp: tuple[tuple[str, int], ...]) -> dict[str, tuple[Any, int, str, bool, str]]:
+    out = {}
+    for name, _ in stamp:
         try:
             s = load_session(SAMPLES / name)
         except SessionError:
             continue
-        fits = s.plan.capacity >= graph.footprint if policy == "device" else s.plan.capacity == capacity
-        if s.plan.policy == policy and s.graph.key == graph.key and fits:
-            return _Baseline(int(s.summary["iteration_ns"]), "measured")
+        spec = POLICIES[s.plan.policy].options if s.plan.policy in POLICIES else {}
+        defaults = all(k in spec and spec[k].default == v for k, v in s.plan.options.items())
+        out[name] = (s.graph.key, s.plan.capacity, s.plan.policy, defaults, s.timeline.source)
+    return out
+
+
+def _measured_baseline(graph: Graph, capacity: int, policy: str) -> _Baseline | None:
+    """A measured sample session of `policy` (with its default options) on this graph at this
+    capacity (any capacity holding the footprint for `device`)."""
+    for name, (key, cap, pol, defaults, source) in _sample_index().items():
+        fits = cap >= graph.footprint if policy == "device" else cap == capacity
+        if (source, key, pol, defaults) == ("measured", graph.key, policy, True) and fits:
+            try:
+                return _Baseline(int(load_session(SAMPLES / name).summary["iteration_ns"]), "measured")
+            except SessionError:
+                continue
     return None
 
 

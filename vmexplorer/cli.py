@@ -83,6 +83,52 @@ def cmd_info(args: argparse.Namespace) -> dict[str, Any]:
             "notes": list(session.notes), "summary": session.summary}
 
 
+def cmd_calibrate(args: argparse.Namespace) -> dict[str, Any]:
+    import dataclasses
+
+    import numpy as np
+
+    from .costmodel import calibrate
+    from .session import save_session
+    from .simulator import simulate
+
+    _refuse_existing(args.out, args.force or args.out.resolve() == args.file.resolve())
+    session = _load(args.file)
+    if session.timeline.source != "measured":
+        raise UsageError(f"{args.file} is a simulated session: calibrate fits a measured one")
+    base = None
+    if args.device is not None:
+        device = _load(args.device)
+        if device.timeline.source != "measured" or device.plan.policy != "device":
+            raise UsageError(f"{args.device} should be a measured session of the device policy, not a "
+                             f"{device.timeline.source} {device.plan.policy} one")
+        if device.graph.key != session.graph.key:
+            raise UsageError(f"{args.device} ran {_config_line(_config(device.plan))}, not the graph of {args.file}")
+        base = calibrate(device.graph, device.plan, device.timeline)
+    elif session.plan.policy != "device" and any(m.nbytes for m in session.plan.memops):
+        raise UsageError("a paging session needs --device: the same model's measured device run gives the "
+                         "fault-free op times its fault throughput is measured against")
+    cost = calibrate(session.graph, session.plan, session.timeline, **({"base": base} if base else {}),
+                     name=f"calibrated on {args.file.name}" + (f" and {args.device.name}" if base else ""))
+    save_session(dataclasses.replace(session, cost_model=cost), args.out, force=True)
+    measured = float(np.median(session.timeline.iteration_ns()))
+    predicted = float(np.median(simulate(session.graph, session.plan, cost).iteration_ns()))
+    return {"path": str(args.out), "config": _config(session.plan), "cost_model": cost.name,
+            "rates": {k: getattr(cost, k) for k in ("prefetch_bytes_per_ns", "evict_bytes_per_ns",
+                                                   "fault_bytes_per_ns", "host_block")},
+            "ops_timed": len(cost.op_ns), "measured_iteration_ns": measured,
+            "simulated_iteration_ns": predicted}
+
+
+def table_calibrate(doc: dict[str, Any]) -> str:
+    r = doc["rates"]
+    return (f"wrote {doc['path']} with the cost model {doc['cost_model']!r}: prefetch "
+            f"{r['prefetch_bytes_per_ns']:.1f} GB/s, eviction {r['evict_bytes_per_ns']:.1f} GB/s, demand faults "
+            f"{r['fault_bytes_per_ns']:.1f} GB/s, host blocking {r['host_block']:.2f}, {doc['ops_timed']} op times; "
+            f"it simulates the session's own plan in {doc['simulated_iteration_ns'] / 1e6:.1f} ms per iteration "
+            f"(measured {doc['measured_iteration_ns'] / 1e6:.1f} ms)")
+
+
 def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
     a, b = _load(args.a), _load(args.b)
     sa, sb = a.summary, b.summary  # a property that recomputes: take it once
@@ -417,6 +463,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("info", cmd_info, table_info, "show a session file: config, environment, summary, notes")
     p.add_argument("file", type=Path, metavar="FILE")
+
+    p = command("calibrate", cmd_calibrate, table_calibrate,
+                "fit the simulator's cost model to a measured session and store it in the session")
+    p.add_argument("file", type=Path, metavar="FILE", help="a measured session")
+    p.add_argument("--device", type=Path, metavar="DEVICE",
+                   help="the same model's measured device session (needed for a paging FILE)")
+    p.add_argument("--out", type=Path, required=True, metavar="OUT", help="where to write FILE with its cost model")
+    p.add_argument("--force", action="store_true", help="replace OUT if it exists (OUT may be FILE itself)")
 
     p = command("compare", cmd_compare, table_compare, "compare two session files side by side (B/A)")
     p.add_argument("a", type=Path, metavar="A")

@@ -25,6 +25,9 @@ class CostModel:
     fault_bytes_per_ns: float  # kernels touching host-resident managed pages
     host_block: float  # share of a prefetch call's transfer the calling host thread is blocked
     op_ns: dict[str, float] = field(default_factory=dict)  # measured compute time by op name
+    # measured idle time of the compute stream before each op when nothing was paging: the host
+    # (Python, launches) falling behind the GPU; by op name
+    op_gap_ns: dict[str, float] = field(default_factory=dict)
 
     def compute_ns(self, name: str, flops: int, bytes_touched: int) -> float:
         if name in self.op_ns:
@@ -49,35 +52,84 @@ H100_DEFAULT = CostModel(
 )
 
 
+HOST_BLOCK_GRID = tuple(i / 20 for i in range(21))
+
+
 def calibrate(graph: Graph, plan: Plan, timeline: Timeline, base: CostModel = H100_DEFAULT,
               name: str | None = None) -> CostModel:
     """Fit a cost model to a measured (or any) timeline of `plan` on `graph`.
 
-    Per-op compute times are the median duration of each op over the iterations in which it took no
-    faults; ops that always faulted keep `base`'s estimate. Bandwidths are bytes over busy time for
-    each kind of transfer present; the demand-fault rate needs the op's fault-free time, so calibrate
-    on a `device` session first and pass that model as `base` when calibrating on a paging one.
-    What the timeline cannot show (the host blocking of memory calls) is kept from `base`.
+    - Per-op compute times: each op's duration in the run's median iteration (so the times add up to
+      a typical iteration: GPU clocks vary from one iteration to the next, and a set of per-op
+      medians taken from different iterations adds up to none of them), or where it faulted there,
+      its median over the iterations in which it took no faults; in a run with no paging, also the
+      idle time of the compute stream before it (the host falling behind). When `base` already knows
+      an op (calibrate on the `device` run first, then on a paging run with that model as `base`) its
+      time from the paging-free run is kept.
+    - Prefetch and eviction bandwidths: bytes over busy time of each kind of transfer present.
+    - Demand-fault throughput: faulted bytes over the time the faulting ops took beyond their
+      fault-free time (which is why the `device` calibration comes first).
+    - Host blocking (the share of an asynchronous memory call's transfer the host thread waits in the
+      call): not visible in a timeline, so it is the value on a 5% grid whose simulated iteration
+      comes closest to the measured one, when the plan has asynchronous calls.
     """
-    duration = (timeline.op_end_ns - timeline.op_start_ns).astype(np.float64)
-    op_ns = dict(base.op_ns)
-    clean = timeline.op_fault_bytes == 0
-    for i in np.unique(timeline.op_index[clean]):
-        op_ns[graph.ops[int(i)].name] = float(np.median(duration[clean & (timeline.op_index == i)]))
-    rates = {}
+    tl = timeline
+    duration = (tl.op_end_ns - tl.op_start_ns).astype(np.float64)
+    gap = _gaps(tl)
+    op_ns, op_gap_ns = dict(base.op_ns), dict(base.op_gap_ns)
+    # an op's span starts once what it waits for has arrived, so a stall is not in its duration; a
+    # gap is only the host's when nothing was paging
+    clean = tl.op_fault_bytes == 0
+    paging = any(m.nbytes for m in plan.memops)
+    its = tl.iteration_ns()
+    typical = np.unique(tl.op_iteration)[np.argsort(its, kind="stable")[(len(its) - 1) // 2]] if len(its) else -1
+    for i in np.unique(tl.op_index[clean]):
+        name_i = graph.ops[int(i)].name
+        rows = clean & (tl.op_index == i)
+        pick = rows & (tl.op_iteration == typical)
+        rows = pick if pick.any() else rows
+        if name_i not in base.op_ns:
+            op_ns[name_i] = float(np.median(duration[rows]))
+        if name_i not in base.op_gap_ns and not paging:
+            op_gap_ns[name_i] = float(np.median(gap[rows]))
+    rates: dict[str, float] = {}
     memops = plan.memops
-    spans = (timeline.memop_end_ns - timeline.memop_start_ns).astype(np.float64)
+    spans = (tl.memop_end_ns - tl.memop_start_ns).astype(np.float64)
     for key, (direction, modes) in {"prefetch_bytes_per_ns": (Direction.TO_DEVICE, (Mode.ASYNC,)),
                                     "evict_bytes_per_ns": (Direction.TO_HOST, (Mode.ASYNC, Mode.SYNC))}.items():
-        rows = [r for r, i in enumerate(timeline.memop_index)
-                if memops[i].direction is direction and memops[i].mode in modes and memops[i].nbytes]
-        busy = float(spans[rows].sum()) if rows else 0.0
+        rows_m = [r for r, i in enumerate(tl.memop_index)
+                  if memops[i].direction is direction and memops[i].mode in modes and memops[i].nbytes]
+        busy = float(spans[rows_m].sum()) if rows_m else 0.0
         if busy > 0:
-            rates[key] = sum(memops[timeline.memop_index[r]].nbytes for r in rows) / busy
-    faulted = np.flatnonzero(~clean)
-    known = [r for r in faulted if graph.ops[int(timeline.op_index[r])].name in op_ns]
-    extra = sum(duration[r] - op_ns[graph.ops[int(timeline.op_index[r])].name] for r in known)
+            rates[key] = sum(memops[tl.memop_index[r]].nbytes for r in rows_m) / busy
+    faulted = np.flatnonzero(tl.op_fault_bytes > 0)
+    known = [r for r in faulted if graph.ops[int(tl.op_index[r])].name in op_ns]
+    extra = sum(duration[r] - op_ns[graph.ops[int(tl.op_index[r])].name] for r in known)
     if known and extra > 0:
-        rates["fault_bytes_per_ns"] = float(timeline.op_fault_bytes[known].sum()) / extra
-    label = name or f"calibrated on {graph.model} b{graph.batch} {plan.policy} ({timeline.source})"
-    return replace(base, name=label, op_ns=op_ns, **rates)
+        rates["fault_bytes_per_ns"] = float(tl.op_fault_bytes[known].sum()) / extra
+    label = name or f"calibrated on {graph.model} b{graph.batch} {plan.policy} ({tl.source})"
+    fitted = replace(base, name=label, op_ns=op_ns, op_gap_ns=op_gap_ns, **rates)
+    if any(m.mode is Mode.ASYNC for m in memops) and len(tl.op_index):
+        fitted = replace(fitted, host_block=_fit_host_block(graph, plan, tl, fitted))
+    return fitted
+
+
+def _gaps(tl: Timeline) -> np.ndarray:
+    """For each op row, how long the compute stream sat idle before it: from the end of the previous
+    op of its iteration (the iteration's first op: none)."""
+    order = np.lexsort((tl.op_start_ns, tl.op_iteration))
+    gap = np.zeros(len(order))
+    starts, ends, its = tl.op_start_ns[order], tl.op_end_ns[order], tl.op_iteration[order]
+    same = np.append(False, its[1:] == its[:-1])
+    prev_end = np.append(0, ends[:-1])
+    gap[order] = np.where(same, np.maximum(starts - prev_end, 0), 0)
+    return gap
+
+
+def _fit_host_block(graph: Graph, plan: Plan, tl: Timeline, cost: CostModel) -> float:
+    from .simulator import simulate  # the simulator imports this module
+
+    measured = float(np.median(tl.iteration_ns()))
+    errors = [(abs(float(np.median(simulate(graph, plan, replace(cost, host_block=h)).iteration_ns())) - measured), h)
+              for h in HOST_BLOCK_GRID]
+    return min(errors)[1]

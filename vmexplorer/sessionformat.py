@@ -104,7 +104,8 @@ def _table(columns: dict[str, list[Any]], ragged: dict[str, list[tuple[int, ...]
 
 
 def _cost_model(c: CostModel) -> dict[str, Any]:
-    return {"name": c.name, **{f: getattr(c, f) for f in _COST_FIELDS}, "op_ns": dict(c.op_ns)}
+    return {"name": c.name, **{f: getattr(c, f) for f in _COST_FIELDS}, "op_ns": dict(c.op_ns),
+            "op_gap_ns": dict(c.op_gap_ns)}
 
 
 def _collected(c: Collected) -> dict[str, Any]:
@@ -153,7 +154,7 @@ def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
     graph = _graph(r, r.fields(doc["graph"], "graph", ("tensors", "ops")), model, batch, size)
     plan = _plan(r, doc["plan"], graph, policy, capacity, options)
     timeline = _timeline(r, doc["timeline"], graph, plan)
-    cost = None if doc["cost_model"] is None else _read_cost_model(r, doc["cost_model"])
+    cost = None if doc["cost_model"] is None else _read_cost_model(r, doc["cost_model"], version)
     raw = doc.get("collected")
     collected = None if raw is None else _read_collected(r, raw, timeline)
     return dict(graph=graph, plan=plan, timeline=timeline, cost_model=cost, environment=dict(env),
@@ -249,12 +250,23 @@ def _timeline(r: Reader, value: Any, graph: Graph, plan: Plan) -> Timeline:
                     res["t_ns"], res["bytes"])
 
 
-def _read_cost_model(r: Reader, value: Any) -> CostModel:
-    d = r.fields(value, "cost_model", ("name", *_COST_FIELDS, "op_ns"))
+def _read_cost_model(r: Reader, value: Any, version: int) -> CostModel:
+    """(schema 3 added `op_gap_ns`; an older cost model has no gaps.)"""
+    d = r.fields(value, "cost_model", ("name", *_COST_FIELDS, "op_ns", *(("op_gap_ns",) if version >= 3 else ())))
     rates = {f: float(r.scalar(d[f], f"cost_model.{f}", NUM)) for f in _COST_FIELDS}
-    op_ns = r.fields(d["op_ns"], "cost_model.op_ns", None)
-    times = {k: float(r.scalar(v, f"cost_model.op_ns.{k}", NUM)) for k, v in op_ns.items()}
-    return CostModel(r.scalar(d["name"], "cost_model.name", STR), **rates, op_ns=times)
+    for f in _COST_FIELDS:
+        if rates[f] < 0 or (f.endswith("_per_ns") and rates[f] == 0):
+            r.fail(f"cost_model.{f} is {rates[f]}: expected a number above 0" if f.endswith("_per_ns")
+                   else f"cost_model.{f} is {rates[f]}: expected a number >= 0")
+    by_op = {}
+    for key in ("op_ns", "op_gap_ns"):
+        values = r.fields(d.get(key, {}), f"cost_model.{key}", None)
+        by_op[key] = {k: float(r.scalar(v, f"cost_model.{key}.{k}", NUM)) for k, v in values.items()}
+        bad = next((k for k, v in by_op[key].items() if v < 0), None)
+        if bad is not None:
+            r.fail(f"cost_model.{key}.{bad} is {by_op[key][bad]}: expected a number >= 0")
+    return CostModel(r.scalar(d["name"], "cost_model.name", STR), **rates, op_ns=by_op["op_ns"],
+                     op_gap_ns=by_op["op_gap_ns"])
 
 
 def _read_collected(r: Reader, value: Any, timeline: Timeline) -> Collected:

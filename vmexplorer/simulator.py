@@ -24,6 +24,7 @@ def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timelin
     ops, memops = graph.ops, plan.memops
     n = len(ops)
     compute = [cost.compute_ns(op.name, op.flops, op.bytes_touched) for op in ops]
+    gaps = [cost.op_gap_ns.get(op.name, 0.0) for op in ops]
     due_async: list[list[int]] = [[] for _ in range(n + 1)]
     due_sync: list[list[int]] = [[] for _ in range(n + 1)]
     faults: list[list[int]] = [[] for _ in range(n + 1)]
@@ -58,7 +59,7 @@ def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timelin
             t = max(t, end)
         if k == n:
             break
-        t = max(t, host)
+        t = max(t, host, arrived + gaps[k])
         fault_bytes = sum(memops[i].nbytes for i in faults[k])
         op_stall[k], op_fault[k], op_start[k] = t - arrived, fault_bytes, t
         gpu = op_end[k] = t + compute[k] + fault_bytes / cost.fault_bytes_per_ns

@@ -3,6 +3,9 @@
 Every glyph kind is one renderer over one ColumnDataSource of numpy columns, so a session of
 thousands of ops draws as fast as one of ten. Renderers carry names ("ops", "memops",
 "offload_markers", "prefetch_markers", "faults", "resident") so the app can find and update them.
+A measured session with collector records adds what the GPU itself reported ("measured_htod",
+"measured_dtoh": CUPTI's migrations per op, with fault groups and kernel time on hover; "nvml_rx",
+"nvml_tx": NVML's PCIe throughput), and a note naming any collector that did not run, in their place.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from bokeh.models.annotations import Label, Legend, LegendItem, Span
 from bokeh.models.widgets import Div
 from bokeh.plotting import figure
 
+from .collected import per_op
 from .plan import Direction, Origin
 from .session import Session
 from .units import format_bytes, format_ns
@@ -100,7 +104,7 @@ def timeline_figure(session: Session, x_axis: str = "time", editable: bool = Fal
                 args={"src": m.data_source, "snap": x_axis == "op", "y0": lane + _BAR + 0.1}, code=_SNAP_JS))
     lanes.add_layout(_legend(ops, memops, markers), "above")
     return column(lanes, _faults(session, axis, lanes), _resident(session, axis, lanes),
-                  sizing_mode="stretch_width")
+                  *_measured(session, axis, lanes), sizing_mode="stretch_width")
 
 
 # Keep a dragged marker on its lane (y never changes) and, on the op axis, on an op boundary.
@@ -274,6 +278,76 @@ def _resident(session: Session, axis: _Axis, lanes: Any) -> Any:
     f.add_layout(Label(x=6, x_units="screen", y=capacity / scale, text="capacity", text_color="#d62728",
                        text_font_size="9pt", y_offset=3))
     return f
+
+
+def _measured(session: Session, axis: _Axis, lanes: Any) -> list[Any]:
+    """What the collectors recorded, below the modelled lanes; a note in place of a lane whose
+    collector did not run (an empty lane would read as "nothing happened")."""
+    c = session.collected
+    if session.timeline.source != "measured":
+        return []
+    if c is None:
+        return [Div(text="<i>Recorded without collectors: no CUPTI or NVML lanes.</i>", name="collector_notes")]
+    out: list[Any] = []
+    missing = [f"<b>{escape(st.name)}</b>: {escape(st.reason)}" for st in c.status if not st.available]
+    if missing:
+        out.append(Div(text="<i>Not recorded in this session</i> " + "; ".join(missing), name="collector_notes"))
+    if c.available("um"):
+        out.append(_migrations(session, axis, lanes))
+    if c.available("nvml") and len(c.nvml_t_ns):
+        out.append(_pcie(session, axis, lanes))
+    return out
+
+
+def _migrations(session: Session, axis: _Axis, lanes: Any) -> Any:
+    """CUPTI's bytes each way per op, each transfer shared among the ops it ran under: to the device
+    up, to the host down."""
+    tl, c = session.timeline, session.collected
+    assert c is not None
+    f = per_op(session.graph, tl, c)
+    cols = _op_columns(session, axis)
+    htod, dtoh = f["window_bytes_htod"], f["window_bytes_dtoh"]
+    scale, unit = _byte_unit(int(max(htod.max(initial=0), dtoh.max(initial=0))))
+    fig = figure(height=140, x_range=lanes.x_range, sizing_mode="stretch_width", tools="", toolbar_location=None,
+                 y_axis_label=f"CUPTI ({unit})", title="measured migrations per op (CUPTI): to device up, to host down")
+    faults = c.available("faults")
+    base = {"left": cols["left"], "right": cols["right"], "name": cols["name"],
+            "htod": _texts(format_bytes, np.rint(htod).astype(np.int64)),
+            "dtoh": _texts(format_bytes, np.rint(dtoh).astype(np.int64)),
+            "groups": f["fault_groups"].astype(str) if faults else np.full(len(htod), "not recorded", dtype=object),
+            "pages": f["faulted_pages"].astype(str) if faults else np.full(len(htod), "not recorded", dtype=object),
+            "kernels": _texts(format_ns, f["kernel_ns"]) if c.available("kernel")
+            else np.full(len(htod), "not recorded", dtype=object)}
+    tips = [("op", "@name"), ("to device", "@htod"), ("to host", "@dtoh"), ("fault groups", "@groups"),
+            ("faulted pages", "@pages"), ("kernel time", "@kernels")]
+    renderers: list[Any] = []
+    for name, top, bottom, color in (("measured_htod", htod / scale, 0 * htod, MEMOP_COLORS["prefetch"]),
+                                     ("measured_dtoh", 0 * dtoh, -dtoh / scale, MEMOP_COLORS["offload"])):
+        keep = top > bottom
+        renderers.append(fig.quad(left="left", right="right", bottom="bottom", top="top", color=color, name=name,
+                                  source=ColumnDataSource({**{k: v[keep] for k, v in base.items()},
+                                                           "top": top[keep], "bottom": bottom[keep]})))
+    fig.add_tools(HoverTool(renderers=renderers, tooltips=tips))
+    fig.xaxis.visible = False
+    fig.yaxis.ticker = BasicTicker(desired_num_ticks=3)
+    return fig
+
+
+def _pcie(session: Session, axis: _Axis, lanes: Any) -> Any:
+    c = session.collected
+    assert c is not None
+    x = axis.x(c.nvml_t_ns)
+    fig = figure(height=120, x_range=lanes.x_range, sizing_mode="stretch_width", tools="", toolbar_location=None,
+                 y_axis_label="PCIe (GB/s)", title="PCIe throughput (NVML samples)")
+    for name, values, color, label in (("nvml_rx", c.nvml_pcie_rx_bytes_per_s, MEMOP_COLORS["prefetch"], "to device"),
+                                       ("nvml_tx", c.nvml_pcie_tx_bytes_per_s, MEMOP_COLORS["offload"], "to host")):
+        fig.step(x=x, y=np.asarray(values, dtype=np.float64) / 1e9, mode="after", color=color, name=name,
+                 legend_label=label)
+    fig.legend.location = "top_left"
+    fig.legend.label_text_font_size = "8pt"
+    fig.xaxis.visible = False
+    fig.yaxis.ticker = BasicTicker(desired_num_ticks=3)
+    return fig
 
 
 def _byte_unit(n: int) -> tuple[float, str]:

@@ -14,7 +14,7 @@ tests use CPU runners that sleep, raise or crash.
 
 The server should use `shared_queue()`, one queue for all its browser sessions. `gpu_available()`
 says whether CuPy and a GPU are there without importing CuPy here: it asks a short subprocess, once,
-and remembers the answer.
+and remembers the answer; `gpu_check()` asks it in a background thread so a page never waits for it.
 """
 
 from __future__ import annotations
@@ -413,6 +413,21 @@ name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
 name = name.decode() if isinstance(name, bytes) else str(name)
 print("yes", f"{n} GPU{'s' if n > 1 else ''}: {name}")
 """
+
+
+_CHECK: list[threading.Thread] = []
+_CHECK_LOCK = threading.Lock()
+
+
+def gpu_check() -> tuple[bool, str] | None:
+    """`gpu_available()`'s answer if it is known, else None, having started the check in a background
+    thread (once per process): a page can draw at once and ask again later."""
+    with _CHECK_LOCK:
+        if not _CHECK:
+            _CHECK.append(threading.Thread(target=gpu_available, name="vmexplorer-gpu-check", daemon=True))
+            _CHECK[0].start()
+        thread = _CHECK[0]
+    return None if thread.is_alive() else gpu_available()
 
 
 @lru_cache(maxsize=1)
