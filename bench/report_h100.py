@@ -49,13 +49,28 @@ def main() -> int:
         out += ["", "## Collectors: CUPTI against the plan, and their overhead (`bench/gpu/bench_collectors.py`)", "",
                 "VGG-19 b64, `uvm` and `autovm` at 50%, `device` with the whole footprint; per iteration.", "",
                 "| policy | without collectors | with | overhead | CUPTI to device | plan to device | CUPTI to host "
-                "| plan to host | fault groups | faults |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                "| plan to host | remote-mapped | faulted pages | fault groups |",
+                "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for policy in ("device", "uvm", "autovm"):
             r = c[policy]
             out.append(f"| {policy} | {r['without_ms']:.1f} ms | {r['with_ms']:.1f} ms | {r['overhead']:+.1%} "
                        f"| {r['cupti_htod_bytes'] / 2**30:.2f} GiB | {r['plan_htod_bytes'] / 2**30:.2f} GiB "
                        f"| {r['cupti_dtoh_bytes'] / 2**30:.2f} GiB | {r['plan_dtoh_bytes'] / 2**30:.2f} GiB "
+                       f"| {r.get('remote_map_bytes', 0) / 2**30:.2f} GiB "
                        f"| {r['faulted_pages']:.0f} | {r['fault_groups']:.0f} |")
+        if "uvm_breakdown_ms" in c:
+            b = c["uvm_breakdown_ms"]
+            out += ["", "Where the overhead under `uvm` comes from: the same run with parts of the collectors on "
+                        "(`RunSettings.collectors`, `vmexplorer run --collectors`), side by side in one process:", "",
+                    "| collectors | iteration | overhead |", "|---|---:|---:|"]
+            out += [f"| {label} | {v:.1f} ms | {v / b['none'] - 1:+.1%} |" for label, v in b.items()]
+        gaps = c.get("uvm", {}).get("largest_gaps")
+        if gaps:
+            out += ["", "Under `uvm`, the ops where CUPTI saw the fewest bytes arrive against what the plan faults "
+                        "in or prefetches for them (per iteration):", "",
+                    "| op | plan | CUPTI | fault groups |", "|---|---:|---:|---:|"]
+            out += [f"| {g['op']} | {g['planned'] / 2**20:.0f} MiB | {g['cupti'] / 2**20:.0f} MiB "
+                    f"| {g['fault_groups']} |" for g in gaps]
         out += ["", f"A 20-iteration VGG-19 `uvm` session with every collector on: "
                     f"{c['long_session_bytes'] / 1e6:.1f} MB."]
     print("\n".join(out))

@@ -185,10 +185,13 @@ def test_simulating_a_config_uses_the_calibrated_model_for_the_same_graph(state:
     assert all(r["source"].startswith("simulated") for r in state.summary_rows())
 
 
-def test_a_simulated_session_keeps_its_own_cost_model() -> None:
+def test_a_session_keeps_its_own_cost_model(state: AppState) -> None:
+    simulated = Path(__file__).parent / "data" / "schema1-vgg19-b64-device.simulated.vms"
     s = AppState()
-    assert s.load(SAMPLES / "vgg19-b64-50pct-autovm.simulated.vms")
-    assert s.cost_model.name == load_session(SAMPLES / "vgg19-b64-50pct-autovm.simulated.vms").cost_model.name
+    assert s.load(simulated)
+    assert s.cost_model.name == load_session(simulated).cost_model.name == "h100-uncalibrated"
+    stored = state.session.cost_model  # a sample carries the model fitted to it (bench/calibrate_samples.py)
+    assert stored is not None and state.cost_model is stored
 
 
 def test_editable_markers_map_a_dragged_x_back_to_an_op(state: AppState) -> None:

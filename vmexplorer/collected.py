@@ -68,7 +68,10 @@ class CollectorStatus:
     "CUPTI refused: another profiler is attached"); an available collector may still carry a reason
     for a limitation ("unified-memory counters unsupported on this device"), else "".
     `dropped_records`: records lost (CUPTI buffers full, samples missed) over the whole run.
-    `overhead_ns`: what the collector added to each recorded iteration, in ns (per iteration)."""
+    `overhead_ns`: host time the collector took per recorded iteration at the iteration's end, draining
+    its buffers (CUPTI's flush), in ns; it falls between timed iterations, so it lengthens the run but
+    not the iteration times. What collecting does to the iterations themselves is measured side by side,
+    with and without, by bench/gpu/bench_collectors.py."""
 
     name: str  # "cupti", "cupti_um", "nvml", "nvtx"
     available: bool
@@ -355,8 +358,8 @@ def collected_summary(timeline: Timeline, collected: Collected) -> dict[str, flo
     """Per iteration, the median over the timeline's recorded iterations (records go by their iteration
     label): `fault_groups`, `faulted_pages`, `bytes_htod`, `bytes_dtoh` (measured migrations), `kernel_ns`
     (kernel time summed over all streams), `kernels`; NVML's `nvml_peak_memory_used_bytes` and
-    `nvml_gpu_util_pct` (mean of the samples); the collectors' `collector_overhead_ns` (per iteration,
-    all collectors) and `collector_overhead_pct` (of the median iteration time), `dropped_records`
+    `nvml_gpu_util_pct` (mean of the samples); the collectors' `collector_flush_ns` (host time per
+    iteration spent draining their buffers between timed iterations: see CollectorStatus), `dropped_records`
     (the whole run); and `<collector>_unavailable` (its reason) for each collector that did not run, or
     `<collector>_note` for one that ran with a limitation. Figures of a table whose collector was
     unavailable are left out rather than reported as zeros."""
@@ -383,11 +386,7 @@ def collected_summary(timeline: Timeline, collected: Collected) -> dict[str, flo
     if c.available("nvml") and len(c.nvml_t_ns):
         out["nvml_peak_memory_used_bytes"] = int(c.nvml_memory_used_bytes.max())
         out["nvml_gpu_util_pct"] = round(float(c.nvml_gpu_util_pct.mean()), 1)
-    overhead = sum(s.overhead_ns for s in c.status if s.available)
-    its = timeline.iteration_ns()
-    out["collector_overhead_ns"] = overhead
-    if len(its) and np.median(its) > 0:
-        out["collector_overhead_pct"] = round(100 * overhead / float(np.median(its)), 2)
+    out["collector_flush_ns"] = sum(s.overhead_ns for s in c.status if s.available)
     out["dropped_records"] = sum(s.dropped_records for s in c.status)
     for s in c.status:
         if s.reason:

@@ -27,7 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from vmexplorer.collected import UM_KINDS, per_op  # noqa: E402
-from vmexplorer.engine.executor import COLLECTOR_PARTS, RunSettings, execute  # noqa: E402
+from vmexplorer.engine.executor import RunSettings, execute  # noqa: E402
 from vmexplorer.models import build_graph  # noqa: E402
 from vmexplorer.plan import Direction, Mode  # noqa: E402
 from vmexplorer.policies import compile_plan  # noqa: E402
@@ -65,6 +65,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--iterations", type=int, default=5)
     ap.add_argument("--long", type=int, default=20)
+    ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
     out = Path(os.environ.get("OUT") or tempfile.mkdtemp())
     graph = build_graph("vgg19", 64)
@@ -72,11 +73,14 @@ def main() -> int:
     rows = {}
     for policy, capacity in (("device", graph.footprint), ("uvm", half), ("autovm", half)):
         plan = compile_plan(graph, capacity, policy)
-        timed = {}
-        for collect in (False, True):
-            result = execute(graph, plan, RunSettings(iterations=args.iterations, warmup=1, collect=collect))
-            timed[collect] = summarize(graph, plan, result.timeline)["iteration_ns"] / 1e6
-        c = result.collected
+        runs: dict[bool, list[float]] = {False: [], True: []}
+        for _ in range(1 if policy == "uvm" else args.reps):  # uvm's taking turns comes below, in more detail
+            for collect in (False, True):
+                result = execute(graph, plan, RunSettings(iterations=args.iterations, warmup=1, collect=collect))
+                runs[collect].append(summarize(graph, plan, result.timeline)["iteration_ns"] / 1e6)
+                if collect:
+                    c = result.collected
+        timed = {k: float(np.median(v)) for k, v in runs.items()}
         n = args.iterations
         planned_in = sum(m.nbytes for m in plan.memops if m.direction is Direction.TO_DEVICE)
         planned_faults = sum(m.nbytes for m in plan.memops if m.mode is Mode.FAULT)
@@ -102,16 +106,29 @@ def main() -> int:
               f"{row['thrashing_bytes'] / 2**20:.1f} MiB/it, throttling {row['throttling']:.0f}/it; "
               f"largest gaps {row.get('largest_gaps')}; kernels {row['kernels']:.0f}/it; {row['status']}", flush=True)
     plan = compile_plan(graph, half, "uvm")
-    parts = {"none": None, "all": COLLECTOR_PARTS, "all but faults": ("kernels", "migrations", "nvml"),
-             **{f"{p} alone": (p,) for p in COLLECTOR_PARTS}}
-    breakdown = {}
-    for label, chosen in parts.items():
-        settings = RunSettings(iterations=args.iterations, warmup=1, collect=chosen is not None,
-                               collectors=chosen or COLLECTOR_PARTS)
-        result = execute(graph, plan, settings)
-        breakdown[label] = summarize(graph, plan, result.timeline)["iteration_ns"] / 1e6
+    # uvm iterations vary by 10% or more from run to run, so the configurations take turns, `--reps` times,
+    # and each keeps its median
+    configs = {"none": None, "all": RunSettings(iterations=args.iterations, warmup=1),
+               "all, NVML every 200 ms": RunSettings(iterations=args.iterations, warmup=1, nvml_interval_s=0.2),
+               "all but faults": RunSettings(iterations=args.iterations, warmup=1,
+                                             collectors=("kernels", "migrations", "nvml")),
+               "all but NVML": RunSettings(iterations=args.iterations, warmup=1,
+                                           collectors=("kernels", "migrations", "faults")),
+               "kernels and migrations": RunSettings(iterations=args.iterations, warmup=1,
+                                                     collectors=("kernels", "migrations"))}
+    samples: dict[str, list[float]] = {label: [] for label in configs}
+    for _ in range(args.reps):
+        for label, settings in configs.items():
+            settings = settings or RunSettings(iterations=args.iterations, warmup=1, collect=False)
+            result = execute(graph, plan, settings)
+            samples[label].append(summarize(graph, plan, result.timeline)["iteration_ns"] / 1e6)
+    breakdown = {label: float(np.median(v)) for label, v in samples.items()}
     for label, ms in breakdown.items():
-        print(f"uvm, collectors {label}: {ms:.1f} ms ({ms / breakdown['none'] - 1:+.1%})", flush=True)
+        print(f"uvm, collectors {label}: {ms:.1f} ms ({ms / breakdown['none'] - 1:+.1%}; runs {samples[label]})",
+              flush=True)
+    rows["uvm_breakdown_runs_ms"] = samples
+    rows["uvm"].update(without_ms=breakdown["none"], with_ms=breakdown["all"],
+                       overhead=breakdown["all"] / breakdown["none"] - 1)
     rows["uvm_breakdown_ms"] = breakdown
     result = execute(graph, plan, RunSettings(iterations=args.long, warmup=1, collect=True))
     path = out / f"vgg19-b64-uvm-50pct-{args.long}it.measured.vms"

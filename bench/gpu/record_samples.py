@@ -43,7 +43,7 @@ def record(model: str, batch: int, policy: str, pct: int | None, out: Path, iter
     if done.returncode == 0:
         summary = json.loads(done.stdout)["summary"]
         row.update(bytes=path.stat().st_size, iteration_ms=summary["iteration_ns"] / 1e6,
-                   collector_overhead_pct=summary.get("measured_collector_overhead_pct"))
+                   collector_flush_ms=summary.get("measured_collector_flush_ns", 0) / 1e6)
     else:
         row["message"] = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
     print(json.dumps(row), flush=True)

@@ -45,6 +45,7 @@ class RunSettings:
     autotune: bool = False  # time every cuDNN plan once per shape and keep the fastest
     collect: bool = True  # CUPTI and NVML collectors (each reports itself unavailable rather than fail)
     collectors: tuple[str, ...] = COLLECTOR_PARTS  # which parts, when collect: see COLLECTOR_PARTS
+    nvml_interval_s: float = 0.02  # NVML's PCIe counters integrate over 20 ms: sampling faster repeats them
     keep_weights: bool = False  # return persistent tensors, weight gradients and dropout masks at the end
 
 
@@ -63,16 +64,27 @@ def execute(graph: Graph, plan: Plan, settings: RunSettings = RunSettings(),
     cp = gpu.cupy()
     validate_plan(graph, plan)
     cp.get_default_memory_pool().free_all_blocks()  # what an earlier run cached is free for this one
-    arena = Arena(graph, managed=plan.policy != "device", capacity=plan.capacity)
+    cp.cuda.runtime.free(0)  # makes the CUDA context, which CUPTI needs before it is configured
+    # CUPTI's unified-memory counters follow only managed memory allocated after they were first
+    # enabled in the process (on the H100, a run that allocated first recorded no migration at all),
+    # so the collectors start before the arena
+    collectors = _start_collectors(settings.collectors, settings.nvml_interval_s) if settings.collect else []
     try:
-        return _run(cp, graph, plan, arena, settings, progress, should_stop)
+        arena = Arena(graph, managed=plan.policy != "device", capacity=plan.capacity)
+    except BaseException:
+        for c in collectors:
+            c.stop()
+        raise
+    try:
+        return _run(cp, graph, plan, arena, settings, progress, should_stop, collectors)
     finally:
         del arena
         cp.get_default_memory_pool().free_all_blocks()
 
 
 def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena, settings: RunSettings,
-         progress: Callable[[int, int, float], None] | None, should_stop: Callable[[], bool] | None) -> RunResult:
+         progress: Callable[[int, int, float], None] | None, should_stop: Callable[[], bool] | None,
+         collectors: list[Any]) -> RunResult:
     for t in range(len(graph.tensors)):
         value = initial_value(graph, t, settings.seed)
         if value is not None:
@@ -82,7 +94,6 @@ def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena, settings: RunSettings,
     steps = schedule(graph, plan)
     ranges = gpu.Ranges()
     loss = graph.tensor_id("loss.value")
-    collectors = _start_collectors(settings.collectors) if settings.collect else []
     clock = collectors[0].clock if collectors else None
     records, losses = [], []
     total = settings.warmup + settings.iterations
@@ -118,14 +129,14 @@ def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena, settings: RunSettings,
     return RunResult(timeline, tuple(losses[settings.warmup:]), gpu.environment(), weights, collected)
 
 
-def _start_collectors(parts: tuple[str, ...]) -> list[Any]:
+def _start_collectors(parts: tuple[str, ...], nvml_interval_s: float) -> list[Any]:
     from ..collectors import CuptiCollector, NvmlSampler
 
     unknown = sorted(set(parts) - set(COLLECTOR_PARTS))
     if unknown:
         raise ValueError(f"unknown collector part(s) {', '.join(unknown)}; choose from {', '.join(COLLECTOR_PARTS)}")
     cupti = CuptiCollector(kernels="kernels" in parts, migrations="migrations" in parts, faults="faults" in parts)
-    nvml = NvmlSampler(cupti.clock)
+    nvml = NvmlSampler(cupti.clock, interval_s=nvml_interval_s)
     for collector, on in ((cupti, bool({"kernels", "migrations", "faults"} & set(parts))), (nvml, "nvml" in parts)):
         if on:
             collector.start()
