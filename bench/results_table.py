@@ -99,9 +99,43 @@ def table(samples: Path) -> str:
             if r["exit"] != 0:
                 refused.append(f"- `{r['command']}` was refused: {r['message'].removeprefix('vmexplorer: error: ')}")
     head = ["Measured on the lent H100 (PCIe Gen5 x16) with `bench/gpu/record_samples.py`; generated from "
-            "`sample_sessions/` by `bench/results_table.py`. Medians over 5 recorded iterations; fault groups "
-            "and bytes are CUPTI's, per iteration.", ""]
-    return "\n".join(head + rows + ([""] + refused if refused else [])) + "\n"
+            "`sample_sessions/` by `bench/results_table.py`. Medians over 5 recorded iterations with every "
+            "collector on; fault groups and bytes are CUPTI's, per iteration.", ""]
+    return "\n".join(head + rows + ([""] + refused if refused else []) + ["", autovm_paragraph(sessions)]) + "\n"
+
+
+def autovm_paragraph(sessions: list[Session]) -> str:
+    """How our VGG-19 figures compare with the AutoVM work's 2.5-2.7x, with the numbers filled in
+    from the sessions (the reasons are the same whatever the numbers)."""
+    at = {(s.plan.policy, share(s)): s for s in sessions
+          if (s.graph.model, s.graph.batch) == ("vgg19", 64) and defaults(s)}
+    device, uvm, autovm = at.get(("device", 100)), at.get(("uvm", 50)), at.get(("autovm", 50))
+    if not (device and uvm and autovm and autovm.cost_model and "measured_bytes_dtoh" in autovm.summary):
+        return "(The comparison with AutoVM needs the VGG-19 b64 device, uvm and autovm-50% samples.)"
+    cost, m = autovm.cost_model, autovm.summary
+    to_host_ms = m["measured_bytes_dtoh"] / cost.evict_bytes_per_ns / 1e6
+    sweep = sorted((pct, ms(at[("uvm", pct)]) / ms(at[("autovm", pct)])) for (pol, pct) in at
+                   if pol == "autovm" and ("uvm", pct) in at)
+    best = max(sweep, key=lambda x: x[1])
+    return (
+        f"**Against AutoVM's 2.5-2.7x.** The AutoVM dissertation reports VGG-19 training up to 2.5x (abstract) "
+        f"and 2.7x (introduction) faster than NVIDIA's default paging, on a Turing GPU (11 GB of 616 GB/s "
+        f"memory, PCIe Gen3). Here `autovm` is {ms(uvm) / ms(autovm):.2f}x faster than `uvm` on VGG-19 b64 at "
+        f"50%, and at most {best[1]:.2f}x across the capacities recorded ({best[0]}%). The difference is the "
+        f"ratio of compute to interconnect. The H100 runs a whole VGG-19 iteration in {ms(device):.1f} ms with "
+        f"TF32 tensor cores, many times faster than the Turing card did. Managed memory leaves the GPU only "
+        f"through the driver's migration, and `cudaMemPrefetchAsync` to the host ran at "
+        f"{cost.evict_bytes_per_ns:.1f} GB/s in the autovm run, far below PCIe Gen5's 64 GB/s. So the "
+        f"{format_bytes(int(m['measured_bytes_dtoh']))} that "
+        f"must leave per iteration at 50% take {to_host_ms:.0f} ms by themselves, {to_host_ms / ms(device):.1f} "
+        f"times the whole compute. On the Turing card, compute was slow enough to hide much of the transfer "
+        f"behind it. Here both policies are bound by the same eviction traffic: AutoVM's graph knowledge removes "
+        f"the demand faults and overlaps the copies with compute, but it cannot shrink the bytes. The "
+        f"capacity matters the same way. At 90% little must move, and the gap between the policies is the "
+        f"fault latency AutoVM hides. At 50%, the eviction floor dominates both. Below 41%, VGG-19's largest "
+        f"backward op alone does not fit, so the emulated capacity cannot go there, whereas real "
+        f"oversubscription would thrash inside the kernel."
+    )
 
 
 def main() -> int:

@@ -76,3 +76,35 @@ def test_a_part_of_cupti_switched_off_is_named_in_the_session_so_its_zeros_are_n
                   memop_end_ns=none, resident_t_ns=one, resident_bytes=one)
     s = collected_summary(tl, c)
     assert s["bytes_htod"] == 4096 and "fault_groups" not in s
+
+
+def test_a_record_that_cannot_be_read_is_counted_as_dropped_and_the_rest_of_the_buffer_is_kept():
+    import enum
+    from types import SimpleNamespace
+
+    class Kind(enum.IntEnum):
+        UNIFIED_MEMORY_COUNTER = 1
+        CONCURRENT_KERNEL = 2
+        KERNEL = 3
+
+    class Counter(enum.IntEnum):
+        BYTES_TRANSFER_HTOD = 1
+        GPU_PAGE_FAULT = 4
+
+    class Broken:
+        kind = Kind.UNIFIED_MEMORY_COUNTER
+        start, end, counter_kind = 5, 6, 1
+
+        @property
+        def value(self):
+            raise ValueError("a record CUPTI could not decode")
+
+    um = SimpleNamespace(kind=Kind.UNIFIED_MEMORY_COUNTER, start=10, end=20, counter_kind=1, value=4096)
+    fault = SimpleNamespace(kind=Kind.UNIFIED_MEMORY_COUNTER, start=30, end=30, counter_kind=4, value=6)
+    kernel = SimpleNamespace(kind=Kind.CONCURRENT_KERNEL, start=1, end=9, stream_id=7, name="conv")
+    c = CuptiCollector()
+    c._cupti = SimpleNamespace(ActivityKind=Kind, ActivityUnifiedMemoryCounterKind=Counter)
+    c._take([um, Broken(), kernel, fault])
+    assert c.rows["um_kind"] == ["bytes_htod", "gpu_page_fault_groups"] and c.rows["um_value"] == [4096, 6]
+    assert c.rows["um_start"] == [10, 30] and c.rows["kernel_name"] == ["conv"]
+    assert c.unreadable == 1

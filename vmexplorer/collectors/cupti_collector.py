@@ -18,7 +18,10 @@ UM_COUNTERS = {  # CUPTI counter kind name -> our kind name
 # unified-memory counters; "kernels" is kernel activity
 MIGRATION_COUNTERS = ("BYTES_TRANSFER_HTOD", "BYTES_TRANSFER_DTOH", "THRASHING", "THROTTLING", "REMOTE_MAP")
 FAULT_COUNTERS = ("GPU_PAGE_FAULT",)
-BUFFER_BYTES = 8 << 20
+# Large enough that an iteration's records fit in one buffer, so CUPTI hands buffers over at the
+# flush between iterations instead of mid-iteration (turning records into rows takes Python time, and
+# a callback on CUPTI's thread during an iteration takes the GIL from the thread launching the ops)
+BUFFER_BYTES = 64 << 20
 # CUPTI takes one pair of buffer callbacks per process: register them once and hand the records to
 # whichever collector is running (one run at a time per process)
 _ACTIVE: list[CuptiCollector] = []
@@ -32,6 +35,11 @@ def _requested() -> tuple[int, int]:
 def _completed(activities: list) -> None:
     if _ACTIVE:
         _ACTIVE[-1]._take(activities)
+    else:
+        _ORPHANS[0] += len(activities)
+
+
+_ORPHANS = [0]  # records delivered while no collector was running (counted as dropped by the next)
 
 
 class CuptiCollector:
@@ -43,6 +51,12 @@ class CuptiCollector:
         self.available, self.reason = False, "not started"
         self.note = ""  # a limitation of a collector that runs
         self.dropped = 0
+        self.unreadable = 0  # records that raised when read (counted in dropped)
+        self.unexpected = 0  # records of a kind this collector did not enable (ignored)
+        self._stopped = False
+        self._um_kind: Any = None
+        self._kernel_kinds: set[Any] = set()
+        self._um_names: dict[int, str] = {}
         # host time the run is held up: the flush at each iteration's end (callbacks run inside it or on
         # CUPTI's own thread); the full cost is what bench/gpu/bench_collectors.py measures side by side
         self.overhead_ns = 0
@@ -124,20 +138,39 @@ class CuptiCollector:
         self._kinds.append(kind)
 
     def _take(self, activities: list) -> None:
+        """Records to rows. A record that cannot be read is counted as dropped, never allowed to stop
+        the rest of the buffer from being read (an exception here would lose them silently)."""
         cupti, rows = self._cupti, self.rows
-        um_kind = cupti.ActivityKind.UNIFIED_MEMORY_COUNTER
+        if self._um_kind is None:
+            self._um_kind = cupti.ActivityKind.UNIFIED_MEMORY_COUNTER
+            self._kernel_kinds = {cupti.ActivityKind.CONCURRENT_KERNEL, cupti.ActivityKind.KERNEL}
+            self._um_names = {int(k): UM_COUNTERS.get(k.name, k.name.lower())
+                              for k in cupti.ActivityUnifiedMemoryCounterKind}
+        um_kind, kernel_kinds, names = self._um_kind, self._kernel_kinds, self._um_names
+        um_start, um_end, um_kinds, um_value = (rows[k] for k in ("um_start", "um_end", "um_kind", "um_value"))
         for a in activities:
-            if a.kind == um_kind:
-                name = cupti.ActivityUnifiedMemoryCounterKind(a.counter_kind).name
-                rows["um_start"].append(int(a.start))
-                rows["um_end"].append(int(a.end))
-                rows["um_kind"].append(UM_COUNTERS.get(name, name.lower()))
-                rows["um_value"].append(int(a.value))
-            else:
-                rows["kernel_start"].append(int(a.start))
-                rows["kernel_end"].append(int(a.end))
-                rows["kernel_stream"].append(int(a.stream_id))
-                rows["kernel_name"].append(str(a.name))
+            try:
+                kind = a.kind
+                if kind == um_kind:
+                    um_start.append(int(a.start))
+                    um_end.append(int(a.end))
+                    um_kinds.append(names.get(int(a.counter_kind), "unknown"))
+                    um_value.append(int(a.value))
+                elif kind in kernel_kinds:
+                    rows["kernel_start"].append(int(a.start))
+                    rows["kernel_end"].append(int(a.end))
+                    rows["kernel_stream"].append(int(a.stream_id))
+                    rows["kernel_name"].append(str(a.name))
+                else:
+                    self.unexpected += 1
+            except Exception:
+                self.unreadable += 1
+                for prefix, keys in (("um", ("start", "end", "kind", "value")),
+                                     ("kernel", ("start", "end", "stream", "name"))):
+                    columns = [rows[f"{prefix}_{k}"] for k in keys]
+                    n = min(len(c) for c in columns)
+                    for column in columns:
+                        del column[n:]  # a record half read leaves no half row
 
     def flush(self) -> None:
         if self.available:
@@ -146,8 +179,9 @@ class CuptiCollector:
             self.overhead_ns += time.perf_counter_ns() - t
 
     def stop(self) -> None:
-        if self._cupti is None:
+        if self._cupti is None or self._stopped:
             return
+        self._stopped = True
         try:
             self._cupti.activity_flush_all(1)
             for kind in self._kinds:
@@ -163,3 +197,7 @@ class CuptiCollector:
         finally:
             if self in _ACTIVE:
                 _ACTIVE.remove(self)
+        self.dropped += self.unreadable + _ORPHANS[0]
+        _ORPHANS[0] = 0
+        if self.unreadable and self.available and not self.reason:
+            self.reason = f"{self.unreadable} CUPTI records could not be read and were dropped"
