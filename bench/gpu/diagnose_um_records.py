@@ -35,6 +35,8 @@ def main() -> int:
     ap.add_argument("--model", default="vgg19")
     ap.add_argument("--policy", default="uvm")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--warm-first", action="store_true",
+                    help="run the same plan once without collectors first, as bench_collectors.py does")
     ap.add_argument("--device-first", action="store_true",
                     help="run the device policy (with collectors) first, as bench_collectors.py does")
     args = ap.parse_args()
@@ -53,6 +55,8 @@ def main() -> int:
 
     executor._start_collectors = spy
     report: dict = {"plan_htod": plan_in, "plan_dtoh": plan_out, "runs": []}
+    if args.warm_first:
+        execute(graph, plan, RunSettings(iterations=1, warmup=1, collect=False))
     if args.device_first:
         execute(graph, compile_plan(graph, graph.footprint, "device"), RunSettings(iterations=1, warmup=1))
     for run in range(2):
