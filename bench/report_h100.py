@@ -73,8 +73,36 @@ def main() -> int:
                     f"| {g['fault_groups']} |" for g in gaps]
         out += ["", f"A 20-iteration VGG-19 `uvm` session with every collector on: "
                     f"{c['long_session_bytes'] / 1e6:.1f} MB."]
+        runs = c.get("uvm_breakdown_runs_ms", {})
+        if runs.get("none"):
+            out += ["", "Iterations under `uvm` vary from run to run by more than the effects above (the runs "
+                        f"without collectors: {', '.join(f'{v:.0f} ms' for v in runs['none'])}); each row is the "
+                        "median of runs that took turns with the others."]
+    out += cupti_vs_engine()
     print("\n".join(out))
     return 0
+
+
+def cupti_vs_engine() -> list[str]:
+    """CUPTI's bytes each way in every measured sample session against what the engine moved (the
+    plan's transfers, which the capacity emulation carries out exactly): how complete CUPTI's counts are."""
+    sys.path.insert(0, str(HERE.parents[2]))
+    from vmexplorer.session import load_session
+
+    rows = ["", "## CUPTI's migration counts in the sample sessions", "",
+            "Each sample was recorded by `vmexplorer run` in a process of its own. Per iteration (medians):", "",
+            "| session | engine to host | CUPTI to host | engine to device | CUPTI to device | CUPTI fault groups |",
+            "|---|---:|---:|---:|---:|---:|"]
+    for path in sorted((HERE.parents[2] / "sample_sessions").glob("*.measured.vms")):
+        m = load_session(path).summary
+        if not m.get("bytes_to_host"):
+            continue
+        gib = {k: m.get(k, 0) / 2**30 for k in ("bytes_to_host", "measured_bytes_dtoh", "bytes_to_device",
+                                                 "measured_bytes_htod")}
+        rows.append(f"| {path.name} | {gib['bytes_to_host']:.2f} GiB | {gib['measured_bytes_dtoh']:.2f} GiB "
+                    f"| {gib['bytes_to_device']:.2f} GiB | {gib['measured_bytes_htod']:.2f} GiB "
+                    f"| {m.get('measured_fault_groups', '-')} |")
+    return rows
 
 
 if __name__ == "__main__":

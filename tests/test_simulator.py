@@ -117,7 +117,7 @@ def test_slower_demand_paging_makes_uvm_slower_but_not_a_plan_without_faults():
 def test_calibration_recovers_the_cost_model_that_made_a_timeline():
     g = graph("resnet18", 32, 112)
     truth = replace(H100_DEFAULT, flops_per_ns=50_000.0, prefetch_bytes_per_ns=30.0,
-                    evict_bytes_per_ns=6.0, fault_bytes_per_ns=2.0)
+                    evict_bytes_per_ns=6.0, fault_bytes_per_ns=2.0, call_ns=40_000.0, host_block=0.5)
     device = compile_plan(g, g.footprint, "device")
     on_device = calibrate(g, device, simulate(g, device, truth))
     uvm = compile_plan(g, g.footprint // 2, "uvm")
@@ -126,7 +126,8 @@ def test_calibration_recovers_the_cost_model_that_made_a_timeline():
     fitted = calibrate(g, autovm, simulate(g, autovm, truth), base=with_faults)
     assert fitted.evict_bytes_per_ns == pytest.approx(6.0, rel=1e-4)
     assert fitted.fault_bytes_per_ns == pytest.approx(2.0, rel=1e-4)
-    assert fitted.prefetch_bytes_per_ns == pytest.approx(30.0, rel=1e-4)
+    assert fitted.prefetch_bytes_per_ns == pytest.approx(30.0, rel=1e-3)
+    assert fitted.call_ns == pytest.approx(40_000.0, rel=1e-3)
     assert set(fitted.op_ns) == {op.name for op in g.ops}
     predicted = simulate(g, autovm, fitted).iteration_ns()[0]
     assert predicted == pytest.approx(simulate(g, autovm, truth).iteration_ns()[0], rel=1e-6)

@@ -28,6 +28,13 @@ class CostModel:
     # measured idle time of the compute stream before each op when nothing was paging: the host
     # (Python, launches) falling behind the GPU; by op name
     op_gap_ns: dict[str, float] = field(default_factory=dict)
+    call_ns: float = 0.0  # fixed cost of one memory call (cudaMemPrefetchAsync), on top of its bytes
+
+    def fault_ns(self, nbytes: int) -> float:
+        return nbytes / self.fault_bytes_per_ns
+
+    def copy_ns(self, nbytes: int, to_device: bool) -> float:
+        return self.call_ns + nbytes / (self.prefetch_bytes_per_ns if to_device else self.evict_bytes_per_ns)
 
     def compute_ns(self, name: str, flops: int, bytes_touched: int) -> float:
         if name in self.op_ns:
@@ -66,9 +73,13 @@ def calibrate(graph: Graph, plan: Plan, timeline: Timeline, base: CostModel = H1
       idle time of the compute stream before it (the host falling behind). When `base` already knows
       an op (calibrate on the `device` run first, then on a paging run with that model as `base`) its
       time from the paging-free run is kept.
-    - Prefetch and eviction bandwidths: bytes over busy time of each kind of transfer present.
+    - Evictions: a line through every eviction's span against its bytes: the intercept is the fixed
+      cost of a memory call (`call_ns`), the slope the eviction bandwidth; prefetches: their bytes
+      over their busy time less that fixed cost.
     - Demand-fault throughput: faulted bytes over the time the faulting ops took beyond their
-      fault-free time (which is why the `device` calibration comes first).
+      fault-free time (which is why the `device` calibration comes first). Fitting it per op instead
+      (a convolution's backward faulted at half the rate of an SGD update) fitted the calibration run
+      better and predicted the others worse, so it is one rate.
     - Host blocking (the share of an asynchronous memory call's transfer the host thread waits in the
       call): not visible in a timeline, so it is the value on a 5% grid whose simulated iteration
       comes closest to the measured one, when the plan has asynchronous calls.
@@ -95,23 +106,42 @@ def calibrate(graph: Graph, plan: Plan, timeline: Timeline, base: CostModel = H1
     rates: dict[str, float] = {}
     memops = plan.memops
     spans = (tl.memop_end_ns - tl.memop_start_ns).astype(np.float64)
-    for key, (direction, modes) in {"prefetch_bytes_per_ns": (Direction.TO_DEVICE, (Mode.ASYNC,)),
-                                    "evict_bytes_per_ns": (Direction.TO_HOST, (Mode.ASYNC, Mode.SYNC))}.items():
-        rows_m = [r for r, i in enumerate(tl.memop_index)
-                  if memops[i].direction is direction and memops[i].mode in modes and memops[i].nbytes]
-        busy = float(spans[rows_m].sum()) if rows_m else 0.0
-        if busy > 0:
-            rates[key] = sum(memops[tl.memop_index[r]].nbytes for r in rows_m) / busy
+
+    def rows_of(direction: Direction, modes: tuple[Mode, ...]) -> list[int]:
+        return [r for r, i in enumerate(tl.memop_index)
+                if memops[i].direction is direction and memops[i].mode in modes and memops[i].nbytes]
+
+    evictions = rows_of(Direction.TO_HOST, (Mode.ASYNC, Mode.SYNC))
+    if evictions:  # span = call_ns + bytes / rate, fitted over every eviction (sizes vary widely)
+        sizes = np.array([memops[tl.memop_index[r]].nbytes for r in evictions], dtype=np.float64)
+        call, per_byte = _line(sizes, spans[evictions])
+        if per_byte > 0:
+            rates["evict_bytes_per_ns"], rates["call_ns"] = 1 / per_byte, call
+    prefetches = rows_of(Direction.TO_DEVICE, (Mode.ASYNC,))
+    call_ns = rates.get("call_ns", base.call_ns)
+    busy = float(spans[prefetches].sum()) - call_ns * len(prefetches) if prefetches else 0.0
+    if busy > 0:
+        rates["prefetch_bytes_per_ns"] = sum(memops[tl.memop_index[r]].nbytes for r in prefetches) / busy
     faulted = np.flatnonzero(tl.op_fault_bytes > 0)
     known = [r for r in faulted if graph.ops[int(tl.op_index[r])].name in op_ns]
-    extra = sum(duration[r] - op_ns[graph.ops[int(tl.op_index[r])].name] for r in known)
-    if known and extra > 0:
-        rates["fault_bytes_per_ns"] = float(tl.op_fault_bytes[known].sum()) / extra
+    extra = {r: duration[r] - op_ns[graph.ops[int(tl.op_index[r])].name] for r in known}
+    if known and sum(extra.values()) > 0:
+        rates["fault_bytes_per_ns"] = float(tl.op_fault_bytes[known].sum()) / sum(extra.values())
     label = name or f"calibrated on {graph.model} b{graph.batch} {plan.policy} ({tl.source})"
     fitted = replace(base, name=label, op_ns=op_ns, op_gap_ns=op_gap_ns, **rates)
     if any(m.mode is Mode.ASYNC for m in memops) and len(tl.op_index):
         fitted = replace(fitted, host_block=_fit_host_block(graph, plan, tl, fitted))
     return fitted
+
+
+def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Least-squares intercept (at least 0) and slope of y against x; with one size, through 0."""
+    if len(x) < 2 or np.ptp(x) == 0:
+        return 0.0, float(y.sum() / x.sum()) if x.sum() else 0.0
+    slope, intercept = np.polyfit(x, y, 1)
+    if intercept < 0:
+        return 0.0, float(y.sum() / x.sum())
+    return float(intercept), float(slope)
 
 
 def _gaps(tl: Timeline) -> np.ndarray:

@@ -104,7 +104,7 @@ def _table(columns: dict[str, list[Any]], ragged: dict[str, list[tuple[int, ...]
 
 
 def _cost_model(c: CostModel) -> dict[str, Any]:
-    return {"name": c.name, **{f: getattr(c, f) for f in _COST_FIELDS}, "op_ns": dict(c.op_ns),
+    return {"name": c.name, **{f: getattr(c, f) for f in _COST_FIELDS}, "call_ns": c.call_ns, "op_ns": dict(c.op_ns),
             "op_gap_ns": dict(c.op_gap_ns)}
 
 
@@ -251,10 +251,12 @@ def _timeline(r: Reader, value: Any, graph: Graph, plan: Plan) -> Timeline:
 
 
 def _read_cost_model(r: Reader, value: Any, version: int) -> CostModel:
-    """(schema 3 added `op_gap_ns`; an older cost model has no gaps.)"""
-    d = r.fields(value, "cost_model", ("name", *_COST_FIELDS, "op_ns", *(("op_gap_ns",) if version >= 3 else ())))
-    rates = {f: float(r.scalar(d[f], f"cost_model.{f}", NUM)) for f in _COST_FIELDS}
-    for f in _COST_FIELDS:
+    """(schema 3 added `call_ns` and `op_gap_ns`; an older cost model has neither: 0 and no gaps.)"""
+    newer = ("call_ns", "op_gap_ns") if version >= 3 else ()
+    d = r.fields(value, "cost_model", ("name", *_COST_FIELDS, "op_ns", *newer))
+    fields = (*_COST_FIELDS, "call_ns") if version >= 3 else _COST_FIELDS
+    rates = {f: float(r.scalar(d[f], f"cost_model.{f}", NUM)) for f in fields}
+    for f in fields:
         if rates[f] < 0 or (f.endswith("_per_ns") and rates[f] == 0):
             r.fail(f"cost_model.{f} is {rates[f]}: expected a number above 0" if f.endswith("_per_ns")
                    else f"cost_model.{f} is {rates[f]}: expected a number >= 0")

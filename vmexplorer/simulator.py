@@ -30,7 +30,6 @@ def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timelin
     faults: list[list[int]] = [[] for _ in range(n + 1)]
     for i, m in enumerate(memops):
         {Mode.ASYNC: due_async, Mode.SYNC: due_sync, Mode.FAULT: faults}[m.mode][m.complete_before].append(i)
-    rate = {Direction.TO_DEVICE: cost.prefetch_bytes_per_ns, Direction.TO_HOST: cost.evict_bytes_per_ns}
 
     op_start, op_end = np.zeros(n), np.zeros(n)
     op_stall, op_fault = np.zeros(n), np.zeros(n, dtype=np.int64)
@@ -43,7 +42,7 @@ def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timelin
         t = arrived
         for i in due_sync[k]:
             mem_start[i] = t
-            t += memops[i].nbytes / cost.evict_bytes_per_ns
+            t += cost.copy_ns(memops[i].nbytes, to_device=False)
             mem_end[i] = t
         room[k] = t
         for i in sorted(due_async[k], key=lambda i: memops[i].issue_after):
@@ -52,7 +51,7 @@ def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timelin
             if m.direction is Direction.TO_DEVICE:  # a prefetch lands in the room made before the next op
                 after = max(after, room[m.issue_after + 1])
             start = max(after, copy_free[m.direction], host)
-            end = start + m.nbytes / rate[m.direction]
+            end = start + cost.copy_ns(m.nbytes, to_device=m.direction is Direction.TO_DEVICE)
             mem_start[i], mem_end[i] = start, end
             copy_free[m.direction] = end
             host += cost.host_block * max(0.0, end - host)
@@ -62,7 +61,7 @@ def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timelin
         t = max(t, host, arrived + gaps[k])
         fault_bytes = sum(memops[i].nbytes for i in faults[k])
         op_stall[k], op_fault[k], op_start[k] = t - arrived, fault_bytes, t
-        gpu = op_end[k] = t + compute[k] + fault_bytes / cost.fault_bytes_per_ns
+        gpu = op_end[k] = t + compute[k] + cost.fault_ns(fault_bytes)
         for i in faults[k]:
             mem_start[i], mem_end[i] = t, gpu
         host += cost.launch_ns
