@@ -65,6 +65,29 @@ def validate(samples: Path, calibrate_on: str) -> tuple[list[dict], list[str]]:
     return rows, notes
 
 
+def eviction_rates(samples: Path) -> list[str]:
+    """Per model, the bandwidth of evictions of 16 MiB or more made alone (synchronously, `uvm` at 50%)
+    and beside compute (asynchronously, `autovm` at 50%): the model assumes they are the same."""
+    from vmexplorer.plan import Direction, Mode
+
+    out = []
+    by_model: dict[str, dict[str, float]] = {}
+    for path in sorted(samples.glob("*-50pct.measured.vms")):
+        s = load_session(path)
+        tl, memops = s.timeline, s.plan.memops
+        rows = [r for r, i in enumerate(tl.memop_index) if memops[i].direction is Direction.TO_HOST
+                and memops[i].mode is not Mode.FAULT and memops[i].nbytes >= 16 << 20]
+        if rows and s.plan.policy in ("uvm", "autovm"):
+            nbytes = sum(memops[tl.memop_index[r]].nbytes for r in rows)
+            busy = float((tl.memop_end_ns - tl.memop_start_ns)[rows].sum())
+            by_model.setdefault(f"{s.graph.model} b{s.graph.batch}", {})[s.plan.policy] = nbytes / busy
+    for model, rates in by_model.items():
+        if len(rates) == 2:
+            out.append(f"- {model}, evictions of 16 MiB or more: {rates['uvm']:.1f} GB/s alone (`uvm`), "
+                       f"{rates['autovm']:.1f} GB/s beside compute (`autovm`)")
+    return out
+
+
 def report(rows: list[dict], notes: list[str], calibrate_on: str) -> str:
     predicted = [r for r in rows if r["role"] == "predicted"]
     worst = max(predicted, key=lambda r: abs(r["error"]), default=None)
@@ -87,6 +110,7 @@ def report(rows: list[dict], notes: list[str], calibrate_on: str) -> str:
                    "blocking of prefetch calls can be fitted from it: they keep the defaults from DESIGN.md's H100 "
                    "probe (45 GB/s, 1.0), which every autovm prediction above relies on.")
     out += [f"- {n}" for n in notes]
+    out += eviction_rates(ROOT / "sample_sessions")
     if worst is not None:
         within = sum(abs(r["error"]) <= GOAL for r in predicted)
         out += ["", f"Worst prediction: {worst['session']}, {worst['error']:+.1%}. Within {GOAL:.0%}: {within} of "
