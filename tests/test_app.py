@@ -369,3 +369,24 @@ def test_the_page_does_not_wait_for_the_gpu_check_and_enables_run_when_it_answer
     answers.append((False, "CuPy is not installed"))
     view._draw_gpu_reason()
     assert view.run_gpu.disabled and "CuPy is not installed" in view.run_reason.object
+
+
+def test_a_measured_session_is_drawn_one_iteration_at_a_time_the_median_first_and_all_on_request() -> None:
+    from vmexplorer.app import ALL_ITERATIONS, AppView
+
+    view = AppView()
+    s = view.state.session
+    n = s.timeline.iterations
+    assert n > 1 and view.iteration.visible and view.iteration.options == [ALL_ITERATIONS, *map(str, range(1, n + 1))]
+    ops = next(iter(view.timeline.object.select({"name": "ops"}))).data_source.data
+    assert len(ops["left"]) == len(s.graph.ops)  # one iteration's ops
+    view.iteration.value = ALL_ITERATIONS
+    ops = next(iter(view.timeline.object.select({"name": "ops"}))).data_source.data
+    assert len(ops["left"]) == n * len(s.graph.ops)
+    view.iteration.value = "1"
+    src = next(iter(view.timeline.object.select({"name": "prefetch_markers"}))).data_source
+    data = dict(src.data)
+    data["x"] = [data["x"][0] - 3, *list(data["x"])[1:]]
+    src.data = data  # a drag in the shown iteration re-plans like any other
+    assert view.state.session.plan.policy == "manual" and view.state.message == ""
+    assert not view.iteration.visible  # the simulated edit has one iteration

@@ -214,3 +214,17 @@ def test_a_collector_that_did_not_run_is_named_in_place_of_its_lane(session: Ses
     assert len(notes) == 1 and "another profiler is attached" in notes[0].text
     assert not list(fig.select({"name": "measured_htod"})) and list(fig.select({"name": "nvml_rx"}))
     assert not list(timeline_figure(session).select({"name": "collector_notes"}))  # simulated: nothing to say
+
+
+def test_one_iteration_of_a_measured_session_is_drawn_from_its_own_start(session: Session) -> None:
+    from vmexplorer.timeline import iteration_view
+
+    measured = two_iterations(session)
+    second = iteration_view(measured, 1)
+    tl = second.timeline
+    assert tl.iterations == 1 and len(tl.op_index) == len(session.graph.ops)
+    assert min(tl.op_start_ns.min(), tl.memop_start_ns.min()) == 0
+    assert tl.iteration_ns()[0] == session.timeline.iteration_ns()[0]
+    assert np.array_equal(tl.op_end_ns - tl.op_start_ns, session.timeline.op_end_ns - session.timeline.op_start_ns)
+    with pytest.raises(ValueError, match="no iteration 2"):
+        iteration_view(measured, 2)

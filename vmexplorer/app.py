@@ -22,7 +22,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import panel as pn
+import param
 from panel.theme.fast import Fast
 
 # the Fast design links a web font; offline (a classroom, a lent machine) that is two failed requests
@@ -42,11 +44,12 @@ from vmexplorer.layers import GraphError  # noqa: E402
 from vmexplorer.models import MODELS, build_graph  # noqa: E402
 from vmexplorer.policies import POLICIES, OptionSpec  # noqa: E402
 from vmexplorer.session import Session, session_to_bytes  # noqa: E402
-from vmexplorer.timeline import comparison_figure, issue_after_at, timeline_figure  # noqa: E402
+from vmexplorer.timeline import comparison_figure, issue_after_at, iteration_view, timeline_figure  # noqa: E402
 from vmexplorer.units import format_bytes, format_ns  # noqa: E402
 
 pd: Any = importlib.import_module("pandas")  # Panel's own dependency (its tables take DataFrames); no stubs
 BEFORE_EDITS = "(the shown session as loaded, before edits)"
+ALL_ITERATIONS = "all"
 
 
 FAKE_RUNNER_ENV = "VMEXPLORER_FAKE_RUNNER"  # tests only: module:function, a CPU stand-in for the GPU runner
@@ -128,6 +131,9 @@ class AppView:
         self._draw_gpu_reason()
         # --- the timeline and editing
         self.x_axis = _w(pn.widgets.RadioButtonGroup, "x axis", options=["op", "time"], value="op")
+        # a measured session holds several iterations; one at a time keeps pan and zoom light
+        self.iteration = _w(pn.widgets.Select, "Iteration shown", options=[ALL_ITERATIONS], width=170)
+        self._drawn: Session | None = None  # the session (or iteration of it) the timeline shows
         self.timeline = pn.pane.Bokeh(sizing_mode="stretch_width")
         self.summary = pn.widgets.Tabulator(disabled=True, show_index=False, sizing_mode="stretch_width",
                                             layout="fit_data_stretch")
@@ -164,6 +170,7 @@ class AppView:
         self.model.param.watch(lambda _: self._draw_capacity_help(), "value")
         self.batch.param.watch(lambda _: self._draw_capacity_help(), "value")
         self.x_axis.param.watch(lambda _: self._draw_timeline(), "value")
+        self.iteration.param.watch(lambda _: self._draw_timeline(), "value")
         self.move.on_click(self._on_move)
         self.reset.on_click(lambda _: self._act(s.reset_edits))
         self.marker_kind.param.watch(lambda _: self._draw_marker_range(), "value")
@@ -374,7 +381,7 @@ class AppView:
         """A PointDrawTool drag in the browser: find the marker whose x changed, turn its x into the op
         it is issued after, and drag it there in the state (which snaps, clamps and re-simulates)."""
         def changed(attr: str, old: Any, new: Any) -> None:
-            s = self.state.session
+            s = self._drawn
             xs = list(new.get("x", []))
             if s is None or len(xs) != len(before["x"]):
                 self._draw_timeline()  # a marker was deleted (Backspace): put it back
@@ -419,14 +426,26 @@ class AppView:
             self.marker_tensor.value = moving[0] if moving else None
         self._draw_marker_range()
         self.compare_twin.visible = p.policy != "uvm" and self.state.twin("uvm") is not None
+        its = s.timeline.iteration_ns()
+        labels = [str(i + 1) for i in range(len(its))]
+        typical = labels[int(np.argsort(its, kind="stable")[(len(its) - 1) // 2])] if labels else ALL_ITERATIONS
+        with param.parameterized.discard_events(self.iteration):
+            self.iteration.options = [ALL_ITERATIONS, *labels] if len(labels) > 1 else [ALL_ITERATIONS]
+            self.iteration.value = typical if len(labels) > 1 else ALL_ITERATIONS
+        self.iteration.visible = len(labels) > 1
         self._draw_timeline()
 
     def _draw_timeline(self) -> None:
         s = self.state.session
         if s is None:
             return
-        fig = timeline_figure(s, self.x_axis.value, editable=True,
-                              title=f"{self.state.origin}: {s.plan.policy} on {s.graph.model}, {s.timeline.source}")
+        shown, which = s, ""
+        if self.iteration.value != ALL_ITERATIONS and s.timeline.iterations > 1:
+            shown = iteration_view(s, int(self.iteration.value) - 1)
+            which = f", iteration {self.iteration.value} of {s.timeline.iterations}"
+        self._drawn = shown
+        title = f"{self.state.origin}: {s.plan.policy} on {s.graph.model}, {s.timeline.source}{which}"
+        fig = timeline_figure(shown, self.x_axis.value, editable=True, title=title)
         for kind in ("offload", "prefetch"):
             for r in fig.select({"name": f"{kind}_markers"}):
                 before = {k: list(v) for k, v in r.data_source.data.items()}
@@ -533,7 +552,8 @@ class AppView:
         comparison = pn.Column(self.compare_note, pn.Row(self.compare_pick, self.compare_go, self.compare_clear),
                                pn.Row(pn.pane.Markdown("or upload B:"), self.compare_upload),
                                self.compare_summary, self.compare_fig, self.deltas, name="Compare")
-        session = pn.Column(self.summary, pn.Row(pn.pane.Markdown("x axis:"), self.x_axis, self.compare_twin),
+        session = pn.Column(self.summary, pn.Row(pn.pane.Markdown("x axis:"), self.x_axis, self.iteration,
+                                                 self.compare_twin),
                             self.timeline, editing, sizing_mode="stretch_width")
         self.tabs[:] = [("Session", session), ("Compare", comparison)]
         return [pn.Column(self.alert, self.info, self.tabs, sizing_mode="stretch_width")]

@@ -442,3 +442,23 @@ def no_records(status: Sequence[CollectorStatus] = ()) -> Collected:
     columns: dict[str, Any] = {f.name: np.zeros(0, dtype=np.int64) for f in fields(Collected)
                                if f.name not in ("kernel_names", "status")}
     return Collected(**columns, kernel_names=(), status=tuple(status))
+
+
+def one_iteration(collected: Collected, iteration: int, origin: int, end: int | None = None) -> Collected:
+    """The records of one iteration, renumbered 0, times from `origin` (clipped at 0); NVML samples
+    taken in [origin, end). Pairs with `records.one_iteration`."""
+    c = collected
+    k, u = c.kernel_iteration == iteration, c.um_iteration == iteration
+    n = (c.nvml_t_ns >= origin) & (c.nvml_t_ns < (np.inf if end is None else end))
+
+    def shift(a: np.ndarray) -> np.ndarray:
+        return np.maximum(a - origin, 0)
+
+    return replace(
+        c, kernel_iteration=np.zeros(int(k.sum()), dtype=np.int64), kernel_start_ns=shift(c.kernel_start_ns[k]),
+        kernel_end_ns=shift(c.kernel_end_ns[k]), kernel_stream=c.kernel_stream[k], kernel_name=c.kernel_name[k],
+        um_iteration=np.zeros(int(u.sum()), dtype=np.int64), um_start_ns=shift(c.um_start_ns[u]),
+        um_end_ns=shift(c.um_end_ns[u]), um_kind=c.um_kind[u], um_value=c.um_value[u], um_records=c.um_records[u],
+        nvml_t_ns=c.nvml_t_ns[n] - origin, nvml_memory_used_bytes=c.nvml_memory_used_bytes[n],
+        nvml_pcie_tx_bytes_per_s=c.nvml_pcie_tx_bytes_per_s[n], nvml_pcie_rx_bytes_per_s=c.nvml_pcie_rx_bytes_per_s[n],
+        nvml_gpu_util_pct=c.nvml_gpu_util_pct[n])

@@ -74,3 +74,25 @@ def summarize(graph: Graph, plan: Plan, timeline: Timeline) -> dict[str, float |
         "capacity_bytes": plan.capacity,
         "footprint_bytes": graph.footprint,
     }
+
+
+def one_iteration(timeline: Timeline, iteration: int) -> tuple[Timeline, int]:
+    """The rows of one recorded iteration as a timeline of its own: iteration 0, times from the
+    iteration's first op or memory operation (whichever came first). Returns it and that origin on
+    the original axis. Resident bytes keep their level at the origin."""
+    tl = timeline
+    ops, mems = tl.op_iteration == iteration, tl.memop_iteration == iteration
+    if not ops.any():
+        raise ValueError(f"the timeline has no iteration {iteration}")
+    origin = int(min(tl.op_start_ns[ops].min(), tl.memop_start_ns[mems].min(initial=tl.op_start_ns[ops].min())))
+    later = tl.op_iteration > iteration
+    end = int(tl.op_start_ns[later].min()) if later.any() else int(tl.resident_t_ns.max(initial=origin)) + 1
+    inside = (tl.resident_t_ns >= origin) & (tl.resident_t_ns < end)
+    before = np.flatnonzero(tl.resident_t_ns < origin)
+    level = tl.resident_bytes[before[-1]] if before.size else (tl.resident_bytes[0] if len(tl.resident_bytes) else 0)
+    return Timeline(
+        tl.source, np.zeros(int(ops.sum()), dtype=np.int64), tl.op_index[ops], tl.op_start_ns[ops] - origin,
+        tl.op_end_ns[ops] - origin, tl.op_stall_ns[ops], tl.op_fault_bytes[ops],
+        np.zeros(int(mems.sum()), dtype=np.int64), tl.memop_index[mems], tl.memop_start_ns[mems] - origin,
+        tl.memop_end_ns[mems] - origin, np.concatenate([[0], tl.resident_t_ns[inside] - origin]),
+        np.concatenate([[level], tl.resident_bytes[inside]])), origin

@@ -21,6 +21,7 @@ from bokeh.models.annotations import Label, Legend, LegendItem, Span
 from bokeh.models.widgets import Div
 from bokeh.plotting import figure
 
+from .collected import one_iteration as collected_iteration
 from .collected import per_op
 from .plan import Direction, Origin
 from .session import Session
@@ -128,6 +129,20 @@ def issue_after_at(session: Session, x: float, x_axis: str, iteration: int = 0) 
     position = float(x) if x_axis == "op" else float(np.interp(float(x) * 1e6, axis.knots_ns,
                                                                axis.knots_x))
     return int(round(position)) - 1 - iteration * len(session.graph.ops)
+
+
+def iteration_view(session: Session, iteration: int) -> Session:
+    """One recorded iteration of a session as a session of its own (iteration 0, times from its start),
+    so a long measured session can be drawn an iteration at a time."""
+    from dataclasses import replace
+
+    from .records import one_iteration
+
+    timeline, origin = one_iteration(session.timeline, iteration)
+    later = session.timeline.op_iteration > iteration
+    end = int(session.timeline.op_start_ns[later].min()) if later.any() else None
+    collected = None if session.collected is None else collected_iteration(session.collected, iteration, origin, end)
+    return replace(session, timeline=timeline, collected=collected)
 
 
 def comparison_figure(a: Session, b: Session, titles: tuple[str, str] = ("A", "B")) -> Any:
