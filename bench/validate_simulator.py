@@ -124,6 +124,8 @@ def main() -> int:
     ap.add_argument("--samples", type=Path, default=ROOT / "sample_sessions")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "validation.md")
     ap.add_argument("--readme", type=Path, help="also put the table between <!-- validation:start/end --> here")
+    ap.add_argument("--check", action="store_true",
+                    help="with --readme: only say whether its table is up to date (exit 1 if not)")
     args = ap.parse_args()
     rows, notes = validate(args.samples, args.calibrate_on)
     text = report(rows, notes, args.calibrate_on)
@@ -137,9 +139,6 @@ def main() -> int:
                  + ("no demand faults on some models (ResNet-50's autovm plan has none), so the fault throughput "
                     "that every uvm prediction needs stays a default there." if other == "autovm" else
                     "no asynchronous prefetch.") + "\n")
-    print(text, end="")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("# The simulator against the measured samples\n\n" + text)
     if args.readme is not None:
         readme = args.readme.read_text()
         start, end = "<!-- validation:start -->", "<!-- validation:end -->"
@@ -147,7 +146,14 @@ def main() -> int:
             print(f"{args.readme} has no {start} ... {end} section", file=sys.stderr)
             return 2
         before, rest = readme.split(start, 1)
-        args.readme.write_text(before + start + "\n" + text + end + rest.split(end, 1)[1])
+        new = before + start + "\n" + text + end + rest.split(end, 1)[1]
+        if args.check:
+            print("up to date" if new == readme else "out of date: run python bench/validate_simulator.py --readme")
+            return 0 if new == readme else 1
+        args.readme.write_text(new)
+    print(text, end="")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("# The simulator against the measured samples\n\n" + text)
     return 0
 
 
