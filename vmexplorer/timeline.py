@@ -323,8 +323,10 @@ def _migrations(session: Session, axis: _Axis, lanes: Any) -> Any:
     cols = _op_columns(session, axis)
     htod, dtoh = f["window_bytes_htod"], f["window_bytes_dtoh"]
     scale, unit = _byte_unit(int(max(htod.max(initial=0), dtoh.max(initial=0))))
+    title = ("migrations per op as CUPTI counted them, to device up, to host down (CUPTI's counts can fall "
+             "short of the bytes moved)")
     fig = figure(height=140, x_range=lanes.x_range, sizing_mode="stretch_width", tools="", toolbar_location=None,
-                 y_axis_label=f"CUPTI ({unit})", title="measured migrations per op (CUPTI): to device up, to host down")
+                 y_axis_label=f"CUPTI ({unit})", title=title)
     faults = c.available("faults")
     base = {"left": cols["left"], "right": cols["right"], "name": cols["name"],
             "htod": _texts(format_bytes, np.rint(htod).astype(np.int64)),
