@@ -36,8 +36,11 @@ TWO_FRAMES = "() => new Promise(r => requestAnimationFrame(() => requestAnimatio
 
 
 def largest_sample() -> Path:
-    return max((ROOT / "sample_sessions").glob("*.vms"),
-               key=lambda p: len(load_session(p).timeline.op_index) + len(load_session(p).timeline.memop_index))
+    def rows(path: Path) -> int:
+        tl = load_session(path).timeline
+        return len(tl.op_index) + len(tl.memop_index)
+
+    return max((ROOT / "sample_sessions").glob("*.vms"), key=rows)
 
 
 def main() -> int:
@@ -51,11 +54,11 @@ def main() -> int:
 
     path = args.session or largest_sample()
     session = load_session(path)
-    its = session.timeline.iteration_ns()
+    n = session.timeline.iterations
     shown = "all iterations"
-    if not args.all_iterations and len(its) > 1:
-        k = int(np.argsort(its, kind="stable")[(len(its) - 1) // 2])
-        session, shown = iteration_view(session, k), f"iteration {k + 1} of {len(its)} (the app's default view)"
+    if not args.all_iterations and n > 1:
+        k = session.timeline.typical_iteration()
+        session, shown = iteration_view(session, k), f"iteration {k + 1} of {n} (the app's default view)"
     rows = len(session.timeline.op_index) + len(session.timeline.memop_index)
     with tempfile.TemporaryDirectory() as d:
         page_path = Path(d) / "timeline.html"

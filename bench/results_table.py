@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vmexplorer.policies import POLICIES  # noqa: E402
+from vmexplorer.policies import non_default_options  # noqa: E402
 from vmexplorer.session import Session, load_session  # noqa: E402
 from vmexplorer.units import format_bytes  # noqa: E402
 
@@ -34,8 +34,7 @@ START, END = "<!-- results:start -->", "<!-- results:end -->"
 
 def defaults(s: Session) -> bool:
     """Whether the session's policy ran with its default options (the table compares policies as shipped)."""
-    spec = POLICIES[s.plan.policy].options
-    return all(spec[k].default == v for k, v in s.plan.options.items() if k in spec)
+    return not non_default_options(s.plan.policy, s.plan.options)
 
 
 def ms(s: Session) -> float:

@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vmexplorer.costmodel import calibrate  # noqa: E402
-from vmexplorer.policies import POLICIES  # noqa: E402
+from vmexplorer.policies import non_default_options  # noqa: E402
 from vmexplorer.session import Session, load_session  # noqa: E402
 from vmexplorer.simulator import simulate  # noqa: E402
 
@@ -54,9 +54,8 @@ def validate(samples: Path, calibrate_on: str) -> tuple[list[dict], list[str]]:
         for path, s in mine:
             measured = median_ms(s)
             predicted = median_ms(simulate(s.graph, s.plan, cost))
-            spec = POLICIES[s.plan.policy].options
-            policy = " ".join([s.plan.policy, *(f"{k}={v}" for k, v in sorted(s.plan.options.items())
-                                                if k not in spec or spec[k].default != v)])
+            changed = non_default_options(s.plan.policy, s.plan.options)
+            policy = " ".join([s.plan.policy, *(f"{k}={v}" for k, v in sorted(changed.items()))])
             rows.append({"model": label, "session": path.name, "policy": policy, "capacity_pct": share(s),
                          "measured_ms": measured, "predicted_ms": predicted, "error": predicted / measured - 1,
                          "role": "calibration" if s is device or s is paging else "predicted",

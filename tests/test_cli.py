@@ -92,7 +92,24 @@ BAD_INPUTS = {
     "export of a garbage file": ["export", "{tmp}/garbage.vms", "--html", "{tmp}/g.html"],
     "run with no GPU": ["run", *HALF, "--policy", "autovm", "--out", "{tmp}/run.vms"],
     "run with no output": ["run", *HALF, "--policy", "autovm"],
+    "run with an unknown collector": ["run", *HALF, "--policy", "uvm", "--out", "{tmp}/run.vms",
+                                      "--collectors", "kernels,sonar"],
+    "run with no collector named": ["run", *HALF, "--policy", "uvm", "--out", "{tmp}/run.vms", "--collectors", ","],
+    "calibrate a simulated session": ["calibrate", "{uvm}", "--out", "{tmp}/c.vms"],
+    "calibrate a paging session without --device": ["calibrate", "{sample}/vgg19-b64-uvm-50pct.measured.vms",
+                                                    "--out", "{tmp}/c.vms"],
+    "calibrate against another model's device run": ["calibrate", "{sample}/vgg19-b64-uvm-50pct.measured.vms",
+                                                     "--device", "{sample}/alexnet-b256-device.measured.vms",
+                                                     "--out", "{tmp}/c.vms"],
+    "calibrate against a paging run as --device": ["calibrate", "{sample}/vgg19-b64-autovm-50pct.measured.vms",
+                                                   "--device", "{sample}/vgg19-b64-uvm-50pct.measured.vms",
+                                                   "--out", "{tmp}/c.vms"],
+    "calibrate onto an existing file": ["calibrate", "{sample}/vgg19-b64-device.measured.vms",
+                                        "--out", "{tmp}/exists.html"],
+    "calibrate in place without --force": ["calibrate", "{sample}/vgg19-b64-device.measured.vms",
+                                           "--out", "{sample}/vgg19-b64-device.measured.vms"],
 }
+SAMPLES = REPO / "sample_sessions"
 
 
 def _scratch_files(tmp: Path) -> None:
@@ -107,7 +124,7 @@ def _scratch_files(tmp: Path) -> None:
 def test_bad_input_is_one_line_and_exit_2(case: str, tmp_path: Path, sessions: dict[str, Path],
                                           capsys: pytest.CaptureFixture[str]) -> None:
     _scratch_files(tmp_path)
-    argv = [a.format(tmp=tmp_path, uvm=sessions["uvm"]) for a in BAD_INPUTS[case]]
+    argv = [a.format(tmp=tmp_path, uvm=sessions["uvm"], sample=SAMPLES) for a in BAD_INPUTS[case]]
     code, out, err = run(capsys, *argv)
     assert code == 2
     assert out == ""
@@ -135,6 +152,24 @@ def test_run_with_no_gpu_says_so_and_writes_nothing(capsys: pytest.CaptureFixtur
     code, _, err = run(capsys, "run", *HALF, "--policy", "autovm", "--out", str(tmp_path / "run.vms"))
     assert code == 2
     assert "needs CuPy" in err and not (tmp_path / "run.vms").exists()
+
+
+def test_calibrate_stores_a_fitted_model_in_a_copy_of_a_measured_session(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from vmexplorer.session import load_session
+
+    source = tmp_path / "uvm.vms"
+    shutil.copy(SAMPLES / "vgg19-b64-uvm-50pct.measured.vms", source)
+    before = source.read_bytes()
+    out = tmp_path / "calibrated.vms"
+    doc = run_json(capsys, "calibrate", str(source), "--device", str(SAMPLES / "vgg19-b64-device.measured.vms"),
+                   "--out", str(out))
+    assert source.read_bytes() == before  # the input is left as it was
+    cost = load_session(out).cost_model
+    assert cost.name == doc["cost_model"] and doc["rates"]["evict_bytes_per_ns"] == cost.evict_bytes_per_ns
+    assert set(cost.op_ns) == {op.name for op in load_session(out).graph.ops}
+    assert doc["simulated_iteration_ns"] == pytest.approx(doc["measured_iteration_ns"], rel=0.1)
+    assert load_session(out).timeline.iteration_ns().tolist() == load_session(source).timeline.iteration_ns().tolist()
 
 
 def test_help_and_version_exit_0(capsys: pytest.CaptureFixture[str]) -> None:

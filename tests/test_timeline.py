@@ -228,3 +228,17 @@ def test_one_iteration_of_a_measured_session_is_drawn_from_its_own_start(session
     assert np.array_equal(tl.op_end_ns - tl.op_start_ns, session.timeline.op_end_ns - session.timeline.op_start_ns)
     with pytest.raises(ValueError, match="no iteration 2"):
         iteration_view(measured, 2)
+
+
+def test_the_typical_iteration_is_the_one_of_median_duration(session: Session) -> None:
+    tl = session.timeline
+    n = len(tl.op_index)
+    stretch = np.array([5, 1, 3])  # the three copies run 5x, 1x and 3x as long
+    starts = np.concatenate([[0], np.cumsum(stretch * (tl.op_end_ns.max() + 1))])[:3]
+    three = Timeline("measured", np.repeat(np.arange(3), n), np.tile(tl.op_index, 3),
+                     np.concatenate([starts[i] + stretch[i] * tl.op_start_ns for i in range(3)]),
+                     np.concatenate([starts[i] + stretch[i] * tl.op_end_ns for i in range(3)]),
+                     np.tile(tl.op_stall_ns, 3), np.tile(tl.op_fault_bytes, 3), np.zeros(0, dtype=np.int64),
+                     np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
+                     np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
+    assert three.typical_iteration() == 2

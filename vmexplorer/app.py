@@ -22,7 +22,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import panel as pn
 import param
 from panel.theme.fast import Fast
@@ -221,21 +220,23 @@ class AppView:
                 self._gpu_waiter = pn.state.add_periodic_callback(self._draw_gpu_reason, period=1000)
             except Exception:  # no event loop (a page built outside a server)
                 self._gpu_waiter = None
-        elif reason != CHECKING and self._gpu_waiter is not None:
-            waiter, self._gpu_waiter = self._gpu_waiter, None
-            waiter.stop()
+        elif reason != CHECKING:
+            self._stop_gpu_waiter()
+
+    def _stop_gpu_waiter(self) -> None:
+        waiter, self._gpu_waiter = self._gpu_waiter, None
+        if waiter is not None:
+            try:
+                waiter.stop()
+            except Exception:  # already stopped with its session
+                pass
 
     def close(self) -> None:
         """The browser session ended: cancel its GPU run (queued or running) and stop polling, so a
         closed tab does not hold the GPU for the next person."""
         job, self.job = self.job, None
         self._stop_polling()
-        if self._gpu_waiter is not None:
-            waiter, self._gpu_waiter = self._gpu_waiter, None
-            try:
-                waiter.stop()
-            except Exception:
-                pass
+        self._stop_gpu_waiter()
         if job is not None:
             try:
                 run_queue().cancel(job)
@@ -426,13 +427,11 @@ class AppView:
             self.marker_tensor.value = moving[0] if moving else None
         self._draw_marker_range()
         self.compare_twin.visible = p.policy != "uvm" and self.state.twin("uvm") is not None
-        its = s.timeline.iteration_ns()
-        labels = [str(i + 1) for i in range(len(its))]
-        typical = labels[int(np.argsort(its, kind="stable")[(len(its) - 1) // 2])] if labels else ALL_ITERATIONS
+        n = s.timeline.iterations
         with param.parameterized.discard_events(self.iteration):
-            self.iteration.options = [ALL_ITERATIONS, *labels] if len(labels) > 1 else [ALL_ITERATIONS]
-            self.iteration.value = typical if len(labels) > 1 else ALL_ITERATIONS
-        self.iteration.visible = len(labels) > 1
+            self.iteration.options = [ALL_ITERATIONS, *(str(i + 1) for i in range(n))] if n > 1 else [ALL_ITERATIONS]
+            self.iteration.value = str(s.timeline.typical_iteration() + 1) if n > 1 else ALL_ITERATIONS
+        self.iteration.visible = n > 1
         self._draw_timeline()
 
     def _draw_timeline(self) -> None:

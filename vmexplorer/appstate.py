@@ -25,7 +25,7 @@ from .graph import Graph
 from .layers import GraphError
 from .models import build_graph
 from .plan import Move, PlanError
-from .policies import POLICIES, compile_plan, reuse_gaps
+from .policies import POLICIES, compile_plan, non_default_options, reuse_gaps
 from .residency import next_use
 from .session import Session, SessionError, load_session, new_session, session_from_bytes
 from .simulator import simulate
@@ -189,11 +189,7 @@ class AppState(param.Parameterized):
         s = self.session
         if s is None:
             return None
-        for name, (key, capacity, other_policy, defaults, source) in _sample_index().items():
-            if (source, key, capacity, other_policy, defaults) == ("measured", s.graph.key, s.plan.capacity, policy,
-                                                                  True) and name != self.origin:
-                return name
-        return None
+        return next((n for n in _measured_samples(s.graph, s.plan.capacity, policy) if n != self.origin), None)
 
     def compare_with_twin(self, policy: str = "uvm") -> bool:
         """Compare the shown session with its measured twin of `policy` (one click in the app)."""
@@ -377,22 +373,26 @@ def _index(stamp: tuple[tuple[str, int], ...]) -> dict[str, tuple[Any, int, str,
             s = load_session(SAMPLES / name)
         except SessionError:
             continue
-        spec = POLICIES[s.plan.policy].options if s.plan.policy in POLICIES else {}
-        defaults = all(k in spec and spec[k].default == v for k, v in s.plan.options.items())
+        defaults = not non_default_options(s.plan.policy, s.plan.options)
         out[name] = (s.graph.key, s.plan.capacity, s.plan.policy, defaults, s.timeline.source)
     return out
 
 
+def _measured_samples(graph: Graph, capacity: int, policy: str) -> list[str]:
+    """The measured samples of `policy` with its default options on this graph at this capacity (any
+    capacity holding the footprint, for `device`), by file name."""
+    return [name for name, (key, cap, pol, defaults, source) in _sample_index().items()
+            if (source, key, pol, defaults) == ("measured", graph.key, policy, True)
+            and (cap >= graph.footprint if policy == "device" else cap == capacity)]
+
+
 def _measured_baseline(graph: Graph, capacity: int, policy: str) -> _Baseline | None:
-    """A measured sample session of `policy` (with its default options) on this graph at this
-    capacity (any capacity holding the footprint for `device`)."""
-    for name, (key, cap, pol, defaults, source) in _sample_index().items():
-        fits = cap >= graph.footprint if policy == "device" else cap == capacity
-        if (source, key, pol, defaults) == ("measured", graph.key, policy, True) and fits:
-            try:
-                return _Baseline(int(load_session(SAMPLES / name).summary["iteration_ns"]), "measured")
-            except SessionError:
-                continue
+    """A measured sample session of `policy` to compare the shown one with (see `_measured_samples`)."""
+    for name in _measured_samples(graph, capacity, policy):
+        try:
+            return _Baseline(int(load_session(SAMPLES / name).summary["iteration_ns"]), "measured")
+        except SessionError:
+            continue
     return None
 
 

@@ -92,7 +92,7 @@ def cmd_calibrate(args: argparse.Namespace) -> dict[str, Any]:
     from .session import save_session
     from .simulator import simulate
 
-    _refuse_existing(args.out, args.force or args.out.resolve() == args.file.resolve())
+    _refuse_existing(args.out, args.force)
     session = _load(args.file)
     if session.timeline.source != "measured":
         raise UsageError(f"{args.file} is a simulated session: calibrate fits a measured one")

@@ -92,8 +92,7 @@ def calibrate(graph: Graph, plan: Plan, timeline: Timeline, base: CostModel = H1
     # gap is only the host's when nothing was paging
     clean = tl.op_fault_bytes == 0
     paging = any(m.nbytes for m in plan.memops)
-    its = tl.iteration_ns()
-    typical = np.unique(tl.op_iteration)[np.argsort(its, kind="stable")[(len(its) - 1) // 2]] if len(its) else -1
+    typical = tl.typical_iteration() if len(tl.op_index) else -1
     for i in np.unique(tl.op_index[clean]):
         name_i = graph.ops[int(i)].name
         rows = clean & (tl.op_index == i)

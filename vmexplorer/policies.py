@@ -54,6 +54,13 @@ POLICIES: dict[str, PolicySpec] = {
 }
 
 
+def non_default_options(policy: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options that differ from the policy's defaults (an option the policy does not know counts):
+    empty when a plan ran the policy as shipped."""
+    spec = POLICIES[policy].options if policy in POLICIES else {}
+    return {k: v for k, v in options.items() if k not in spec or spec[k].default != v}
+
+
 def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str, Any] | None = None,
                  moves: Sequence[Move] = ()) -> Plan:
     spec = POLICIES.get(policy)

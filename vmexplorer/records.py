@@ -50,6 +50,14 @@ class Timeline:
             last_end = max(last_end, int(self.memop_end_ns.max()))
         return np.append(starts[1:], last_end) - starts
 
+    def typical_iteration(self) -> int:
+        """The recorded iteration whose duration is the median (the lower one of an even count): the
+        one to draw, or to take op times from, as typical of the run."""
+        its = self.iteration_ns()
+        if not len(its):
+            raise ValueError("the timeline has no iterations")
+        return int(np.unique(self.op_iteration)[np.argsort(its, kind="stable")[(len(its) - 1) // 2]])
+
 
 def summarize(graph: Graph, plan: Plan, timeline: Timeline) -> dict[str, float | int | str]:
     """The figures a person compares: per iteration, the median over recorded iterations."""
@@ -76,18 +84,19 @@ def summarize(graph: Graph, plan: Plan, timeline: Timeline) -> dict[str, float |
     }
 
 
-def one_iteration(timeline: Timeline, iteration: int) -> tuple[Timeline, int]:
+def one_iteration(timeline: Timeline, iteration: int) -> tuple[Timeline, int, int | None]:
     """The rows of one recorded iteration as a timeline of its own: iteration 0, times from the
-    iteration's first op or memory operation (whichever came first). Returns it and that origin on
-    the original axis. Resident bytes keep their level at the origin."""
+    iteration's first op or memory operation (whichever came first). Returns it, that origin on the
+    original axis, and where the next iteration begins there (None after the last). Resident bytes keep
+    their level at the origin."""
     tl = timeline
     ops, mems = tl.op_iteration == iteration, tl.memop_iteration == iteration
     if not ops.any():
         raise ValueError(f"the timeline has no iteration {iteration}")
     origin = int(min(tl.op_start_ns[ops].min(), tl.memop_start_ns[mems].min(initial=tl.op_start_ns[ops].min())))
     later = tl.op_iteration > iteration
-    end = int(tl.op_start_ns[later].min()) if later.any() else int(tl.resident_t_ns.max(initial=origin)) + 1
-    inside = (tl.resident_t_ns >= origin) & (tl.resident_t_ns < end)
+    next_start = int(tl.op_start_ns[later].min()) if later.any() else None
+    inside = (tl.resident_t_ns >= origin) & (tl.resident_t_ns < (np.inf if next_start is None else next_start))
     before = np.flatnonzero(tl.resident_t_ns < origin)
     level = tl.resident_bytes[before[-1]] if before.size else (tl.resident_bytes[0] if len(tl.resident_bytes) else 0)
     return Timeline(
@@ -95,4 +104,4 @@ def one_iteration(timeline: Timeline, iteration: int) -> tuple[Timeline, int]:
         tl.op_end_ns[ops] - origin, tl.op_stall_ns[ops], tl.op_fault_bytes[ops],
         np.zeros(int(mems.sum()), dtype=np.int64), tl.memop_index[mems], tl.memop_start_ns[mems] - origin,
         tl.memop_end_ns[mems] - origin, np.concatenate([[0], tl.resident_t_ns[inside] - origin]),
-        np.concatenate([[level], tl.resident_bytes[inside]])), origin
+        np.concatenate([[level], tl.resident_bytes[inside]])), origin, next_start

@@ -138,9 +138,7 @@ def iteration_view(session: Session, iteration: int) -> Session:
 
     from .records import one_iteration
 
-    timeline, origin = one_iteration(session.timeline, iteration)
-    later = session.timeline.op_iteration > iteration
-    end = int(session.timeline.op_start_ns[later].min()) if later.any() else None
+    timeline, origin, end = one_iteration(session.timeline, iteration)
     collected = None if session.collected is None else collected_iteration(session.collected, iteration, origin, end)
     return replace(session, timeline=timeline, collected=collected)
 
@@ -327,14 +325,15 @@ def _migrations(session: Session, axis: _Axis, lanes: Any) -> Any:
              "short of the bytes moved)")
     fig = figure(height=140, x_range=lanes.x_range, sizing_mode="stretch_width", tools="", toolbar_location=None,
                  y_axis_label=f"CUPTI ({unit})", title=title)
-    faults = c.available("faults")
+    def shown(table: str, texts: Any) -> Any:  # a column, or "not recorded" where its collector was off
+        return texts() if c.available(table) else np.full(len(htod), "not recorded", dtype=object)
+
     base = {"left": cols["left"], "right": cols["right"], "name": cols["name"],
             "htod": _texts(format_bytes, np.rint(htod).astype(np.int64)),
             "dtoh": _texts(format_bytes, np.rint(dtoh).astype(np.int64)),
-            "groups": f["fault_groups"].astype(str) if faults else np.full(len(htod), "not recorded", dtype=object),
-            "pages": f["faulted_pages"].astype(str) if faults else np.full(len(htod), "not recorded", dtype=object),
-            "kernels": _texts(format_ns, f["kernel_ns"]) if c.available("kernel")
-            else np.full(len(htod), "not recorded", dtype=object)}
+            "groups": shown("faults", lambda: f["fault_groups"].astype(str)),
+            "pages": shown("faults", lambda: f["faulted_pages"].astype(str)),
+            "kernels": shown("kernel", lambda: _texts(format_ns, f["kernel_ns"]))}
     tips = [("op", "@name"), ("to device", "@htod"), ("to host", "@dtoh"), ("fault groups", "@groups"),
             ("faulted pages", "@pages"), ("kernel time", "@kernels")]
     renderers: list[Any] = []
