@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
+
 HERE = Path(__file__).parent / "results" / "h100"
 
 
@@ -78,9 +80,50 @@ def main() -> int:
             out += ["", "Iterations under `uvm` vary from run to run by more than the effects above (the runs "
                         f"without collectors: {', '.join(f'{v:.0f} ms' for v in runs['none'])}); each row is the "
                         "median of runs that took turns with the others."]
-    out += cupti_vs_engine()
+    out += counting_cost() + cupti_vs_engine() + lost_records()
     print("\n".join(out))
     return 0
+
+
+def counting_cost() -> list[str]:
+    """CUPTI's unified-memory counting switched on and off on alternate iterations of one run
+    (bench/gpu/diagnose_um_tail.py): its cost without the variation between processes."""
+    path = HERE / "diagnose_um_tail.json"
+    if not path.exists():
+        return []
+    t = json.loads(path.read_text())["toggled"]
+    rows = ["", "## What counting unified memory costs, inside one run (`bench/gpu/diagnose_um_tail.py`)", "",
+            "VGG-19 b64 at 50%, 10 recorded iterations; CUPTI's unified-memory counters on for every other "
+            "iteration (kernel records and NVML on throughout); medians of the iterations of each kind.", "",
+            "| run | uncounted | counted | overhead | counted iterations, CUPTI to device |",
+            "|---|---:|---:|---:|---:|"]
+    for label, r in t.items():
+        rows.append(f"| {label} | {np.median(r['uncounted_ms']):.1f} ms | {np.median(r['counted_ms']):.1f} ms "
+                    f"| {r['overhead']:+.1%} | {min(r['counted_htod_gib']):.2f}-{max(r['counted_htod_gib']):.2f} GiB |")
+    return rows
+
+
+def lost_records() -> list[str]:
+    """Where CUPTI's unified-memory records go missing, and what did not bring them back
+    (bench/gpu/diagnose_um_drain.py)."""
+    rows = ["", "## Reading CUPTI differently (`bench/gpu/diagnose_um_drain.py`)", "",
+            "Per recorded iteration, CUPTI's bytes as a share of what the run moved, and its device->host records "
+            "(CUPTI's own count of dropped records stayed 0 in every run):", "",
+            "| case | reading | to device | to host | to-host records | iteration |", "|---|---|---:|---:|---:|---:|"]
+    found = False
+    for name in ("diagnose_um_drain.json", "diagnose_um_parts.json"):
+        path = HERE / name
+        if not path.exists():
+            continue
+        for label, r in json.loads(path.read_text()).items():
+            case, reading = label.split(": ", 1)
+            if name.endswith("parts.json") and reading == "as collected":
+                reading = "as collected (again)"
+            found = True
+            rows.append(f"| {case} | {reading} | {', '.join(f'{v:.2f}' for v in r['htod_share'])} "
+                        f"| {', '.join(f'{v:.2f}' for v in r['dtoh_share'])} "
+                        f"| {', '.join(str(v) for v in r['dtoh_records'])} | {r['median_ms']:.0f} ms |")
+    return rows if found else []
 
 
 def cupti_vs_engine() -> list[str]:
@@ -91,8 +134,9 @@ def cupti_vs_engine() -> list[str]:
 
     rows = ["", "## CUPTI's migration counts in the sample sessions", "",
             "Each sample was recorded by `vmexplorer run` in a process of its own. Per iteration (medians):", "",
-            "| session | engine to host | CUPTI to host | engine to device | CUPTI to device | CUPTI fault groups |",
-            "|---|---:|---:|---:|---:|---:|"]
+            "| session | engine to host | CUPTI to host | engine to device | CUPTI to device | CUPTI's share, "
+            "in / out | CUPTI fault groups |",
+            "|---|---:|---:|---:|---:|---:|---:|"]
     for path in sorted((HERE.parents[2] / "sample_sessions").glob("*.measured.vms")):
         m = load_session(path).summary
         if not m.get("bytes_to_host"):
@@ -101,6 +145,7 @@ def cupti_vs_engine() -> list[str]:
                                                  "measured_bytes_htod")}
         rows.append(f"| {path.name} | {gib['bytes_to_host']:.2f} GiB | {gib['measured_bytes_dtoh']:.2f} GiB "
                     f"| {gib['bytes_to_device']:.2f} GiB | {gib['measured_bytes_htod']:.2f} GiB "
+                    f"| {m.get('measured_htod_share', '-')} / {m.get('measured_dtoh_share', '-')} "
                     f"| {m.get('measured_fault_groups', '-')} |")
     return rows
 

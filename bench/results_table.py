@@ -9,7 +9,7 @@ bound on any policy that moves what autovm moved: max(compute, bytes to host / e
 bytes to device / prefetch bandwidth), with compute the `device` iteration and the bandwidths those
 fitted to the autovm run itself (its stored cost model, `bench/calibrate_samples.py`), and how close
 autovm comes to it. Capacities the recording refused (below the model's minimum) are listed from
-bench/results/h100/record_samples_*.json. The table replaces the text between the README's
+bench/results/h100/record_samples.json. The table replaces the text between the README's
 `<!-- results:start -->` and `<!-- results:end -->`; `--check` only says whether it is up to date.
 """
 
@@ -93,13 +93,15 @@ def table(samples: Path) -> str:
                 else ["-", "-"]
             rows.append("| " + " | ".join(cells) + " |")
     refused = []
-    for log in sorted((ROOT / "bench" / "results" / "h100").glob("record_samples_*.json")):
+    for log in [ROOT / "bench" / "results" / "h100" / "record_samples.json"]:
         for r in json.loads(log.read_text()):
             if r["exit"] != 0:
                 command = r["command"].split(" --iterations")[0]
                 refused.append(f"- `{command}` was refused: {r['message'].removeprefix('vmexplorer: error: ')}")
     head = ["Measured on the lent H100 (PCIe Gen5 x16) with `bench/gpu/record_samples.py`; generated from "
-            "`sample_sessions/` by `bench/results_table.py`. Medians over 5 recorded iterations, recorded with "
+            "`sample_sessions/` by `bench/results_table.py`. Medians over 5 recorded iterations; each sample is the "
+            "recording with the median iteration time of three, each in a process of its own "
+            "(`bench/pick_samples.py`; all three are in the validation table below). Recorded with "
             "every collector on (which slows `uvm` most: see bench/results/h100). Per iteration: the bytes each "
             "way are the engine's transfers (the capacity emulation carries out each plan exactly, demand faults "
             "included); fault groups are CUPTI's.", ""]

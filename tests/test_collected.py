@@ -24,6 +24,7 @@ from vmexplorer.collected import (
     busiest_stream,
     check_against,
     collected_summary,
+    migration_shares,
     no_records,
     per_op,
     thin,
@@ -31,6 +32,7 @@ from vmexplorer.collected import (
 from vmexplorer.export import KERNELS, chrome_trace
 from vmexplorer.graph import Graph
 from vmexplorer.models import build_graph
+from vmexplorer.plan import Direction
 from vmexplorer.policies import compile_plan
 from vmexplorer.records import Timeline
 from vmexplorer.session import new_session
@@ -171,6 +173,23 @@ def test_page_faults_switched_off_leave_the_fault_figures_out_and_keep_the_bytes
     s = collected_summary(timeline(), faults_off)
     assert s["cupti_faults_unavailable"] == "switched off for this run (--collectors)"
     assert "bytes_htod" in s and "remote_map_bytes" in s and not {"fault_groups", "faulted_pages"} & set(s)
+
+
+def test_migration_shares_set_cuptis_bytes_against_the_bytes_the_plan_moved_each_way(graph: Graph) -> None:
+    plan = compile_plan(graph, max(graph.footprint // 2, graph.min_capacity[0]), "uvm")
+    moved_in = sum(m.nbytes for m in plan.memops if m.direction is Direction.TO_DEVICE)
+    moved_out = sum(m.nbytes for m in plan.memops if m.direction is Direction.TO_HOST)
+    assert moved_in and moved_out, "the case must page"
+    # iteration 0 delivers every byte in, iteration 1 half of them: the median iteration three quarters
+    c = make(um=[(0, 10, 20, HTOD, moved_in), (1, 310, 320, HTOD, moved_in // 2),
+                 (0, 30, 40, DTOH, moved_out), (1, 330, 340, DTOH, moved_out)])
+    shares = migration_shares(plan, timeline(), c)
+    assert shares == {"htod_share": pytest.approx(0.75, abs=1e-3), "dtoh_share": 1.0}
+    assert migration_shares(plan, timeline(source="simulated"), c) == {}
+    device = compile_plan(graph, graph.footprint, "device")
+    assert migration_shares(device, timeline(), c) == {}  # nothing moved: nothing to set them against
+    um_off = make(status=(CollectorStatus("cupti_um", False, "switched off for this run (--collectors)", 0, 0),))
+    assert migration_shares(plan, timeline(), um_off) == {}
 
 
 # --- thinning -------------------------------------------------------------------------------------

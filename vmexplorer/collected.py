@@ -30,6 +30,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .graph import Graph
+from .plan import Direction, Plan
 from .records import Timeline
 
 
@@ -391,6 +392,30 @@ def collected_summary(timeline: Timeline, collected: Collected) -> dict[str, flo
     for s in c.status:
         if s.reason:
             out[f"{s.name}_{'note' if s.available else 'unavailable'}"] = s.reason
+    return out
+
+
+def migration_shares(plan: Plan, timeline: Timeline, collected: Collected) -> dict[str, float]:
+    """CUPTI's bytes each way per iteration (the median, as in `collected_summary`) as a share of the
+    bytes the run moved that way: `htod_share`, `dtoh_share`, for each direction the plan moves bytes
+    in, when the migration counters ran.
+
+    The capacity emulation carries out the plan exactly (every eviction is the engine's own call and
+    every fault back in follows from it), so the plan is the ledger CUPTI's counts are checked
+    against. The check matters: on the H100 under heavy paging CUPTI delivers only part of its
+    unified-memory records, and says nothing (its count of dropped records stays 0): VGG-19 at 60%
+    under uvm kept exactly 1,023 device->host records per iteration, 66% of the bytes, in every
+    process (bench/results/h100/diagnose_um_drain.json). A share below 1 is how much of the migration
+    lane is missing, not bytes that did not move."""
+    if not collected.available("um") or timeline.source != "measured":
+        return {}
+    summary = collected_summary(timeline, collected)
+    out = {}
+    for direction, key, name in ((Direction.TO_DEVICE, "bytes_htod", "htod_share"),
+                                 (Direction.TO_HOST, "bytes_dtoh", "dtoh_share")):
+        moved = sum(m.nbytes for m in plan.memops if m.direction is direction)
+        if moved and key in summary:
+            out[name] = round(int(summary[key]) / moved, 3)
     return out
 
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from . import __version__
 from . import sessionformat as schema
-from .collected import Collected, CollectedError, check_against, collected_summary
+from .collected import Collected, CollectedError, check_against, collected_summary, migration_shares
 from .costmodel import CostModel
 from .fileio import atomic_write
 from .graph import Graph
@@ -55,6 +55,8 @@ class Session:
         figures = summarize(self.graph, self.plan, self.timeline)
         if self.collected is not None:
             figures.update({f"measured_{k}": v for k, v in collected_summary(self.timeline, self.collected).items()})
+            shares = migration_shares(self.plan, self.timeline, self.collected)
+            figures.update({f"measured_{k}": v for k, v in shares.items()})
         return figures
 
 

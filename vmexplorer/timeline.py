@@ -21,8 +21,8 @@ from bokeh.models.annotations import Label, Legend, LegendItem, Span
 from bokeh.models.widgets import Div
 from bokeh.plotting import figure
 
+from .collected import migration_shares, per_op
 from .collected import one_iteration as collected_iteration
-from .collected import per_op
 from .plan import Direction, Origin
 from .session import Session
 from .units import format_bytes, format_ns
@@ -312,6 +312,20 @@ def _measured(session: Session, axis: _Axis, lanes: Any) -> list[Any]:
     return out
 
 
+def _coverage(session: Session) -> str:
+    """How much of what the run moved CUPTI's records account for, so a lane short of records never
+    reads as fewer bytes moved."""
+    assert session.collected is not None
+    shares = migration_shares(session.plan, session.timeline, session.collected)
+    if not shares:
+        return ""
+    if all(v >= 0.99 for v in shares.values()):
+        return ": every byte the run moved"
+    parts = [f"{100 * shares[k]:.0f}% of the bytes moved {way}" for k, way in
+             (("htod_share", "in"), ("dtoh_share", "out")) if k in shares]
+    return f": only {' and '.join(parts)} (CUPTI loses records under heavy paging, and does not say so)"
+
+
 def _migrations(session: Session, axis: _Axis, lanes: Any) -> Any:
     """CUPTI's bytes each way per op, each transfer shared among the ops it ran under: to the device
     up, to the host down."""
@@ -321,8 +335,7 @@ def _migrations(session: Session, axis: _Axis, lanes: Any) -> Any:
     cols = _op_columns(session, axis)
     htod, dtoh = f["window_bytes_htod"], f["window_bytes_dtoh"]
     scale, unit = _byte_unit(int(max(htod.max(initial=0), dtoh.max(initial=0))))
-    title = ("migrations per op as CUPTI counted them, to device up, to host down (CUPTI's counts can fall "
-             "short of the bytes moved)")
+    title = "migrations per op as CUPTI counted them, to device up, to host down" + _coverage(session)
     fig = figure(height=140, x_range=lanes.x_range, sizing_mode="stretch_width", tools="", toolbar_location=None,
                  y_axis_label=f"CUPTI ({unit})", title=title)
     def shown(table: str, texts: Any) -> Any:  # a column, or "not recorded" where its collector was off

@@ -8,6 +8,10 @@
 `<model>-b<batch>-<policy>[-<pct>pct].measured.vms`; `record_samples.json` next to them says, for each,
 the command, its exit status, its wall time and, for a refusal, `vmexplorer run`'s one-line reason
 (a capacity below the model's minimum is refused, not recorded).
+
+The samples in the repo come from three passes (`--out bench/results/h100/passes/passN`, N = 1..3, on
+the device), then, on any machine, `bench/pick_samples.py` (each configuration's median recording into
+sample_sessions/) and `bench/calibrate_samples.py`.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import time
 from typing import Any
 
@@ -21,6 +22,8 @@ FAULT_COUNTERS = ("GPU_PAGE_FAULT",)
 # CUPTI asks for a fresh buffer after every flush, inside the next iteration: on the H100 a 64 MiB
 # buffer made VGG-19's device iterations 51% slower with collectors, an 8 MiB one 1-2%
 BUFFER_BYTES = 8 << 20
+SETTLE_S = 0.0  # wait before each iteration's flush (diagnosis: do late unified-memory records arrive?)
+FLUSH_PERIOD_MS = 0  # CUPTI worker thread's flush period; 0 keeps CUPTI's own heuristics
 # CUPTI takes one pair of buffer callbacks per process: register them once and hand the records to
 # whichever collector is running (one run at a time per process)
 _ACTIVE: list[CuptiCollector] = []
@@ -39,6 +42,14 @@ def _completed(activities: list) -> None:
 
 
 _ORPHANS = [0]  # records delivered while no collector was running (counted as dropped by the next)
+
+
+def _dropped(cupti: Any) -> int:
+    """Records CUPTI dropped for want of buffer space since the last call (its global queue); the
+    count comes back through a pointer."""
+    count = ctypes.c_size_t(0)
+    cupti.activity_get_num_dropped_records(0, 0, ctypes.addressof(count))
+    return int(count.value)
 
 
 class CuptiCollector:
@@ -80,6 +91,8 @@ class CuptiCollector:
                 cupti.activity_register_callbacks(_requested, _completed)
                 _REGISTERED.append(True)
             _ACTIVE.append(self)
+            if FLUSH_PERIOD_MS:
+                cupti.activity_flush_period(FLUSH_PERIOD_MS)
             if self.want_um:
                 self._configure_unified_memory(cupti)
                 self._enable(cupti.ActivityKind.UNIFIED_MEMORY_COUNTER)
@@ -174,6 +187,8 @@ class CuptiCollector:
     def flush(self) -> None:
         if self.available:
             t = time.perf_counter_ns()
+            if SETTLE_S:
+                time.sleep(SETTLE_S)
             self._cupti.activity_flush_all(1)
             self.overhead_ns += time.perf_counter_ns() - t
 
@@ -190,7 +205,9 @@ class CuptiCollector:
                 # for fewer does not inherit them
                 self._configure(self._cupti, self.want_um, enable=0)
             self._kinds.clear()
-            self.dropped += int(self._cupti.activity_get_num_dropped_records(None, 0))
+            if FLUSH_PERIOD_MS:
+                self._cupti.activity_flush_period(0)
+            self.dropped += _dropped(self._cupti)
         except Exception:  # counting dropped records is best effort across cupti-python versions
             pass
         finally:

@@ -1,0 +1,62 @@
+"""Keep, for each sample, the recording whose iteration time is the median of its repeats.
+
+    python bench/pick_samples.py DIR [DIR ...] [--samples sample_sessions] [--log FILE]
+
+Each DIR is one pass of `bench/gpu/record_samples.py --out DIR`: every configuration once, each in a
+process of its own. On the H100 one configuration's iteration time differs by up to 30% from process
+to process, so a single recording can set a sample and a prediction apart by that much on its own;
+the sample kept is the recording with the median iteration time (of an even number, the lower of
+the middle two). The log (default bench/results/h100/record_samples.json) lists, per sample, every
+pass's iteration time, wall time and which pass was kept; a refused configuration is listed with its
+reason. Nothing is written unless every pass has a log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("passes", nargs="+", type=Path)
+    ap.add_argument("--samples", type=Path, default=ROOT / "sample_sessions")
+    ap.add_argument("--log", type=Path, default=ROOT / "bench" / "results" / "h100" / "record_samples.json")
+    args = ap.parse_args()
+    logs = [d / "record_samples.json" for d in args.passes]
+    missing = [str(p) for p in logs if not p.is_file()]
+    if missing:
+        print(f"pick_samples: no record_samples.json in {', '.join(missing)}", file=sys.stderr)
+        return 2
+    runs: dict[str, list[tuple[int, dict]]] = {}
+    for k, log in enumerate(logs):
+        for row in json.loads(log.read_text()):
+            runs.setdefault(row["session"], []).append((k, row))
+    out = []
+    for session, rows in runs.items():
+        done = [(k, r) for k, r in rows if r["exit"] == 0]
+        # where a pass wrote its sessions is the only difference between the passes' commands
+        entry = {"session": session, "command": re.sub(r"--out \S*/", "--out DIR/", rows[0][1]["command"])}
+        if not done:
+            entry.update(exit=rows[0][1]["exit"], message=rows[0][1]["message"])
+        else:
+            ordered = sorted(done, key=lambda kr: kr[1]["iteration_ms"])
+            kept, row = ordered[(len(ordered) - 1) // 2]
+            shutil.copyfile(args.passes[kept] / session, args.samples / session)
+            entry.update(exit=0, kept_pass=kept + 1, iteration_ms=row["iteration_ms"], bytes=row["bytes"],
+                         passes=[{"pass": k + 1, "iteration_ms": round(r["iteration_ms"], 1),
+                                  "wall_s": r["wall_s"]} for k, r in done])
+        out.append(entry)
+    args.log.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"kept {sum(1 for e in out if e['exit'] == 0)} samples from {len(logs)} passes; log in {args.log}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
