@@ -192,6 +192,22 @@ def test_migration_shares_set_cuptis_bytes_against_the_bytes_the_plan_moved_each
     assert migration_shares(plan, timeline(), um_off) == {}
 
 
+def test_memory_copies_give_their_count_and_bytes_per_iteration_and_follow_their_iteration() -> None:
+    from vmexplorer.collected import MEMCPY_KINDS, one_iteration
+
+    dtoh, htod = MEMCPY_KINDS.index("dtoh"), MEMCPY_KINDS.index("htod")
+    c = make(memcpy_iteration=[0, 1, 1], memcpy_start_ns=[10, 310, 320], memcpy_end_ns=[11, 311, 330],
+             memcpy_stream=[COMPUTE] * 3, memcpy_kind=[dtoh, dtoh, htod], memcpy_bytes=[4, 4, 100])
+    s = collected_summary(timeline(), c)
+    assert (s["memcpys"], s["memcpy_bytes"]) == (1, 54)  # medians of (1, 2) and (4, 104), truncated
+    second = one_iteration(c, 1, origin=300)
+    assert second.memcpy_start_ns.tolist() == [10, 20] and second.memcpy_iteration.tolist() == [0, 0]
+    assert second.memcpy_kind.tolist() == [dtoh, htod] and second.memcpy_bytes.tolist() == [4, 100]
+    with pytest.raises(CollectedError, match="memcpy_kind row 0 is 99: not an index into MEMCPY_KINDS"):
+        make(memcpy_iteration=[0], memcpy_start_ns=[1], memcpy_end_ns=[2], memcpy_stream=[7], memcpy_kind=[99],
+             memcpy_bytes=[4])
+
+
 # --- thinning -------------------------------------------------------------------------------------
 
 def totals(c: Collected) -> dict[tuple[int, int], tuple[int, int]]:

@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from vmexplorer.collected import MEMCPY_KINDS
 from vmexplorer.collectors import CuptiCollector, NvmlSampler
 from vmexplorer.collectors.placement import place
 
@@ -47,12 +48,17 @@ def test_raw_collector_rows_become_a_sessions_collected_records_on_its_axis():
     cupti = _Fake("cupti", {"kernel_start": [50, 1_100, 5_100], "kernel_end": [90, 1_400, 5_300],
                             "kernel_stream": [7, 7, 7], "kernel_name": ["warmup", "conv", "relu"],
                             "um_start": [1_200, 5_050], "um_end": [1_300, 5_150],
-                            "um_kind": ["gpu_page_fault_groups", "bytes_htod"], "um_value": [12, 1 << 20]})
+                            "um_kind": ["gpu_page_fault_groups", "bytes_htod"], "um_value": [12, 1 << 20],
+                            "memcpy_start": [900, 1_500], "memcpy_end": [905, 1_510], "memcpy_stream": [7, 7],
+                            "memcpy_kind": ["htod", "dtoh"], "memcpy_value": [8, 4]})
     nvml = _Fake("nvml", {}, available=False, reason="NVML unavailable: no driver")
     c = build_collected([cupti, nvml], t0s=[1_000, 5_000], offsets=[0.0, 2_000.0])
     assert c.kernel_names == ("conv", "relu")
     assert c.kernel_start_ns.tolist() == [100, 2_100] and c.kernel_end_ns.tolist() == [400, 2_300]
     assert c.um_iteration.tolist() == [0, 1] and c.um_value.tolist() == [12, 1 << 20]
+    # the copy before the first recorded iteration is warm-up's
+    assert (c.memcpy_start_ns.tolist(), c.memcpy_end_ns.tolist(), c.memcpy_bytes.tolist()) == ([500], [510], [4])
+    assert [MEMCPY_KINDS[k] for k in c.memcpy_kind] == ["dtoh"]
     status = {s.name: s for s in c.status}
     assert status["nvml"].reason.startswith("NVML unavailable") and status["cupti"].overhead_ns == 2_000
 
@@ -86,6 +92,12 @@ def test_a_record_that_cannot_be_read_is_counted_as_dropped_and_the_rest_of_the_
         UNIFIED_MEMORY_COUNTER = 1
         CONCURRENT_KERNEL = 2
         KERNEL = 3
+        MEMCPY = 4
+
+    class Copy(enum.IntEnum):
+        UNKNOWN = 0
+        HTOD = 1
+        DTOH = 2
 
     class Counter(enum.IntEnum):
         BYTES_TRANSFER_HTOD = 1
@@ -102,9 +114,11 @@ def test_a_record_that_cannot_be_read_is_counted_as_dropped_and_the_rest_of_the_
     um = SimpleNamespace(kind=Kind.UNIFIED_MEMORY_COUNTER, start=10, end=20, counter_kind=1, value=4096)
     fault = SimpleNamespace(kind=Kind.UNIFIED_MEMORY_COUNTER, start=30, end=30, counter_kind=4, value=6)
     kernel = SimpleNamespace(kind=Kind.CONCURRENT_KERNEL, start=1, end=9, stream_id=7, name="conv")
+    copy = SimpleNamespace(kind=Kind.MEMCPY, start=40, end=41, stream_id=7, copy_kind=2, bytes=4)
     c = CuptiCollector()
-    c._cupti = SimpleNamespace(ActivityKind=Kind, ActivityUnifiedMemoryCounterKind=Counter)
-    c._take([um, Broken(), kernel, fault])
+    c._cupti = SimpleNamespace(ActivityKind=Kind, ActivityUnifiedMemoryCounterKind=Counter, ActivityMemcpyKind=Copy)
+    c._take([um, Broken(), kernel, copy, fault])
     assert c.rows["um_kind"] == ["bytes_htod", "gpu_page_fault_groups"] and c.rows["um_value"] == [4096, 6]
     assert c.rows["um_start"] == [10, 30] and c.rows["kernel_name"] == ["conv"]
+    assert (c.rows["memcpy_kind"], c.rows["memcpy_value"], c.rows["memcpy_stream"]) == (["dtoh"], [4], [7])
     assert c.unreadable == 1

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from vmexplorer import session as session_module
-from vmexplorer.collected import UM_KINDS, Collected, CollectorStatus, thin
+from vmexplorer.collected import MEMCPY_KINDS, UM_KINDS, Collected, CollectorStatus, thin
 from vmexplorer.costmodel import H100_DEFAULT
 from vmexplorer.fileio import OutputError, atomic_write
 from vmexplorer.models import build_graph
@@ -191,8 +191,8 @@ BAD_FILES: list[tuple[str, Callable[[bytes], bytes], str]] = [
     ("json list", lambda good: gzip.compress(b"[1, 2]"), "is not a vmexplorer session"),
     ("truncated", lambda good: good[: len(good) // 2], "is truncated"),
     ("corrupted", lambda good: good[:40] + bytes(b ^ 0x55 for b in good[40:80]) + good[80:], "damaged"),
-    ("newer schema", rewrite(set_in("schema_version", 4)),
-     "written by a newer vmexplorer (schema 4, this reads up to 3); upgrade"),
+    ("newer schema", rewrite(set_in("schema_version", 5)),
+     "written by a newer vmexplorer (schema 5, this reads up to 4); upgrade"),
     ("a rate of zero", rewrite(set_in("cost_model.evict_bytes_per_ns", 0)),
      "cost_model.evict_bytes_per_ns is 0.0: expected a number above 0"),
     ("a negative gap", rewrite(set_in("cost_model.op_gap_ns", {"conv1": -5})), "op_gap_ns.conv1 is -5.0"),
@@ -354,7 +354,8 @@ def test_a_written_file_is_readable_by_others_like_any_file(tmp_path: Path) -> N
 # --- collector records (schema 2) -----------------------------------------------------------------
 
 def synthetic_records(s: Session, seed: int = 0) -> Collected:
-    """Kernels, unified-memory counters and NVML samples spread over a measured session's timeline."""
+    """Kernels, unified-memory counters, memory copies and NVML samples spread over a measured session's
+    timeline."""
     tl, rng = s.timeline, np.random.default_rng(seed)
     rows = rng.integers(0, len(tl.op_index), 2000)
     start = (tl.op_start_ns[rows] + (tl.op_end_ns[rows] - tl.op_start_ns[rows]) * rng.random(2000)).astype(np.int64)
@@ -369,7 +370,10 @@ def synthetic_records(s: Session, seed: int = 0) -> Collected:
                      rng.integers(0, 101, 50).astype(np.float64),
                      (CollectorStatus("cupti", True, "", 3, 120_000),
                       CollectorStatus("nvml", True, "", 0, 4_000),
-                      CollectorStatus("nvtx", False, "CUPTI's MARKER records did not arrive", 0, 0)))
+                      CollectorStatus("nvtx", False, "CUPTI's MARKER records did not arrive", 0, 0)),
+                     memcpy_iteration=tl.op_iteration[rows[:20]], memcpy_start_ns=start[:20],
+                     memcpy_end_ns=start[:20] + 700, memcpy_stream=np.full(20, 7), memcpy_kind=rng.integers(0, 11, 20),
+                     memcpy_bytes=rng.integers(4, 2**20, 20))
 
 
 @pytest.fixture(scope="module")
@@ -393,7 +397,8 @@ def test_a_session_with_collector_records_round_trips_and_saves_identically(reco
 def test_collector_records_are_columns_with_kinds_and_names_as_text(recorded: Session) -> None:
     doc = json.loads(gzip.decompress(session_to_bytes(recorded)))
     c = doc["collected"]
-    assert set(c) == {"kernel_names", "kernels", "um", "nvml", "status"}
+    assert set(c) == {"kernel_names", "kernels", "um", "memcpy", "nvml", "status"}
+    assert set(c["memcpy"]["columns"]["kind"]) <= set(MEMCPY_KINDS) and c["memcpy"]["rows"] == 20
     assert c["kernel_names"]["columns"]["name"] == list(recorded.collected.kernel_names)  # type: ignore[union-attr]
     assert set(c["um"]["columns"]["kind"]) <= set(UM_KINDS) and c["um"]["rows"] == 1500
     assert c["status"]["columns"]["available"] == [True, True, False]
@@ -424,16 +429,29 @@ def test_schema_1_files_still_load_without_collector_records(path: Path) -> None
     assert s.collected is None and s.summary["iterations"] >= 1
 
 
-def test_a_schema_1_file_written_by_hand_loads_and_is_saved_as_schema_3(session: Session) -> None:
+def test_a_schema_1_file_written_by_hand_loads_and_is_saved_as_schema_4(session: Session) -> None:
     doc = json.loads(gzip.decompress(session_to_bytes(session)))
-    assert doc["schema_version"] == 3 and doc["collected"] is None
+    assert doc["schema_version"] == 4 and doc["collected"] is None
     doc["schema_version"] = 1
     del doc["collected"]
     del doc["cost_model"]["op_gap_ns"]
     del doc["cost_model"]["call_ns"]
     old = session_from_bytes(gzip.compress(json.dumps(doc).encode()))
     assert_same(session, old)
-    assert json.loads(gzip.decompress(session_to_bytes(old)))["schema_version"] == 3
+    assert json.loads(gzip.decompress(session_to_bytes(old)))["schema_version"] == 4
+
+
+def test_a_schema_3_file_loads_saying_its_memory_copies_were_not_collected(recorded: Session) -> None:
+    doc = json.loads(gzip.decompress(session_to_bytes(recorded)))
+    doc["schema_version"] = 3
+    del doc["collected"]["memcpy"]
+    old = session_from_bytes(gzip.compress(json.dumps(doc).encode()))
+    assert old.collected is not None and not len(old.collected.memcpy_bytes)
+    assert "recorded before vmexplorer collected memory copies" in str(old.summary["measured_cupti_memcpy_unavailable"])
+    assert "measured_memcpys" not in old.summary and recorded.summary["measured_memcpys"] >= 0
+    doc["collected"]["memcpy"] = json.loads(gzip.decompress(session_to_bytes(recorded)))["collected"]["memcpy"]
+    with pytest.raises(SessionError, match="unexpected"):
+        session_from_bytes(gzip.compress(json.dumps(doc).encode()))
 
 
 def test_a_schema_2_cost_model_loads_without_gaps_and_a_schema_3_one_keeps_them(session: Session) -> None:

@@ -496,9 +496,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time every cuDNN plan once per shape and keep the fastest (like cudnn.benchmark)")
     p.add_argument("--progress", action="store_true", help="print each iteration's loss on stderr")
     p.add_argument("--no-collectors", action="store_true", help="record without CUPTI and NVML")
-    p.add_argument("--collectors", default="kernels,migrations,faults,nvml", metavar="PARTS",
+    p.add_argument("--collectors", default="kernels,migrations,faults,memcpy,nvml", metavar="PARTS",
                    help="what to collect, comma-separated (default: all): kernels, migrations (bytes each way), "
-                        "faults (GPU page-fault records, the costly part under demand paging), nvml")
+                        "faults (GPU page-fault records), memcpy (explicit copies), nvml; counting unified "
+                        "memory (migrations, faults) is what slows a paging run")
     p.add_argument("--out", type=Path, required=True, metavar="FILE", help="session file to write")
     p.add_argument("--force", action="store_true", help="replace FILE if it exists")
     p.add_argument("--note", action="append", default=[], metavar="TEXT",

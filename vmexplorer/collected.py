@@ -5,7 +5,7 @@ The collectors (CUPTI, NVML, NVTX in `vmexplorer.collectors`) produce raw record
 first recorded iteration), each record labelled with the recorded iteration it belongs to. Records from
 before the first recorded iteration (warm-up) or with negative times are the collector's to drop.
 
-Three tables and the collectors' status:
+Four tables and the collectors' status:
 - kernels (CUPTI CONCURRENT_KERNEL): one row per kernel execution, with its stream and its name (an
   index into `kernel_names`, so each name is stored once);
 - unified-memory counters (CUPTI UnifiedMemoryCounter3): one row per record, its kind an index into
@@ -16,6 +16,9 @@ Three tables and the collectors' status:
   six groups per record); for `remote_map` and `thrashing`, bytes (the region's size); for the others,
   counts of events. `um_records` says how many CUPTI records a row stands for: 1 for raw records, more
   after `thin` merged some;
+- memory copies (CUPTI MEMCPY): one row per cudaMemcpy, with its stream, its direction (an index into
+  `MEMCPY_KINDS`) and its bytes. The engine moves managed memory by migration, which the unified-memory
+  counters see; a copy is explicit traffic (the loss read back after each iteration);
 - NVML samples: device memory used, PCIe throughput each way, GPU utilisation, at sample times.
 Everything here is plain numpy and runs on a machine with no GPU.
 """
@@ -50,13 +53,16 @@ UM_KINDS: tuple[str, ...] = tuple(k.value for k in UmKind)
 BYTES_HTOD, BYTES_DTOH, GPU_PAGE_FAULT_GROUPS, THRASHING, THROTTLING, REMOTE_MAP = (
     UM_KINDS.index(k) for k in ("bytes_htod", "bytes_dtoh", "gpu_page_fault_groups", "thrashing", "throttling",
                                 "remote_map"))
+# CUPTI's memcpy directions, lower-cased (H host, D device, A array, P peer); anything else is "unknown"
+MEMCPY_KINDS: tuple[str, ...] = ("unknown", "htod", "dtoh", "htoa", "atoh", "atoa", "atod", "dtoa", "dtod", "htoh",
+                                 "ptop")
 MAX_UM_ROWS = 1_000_000  # thin()'s default: keeps a 20-iteration VGG-19 session far under 50 MB
 THIN_GAP_NS = 1000.0  # thin() merges records of one kind and iteration less than 1 µs apart
 
 # Which collectors feed which table: a table's summary figures are left out when one of its collectors
 # reports itself unavailable (a zero fault count from a CUPTI that never ran would read as "no faults").
 FEEDS = {"kernel": ("cupti", "cupti_kernels"), "um": ("cupti", "cupti_um"), "faults": ("cupti", "cupti_faults"),
-         "nvml": ("nvml",)}
+         "memcpy": ("cupti", "cupti_memcpy"), "nvml": ("nvml",)}
 
 
 class CollectedError(ValueError):
@@ -124,6 +130,13 @@ class Collected:
     nvml_gpu_util_pct: np.ndarray  # 0 to 100
     status: tuple[CollectorStatus, ...]
     um_records: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # CUPTI records per row
+    # memory copies (a session of schema 3 or older has none: its collectors did not ask for them)
+    memcpy_iteration: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    memcpy_start_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    memcpy_end_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    memcpy_stream: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    memcpy_kind: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # index into MEMCPY_KINDS
+    memcpy_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def __post_init__(self) -> None:
         for name in _WHOLE + _NUMBER:
@@ -154,13 +167,15 @@ class Collected:
                                          f"has {rows}: the {table} columns must be of one length")
         _within(self.kernel_name, "kernel_name", 0, len(self.kernel_names), "an index into kernel_names")
         _within(self.um_kind, "um_kind", 0, len(UM_KINDS), "an index into UM_KINDS")
+        _within(self.memcpy_kind, "memcpy_kind", 0, len(MEMCPY_KINDS), "an index into MEMCPY_KINDS")
         _within(self.um_records, "um_records", 1, None, "a count of records")
         _within(self.nvml_gpu_util_pct, "nvml_gpu_util_pct", 0, 100, "a percentage", inclusive=True)
         for name in ("kernel_iteration", "um_iteration", "kernel_stream", "um_value", "kernel_start_ns",
                      "um_start_ns", "nvml_t_ns", "nvml_memory_used_bytes", "nvml_pcie_tx_bytes_per_s",
-                     "nvml_pcie_rx_bytes_per_s"):
+                     "nvml_pcie_rx_bytes_per_s", "memcpy_iteration", "memcpy_start_ns", "memcpy_stream",
+                     "memcpy_bytes"):
             _within(getattr(self, name), name, 0, None, "allowed here")
-        for table in ("kernel", "um"):
+        for table in ("kernel", "um", "memcpy"):
             late = np.flatnonzero(getattr(self, f"{table}_end_ns") < getattr(self, f"{table}_start_ns"))
             if late.size:
                 raise CollectedError(f"{table} row {late[0]} ends ({table}_end_ns) before it starts "
@@ -169,11 +184,11 @@ class Collected:
     @property
     def iterations(self) -> int:
         """One more than the highest iteration any record names (0 with no records)."""
-        its = [a.max() for a in (self.kernel_iteration, self.um_iteration) if len(a)]
+        its = [a.max() for a in (self.kernel_iteration, self.um_iteration, self.memcpy_iteration) if len(a)]
         return int(max(its)) + 1 if its else 0
 
     def available(self, table: str) -> bool:
-        """Whether the figures of a table ("kernel", "um", "faults", "nvml") mean anything: no collector that
+        """Whether the figures of a table ("kernel", "um", "faults", "memcpy", "nvml") mean anything: no collector that
         feeds it reported itself unavailable."""
         return not any(s.name in FEEDS[table] and not s.available for s in self.status)
 
@@ -181,12 +196,14 @@ class Collected:
 _TABLES = {
     "kernel": ("kernel_iteration", "kernel_start_ns", "kernel_end_ns", "kernel_stream", "kernel_name"),
     "um": ("um_iteration", "um_start_ns", "um_end_ns", "um_kind", "um_value", "um_records"),
+    "memcpy": ("memcpy_iteration", "memcpy_start_ns", "memcpy_end_ns", "memcpy_stream", "memcpy_kind", "memcpy_bytes"),
     "nvml": ("nvml_t_ns", "nvml_memory_used_bytes", "nvml_pcie_tx_bytes_per_s", "nvml_pcie_rx_bytes_per_s",
              "nvml_gpu_util_pct"),
 }
 _WHOLE = ("kernel_iteration", "kernel_stream", "kernel_name", "um_iteration", "um_kind", "um_value",
-          "um_records", "nvml_memory_used_bytes")
-_NUMBER = ("kernel_start_ns", "kernel_end_ns", "um_start_ns", "um_end_ns", "nvml_t_ns",
+          "um_records", "nvml_memory_used_bytes", "memcpy_iteration", "memcpy_stream", "memcpy_kind", "memcpy_bytes")
+_NUMBER = ("kernel_start_ns", "kernel_end_ns", "um_start_ns", "um_end_ns", "memcpy_start_ns", "memcpy_end_ns",
+           "nvml_t_ns",
            "nvml_pcie_tx_bytes_per_s", "nvml_pcie_rx_bytes_per_s", "nvml_gpu_util_pct")
 _INT64_MAX = np.iinfo(np.int64).max
 
@@ -236,7 +253,7 @@ def check_against(collected: Collected, timeline: Timeline) -> None:
     if timeline.source != "measured":
         raise CollectedError(f"collector records belong to a measured session, not a {timeline.source} one")
     n = timeline.iterations
-    for name in ("kernel_iteration", "um_iteration"):
+    for name in ("kernel_iteration", "um_iteration", "memcpy_iteration"):
         over = np.flatnonzero(getattr(collected, name) >= n)
         if over.size:
             raise CollectedError(f"{name} row {over[0]} is {getattr(collected, name)[over[0]]}, but the "
@@ -356,14 +373,14 @@ def _cumulative(keys: np.ndarray, weights: np.ndarray, t: np.ndarray, side: Lite
 # --- per-iteration figures ------------------------------------------------------------------------
 
 def collected_summary(timeline: Timeline, collected: Collected) -> dict[str, float | int | str]:
-    """Per iteration, the median over the timeline's recorded iterations (records go by their iteration
-    label): `fault_groups`, `faulted_pages`, `bytes_htod`, `bytes_dtoh` (measured migrations), `kernel_ns`
-    (kernel time summed over all streams), `kernels`; NVML's `nvml_peak_memory_used_bytes` and
-    `nvml_gpu_util_pct` (mean of the samples); the collectors' `collector_flush_ns` (host time per
-    iteration spent draining their buffers between timed iterations: see CollectorStatus), `dropped_records`
-    (the whole run); and `<collector>_unavailable` (its reason) for each collector that did not run, or
-    `<collector>_note` for one that ran with a limitation. Figures of a table whose collector was
-    unavailable are left out rather than reported as zeros."""
+    """Per iteration, the median over the timeline's recorded iterations (records go by their iteration label):
+    `fault_groups`, `faulted_pages`, `bytes_htod`, `bytes_dtoh` (measured migrations), `kernel_ns` (kernel time
+    summed over all streams), `kernels`, `memcpys` and `memcpy_bytes` (explicit copies); NVML's
+    `nvml_peak_memory_used_bytes` and `nvml_gpu_util_pct` (mean of the samples); the collectors'
+    `collector_flush_ns` (host time per iteration spent draining their buffers between timed iterations: see
+    CollectorStatus), `dropped_records` (the whole run); and `<collector>_unavailable` (its reason) for each
+    collector that did not run, or `<collector>_note` for one that ran with a limitation. Figures of a table
+    whose collector was unavailable are left out rather than reported as zeros."""
     c = collected
     n = max(timeline.iterations, c.iterations, 1)
     out: dict[str, float | int | str] = {}
@@ -384,6 +401,9 @@ def collected_summary(timeline: Timeline, collected: Collected) -> dict[str, flo
     if c.available("kernel"):
         out["kernel_ns"] = median(c.kernel_iteration, c.kernel_end_ns - c.kernel_start_ns)
         out["kernels"] = median(c.kernel_iteration, np.ones(len(c.kernel_iteration)))
+    if c.available("memcpy"):
+        out["memcpys"] = median(c.memcpy_iteration, np.ones(len(c.memcpy_iteration)))
+        out["memcpy_bytes"] = median(c.memcpy_iteration, c.memcpy_bytes)
     if c.available("nvml") and len(c.nvml_t_ns):
         out["nvml_peak_memory_used_bytes"] = int(c.nvml_memory_used_bytes.max())
         out["nvml_gpu_util_pct"] = round(float(c.nvml_gpu_util_pct.mean()), 1)
@@ -473,7 +493,7 @@ def one_iteration(collected: Collected, iteration: int, origin: int, end: int | 
     """The records of one iteration, renumbered 0, times from `origin` (clipped at 0); NVML samples
     taken in [origin, end). Pairs with `records.one_iteration`."""
     c = collected
-    k, u = c.kernel_iteration == iteration, c.um_iteration == iteration
+    k, u, m = c.kernel_iteration == iteration, c.um_iteration == iteration, c.memcpy_iteration == iteration
     n = (c.nvml_t_ns >= origin) & (c.nvml_t_ns < (np.inf if end is None else end))
 
     def shift(a: np.ndarray) -> np.ndarray:
@@ -484,6 +504,9 @@ def one_iteration(collected: Collected, iteration: int, origin: int, end: int | 
         kernel_end_ns=shift(c.kernel_end_ns[k]), kernel_stream=c.kernel_stream[k], kernel_name=c.kernel_name[k],
         um_iteration=np.zeros(int(u.sum()), dtype=np.int64), um_start_ns=shift(c.um_start_ns[u]),
         um_end_ns=shift(c.um_end_ns[u]), um_kind=c.um_kind[u], um_value=c.um_value[u], um_records=c.um_records[u],
+        memcpy_iteration=np.zeros(int(m.sum()), dtype=np.int64), memcpy_start_ns=shift(c.memcpy_start_ns[m]),
+        memcpy_end_ns=shift(c.memcpy_end_ns[m]), memcpy_stream=c.memcpy_stream[m], memcpy_kind=c.memcpy_kind[m],
+        memcpy_bytes=c.memcpy_bytes[m],
         nvml_t_ns=c.nvml_t_ns[n] - origin, nvml_memory_used_bytes=c.nvml_memory_used_bytes[n],
         nvml_pcie_tx_bytes_per_s=c.nvml_pcie_tx_bytes_per_s[n], nvml_pcie_rx_bytes_per_s=c.nvml_pcie_rx_bytes_per_s[n],
         nvml_gpu_util_pct=c.nvml_gpu_util_pct[n])

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
-from .collected import UM_KINDS, Collected, CollectedError, CollectorStatus, UmKind, check_against
+from .collected import MEMCPY_KINDS, UM_KINDS, Collected, CollectedError, CollectorStatus, UmKind, check_against
 from .costmodel import CostModel
 from .graph import PERSISTENT, Graph, Kind, Op, Phase, Tensor
 from .plan import Direction, MemOp, Mode, Origin, Plan
@@ -119,6 +119,10 @@ def _collected(c: Collected) -> dict[str, Any]:
         "um": _table({"iteration": c.um_iteration.tolist(), "start_ns": c.um_start_ns.tolist(),
                       "end_ns": c.um_end_ns.tolist(), "kind": kinds[c.um_kind].tolist(),
                       "value": c.um_value.tolist(), "records": c.um_records.tolist()}),
+        "memcpy": _table({"iteration": c.memcpy_iteration.tolist(), "start_ns": c.memcpy_start_ns.tolist(),
+                          "end_ns": c.memcpy_end_ns.tolist(), "stream": c.memcpy_stream.tolist(),
+                          "kind": np.array(MEMCPY_KINDS, dtype=object)[c.memcpy_kind].tolist(),
+                          "bytes": c.memcpy_bytes.tolist()}),
         "nvml": _table({"t_ns": c.nvml_t_ns.tolist(), "memory_used_bytes": c.nvml_memory_used_bytes.tolist(),
                         "pcie_tx_bytes_per_s": c.nvml_pcie_tx_bytes_per_s.tolist(),
                         "pcie_rx_bytes_per_s": c.nvml_pcie_rx_bytes_per_s.tolist(),
@@ -156,7 +160,7 @@ def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
     timeline = _timeline(r, doc["timeline"], graph, plan)
     cost = None if doc["cost_model"] is None else _read_cost_model(r, doc["cost_model"], version)
     raw = doc.get("collected")
-    collected = None if raw is None else _read_collected(r, raw, timeline)
+    collected = None if raw is None else _read_collected(r, raw, timeline, version)
     return dict(graph=graph, plan=plan, timeline=timeline, cost_model=cost, environment=dict(env),
                 notes=tuple(notes), created=created, collected=collected)
 
@@ -271,8 +275,9 @@ def _read_cost_model(r: Reader, value: Any, version: int) -> CostModel:
                      op_gap_ns=by_op["op_gap_ns"])
 
 
-def _read_collected(r: Reader, value: Any, timeline: Timeline) -> Collected:
-    d = r.fields(value, "collected", ("kernel_names", "kernels", "um", "nvml", "status"))
+def _read_collected(r: Reader, value: Any, timeline: Timeline, version: int) -> Collected:
+    tables = ("kernel_names", "kernels", "um", "nvml", "status") + (("memcpy",) if version >= 4 else ())
+    d = r.fields(value, "collected", tables)
     names = r.table(d["kernel_names"], "collected.kernel_names", {"name": STR})
     k = r.table(d["kernels"], "collected.kernels", {"iteration": INT, "start_ns": NUM, "end_ns": NUM,
                                                     "stream": INT, "name": INT})
@@ -280,12 +285,14 @@ def _read_collected(r: Reader, value: Any, timeline: Timeline) -> Collected:
                                           "value": INT, "records": INT})
     v = r.table(d["nvml"], "collected.nvml", {"t_ns": NUM, "memory_used_bytes": INT, "pcie_tx_bytes_per_s": NUM,
                                               "pcie_rx_bytes_per_s": NUM, "gpu_util_pct": NUM})
+    m = r.table(d["memcpy"], "collected.memcpy", {"iteration": INT, "start_ns": NUM, "end_ns": NUM, "stream": INT,
+                                                  "kind": STR, "bytes": INT}) if version >= 4 else None
     st = r.table(d["status"], "collected.status", {"name": STR, "available": BOOL, "reason": STR,
                                                    "dropped_records": INT, "overhead_ns": INT})
     if timeline.source != "measured":
         r.fail(f"collected holds collector records, but the timeline is {timeline.source}, not measured")
     n = timeline.iterations
-    for table in (k, u):
+    for table in (k, u) if m is None else (k, u, m):
         r.within(table, "iteration", 0, n, "an iteration with ops")
         r.within(table, "start_ns", 0, None, "a time on the timeline (records before it are dropped)")
         late = np.flatnonzero(table["end_ns"] < table["start_ns"])
@@ -295,6 +302,13 @@ def _read_collected(r: Reader, value: Any, timeline: Timeline) -> Collected:
     r.within(k, "name", 0, names["rows"], "an index into collected.kernel_names")
     r.within(u, "value", 0, None, "a count or a size in bytes")
     r.within(u, "records", 1, None, "a number of records")
+    if m is not None:
+        r.within(m, "stream", 0, None, "a stream id")
+        r.within(m, "bytes", 0, None, "a size in bytes")
+        odd = [i for i, kind in enumerate(m["kind"]) if kind not in MEMCPY_KINDS]
+        if odd:
+            r.fail(f"collected.memcpy row {odd[0]}, kind: {m['kind'][odd[0]]!r} is not one of "
+                   f"{', '.join(MEMCPY_KINDS)}")
     r.within(v, "t_ns", 0, None, "a time on the timeline")
     for name in ("memory_used_bytes", "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s"):
         r.within(v, name, 0, None, "a size or a rate in bytes")
@@ -313,15 +327,23 @@ def _read_collected(r: Reader, value: Any, timeline: Timeline) -> Collected:
         if not available and not reason.strip():
             r.fail(f"collected.status row {i}: collector {name!r} is unavailable but gives no reason")
     index = {kind: i for i, kind in enumerate(UM_KINDS)}
+    status = [CollectorStatus(*row) for row in zip(st["name"], st["available"], st["reason"],
+                                                   st["dropped_records"].tolist(), st["overhead_ns"].tolist())]
+    copies: dict[str, Any] = {}
+    if m is not None:
+        copies = {f"memcpy_{key}": m[key] for key in ("iteration", "start_ns", "end_ns", "stream", "bytes")}
+        copies["memcpy_kind"] = np.array([MEMCPY_KINDS.index(x) for x in m["kind"]], dtype=np.int64)
+    elif not any(s.name == "cupti_memcpy" for s in status):  # its zero copies must not read as "none made"
+        status.append(CollectorStatus("cupti_memcpy", False, "not collected: recorded before vmexplorer collected "
+                                      "memory copies (schema 3 or older)",
+                                      0, 0))
     try:
         collected = Collected(
             k["iteration"], k["start_ns"], k["end_ns"], k["stream"], k["name"], tuple(names["name"]),
             u["iteration"], u["start_ns"], u["end_ns"], np.array([index[x] for x in u["kind"]], dtype=np.int64),
             u["value"], v["t_ns"], v["memory_used_bytes"], v["pcie_tx_bytes_per_s"], v["pcie_rx_bytes_per_s"],
             v["gpu_util_pct"],
-            tuple(CollectorStatus(*row) for row in zip(st["name"], st["available"], st["reason"],
-                                                      st["dropped_records"].tolist(), st["overhead_ns"].tolist())),
-            u["records"])
+            tuple(status), u["records"], **copies)
         check_against(collected, timeline)
     except CollectedError as e:  # everything above should have caught it first; one message all the same
         r.fail(f"collected: {e}")

@@ -73,3 +73,14 @@ def test_demand_paging_takes_faults_and_autovm_far_fewer() -> None:
                                                                     "plan_fault_bytes": planned})
     assert faults["uvm"] > 0
     assert faults["autovm"] < faults["uvm"] / 2
+
+
+def test_a_recorded_run_keeps_its_memory_copies_such_as_the_loss_read_back_after_each_iteration() -> None:
+    from vmexplorer.collected import MEMCPY_KINDS
+
+    graph = build_graph("alexnet", 64, 128)
+    result = execute(graph, compile_plan(graph, graph.footprint, "device"), RunSettings(iterations=3, warmup=1))
+    c = result.collected
+    copies = [(int(i), MEMCPY_KINDS[k], int(b)) for i, k, b in zip(c.memcpy_iteration, c.memcpy_kind, c.memcpy_bytes)]
+    _record("memory copies, alexnet b64 128px device", {"copies": copies[:20], "count": len(copies)})
+    assert {(i, "dtoh", 4) for i in range(3)} <= set(copies)  # the float32 loss, once per recorded iteration

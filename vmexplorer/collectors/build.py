@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ..collected import UM_KINDS, Collected, CollectorStatus, thin
+from ..collected import MEMCPY_KINDS, UM_KINDS, Collected, CollectorStatus, thin
 from .placement import place
 
 
@@ -24,6 +24,7 @@ def build_collected(collectors: list[Any], t0s: list[int], offsets: list[float])
     index = {n: i for i, n in enumerate(names)}
     u = _placed(cupti.rows if cupti else {}, "um", t0s, offsets)
     known = np.array([kind in UM_KINDS for kind in u["kind"]], dtype=bool)
+    m = _placed(cupti.rows if cupti else {}, "memcpy", t0s, offsets)
     nvml = by_name.get("nvml")
     n_rows = nvml.rows if nvml else {}
     keep, n_it, n_t = place(t0s, offsets, n_rows.get("t", []))
@@ -43,6 +44,9 @@ def build_collected(collectors: list[Any], t0s: list[int], offsets: list[float])
         nvml_pcie_tx_bytes_per_s=col(n_rows, "pcie_tx"), nvml_pcie_rx_bytes_per_s=col(n_rows, "pcie_rx"),
         nvml_gpu_util_pct=col(n_rows, "gpu_util"),
         status=tuple(status),
+        memcpy_iteration=m["iteration"], memcpy_start_ns=m["start"], memcpy_end_ns=m["end"],
+        memcpy_stream=m["stream"], memcpy_bytes=m["value"],
+        memcpy_kind=np.array([MEMCPY_KINDS.index(k) if k in MEMCPY_KINDS else 0 for k in m["kind"]], dtype=np.int64),
     )
     return thin(collected)
 

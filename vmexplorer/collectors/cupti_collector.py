@@ -1,4 +1,5 @@
-"""CUPTI activity records: unified-memory counters and kernels, buffered and flushed per iteration."""
+"""CUPTI activity records: unified-memory counters, kernels and memory copies, buffered and flushed per
+iteration."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ UM_COUNTERS = {  # CUPTI counter kind name -> our kind name
 }
 # what each part a user can switch off asks of CUPTI: "migrations" (bytes each way, and the driver's
 # thrashing, throttling and remote-mapping events) and "faults" (GPU page-fault records) are both
-# unified-memory counters; "kernels" is kernel activity
+# unified-memory counters; "kernels" is kernel activity, "memcpy" memory-copy activity
 MIGRATION_COUNTERS = ("BYTES_TRANSFER_HTOD", "BYTES_TRANSFER_DTOH", "THRASHING", "THROTTLING", "REMOTE_MAP")
 FAULT_COUNTERS = ("GPU_PAGE_FAULT",)
 # CUPTI asks for a fresh buffer after every flush, inside the next iteration: on the H100 a 64 MiB
@@ -55,8 +56,9 @@ def _dropped(cupti: Any) -> int:
 class CuptiCollector:
     name = "cupti"
 
-    def __init__(self, device: int = 0, kernels: bool = True, migrations: bool = True, faults: bool = True) -> None:
-        self.device, self.want_kernels = device, kernels
+    def __init__(self, device: int = 0, kernels: bool = True, migrations: bool = True, faults: bool = True,
+                 memcpy: bool = True) -> None:
+        self.device, self.want_kernels, self.want_memcpy = device, kernels, memcpy
         self.want_um = (MIGRATION_COUNTERS if migrations else ()) + (FAULT_COUNTERS if faults else ())
         self.available, self.reason = False, "not started"
         self.note = ""  # a limitation of a collector that runs
@@ -67,11 +69,15 @@ class CuptiCollector:
         self._um_kind: Any = None
         self._kernel_kinds: set[Any] = set()
         self._um_names: dict[int, str] = {}
+        self._memcpy_kind: Any = None
+        self._copy_names: dict[int, str] = {}
         # host time the run is held up: the flush at each iteration's end (callbacks run inside it or on
         # CUPTI's own thread); the full cost is what bench/gpu/bench_collectors.py measures side by side
         self.overhead_ns = 0
         self.rows: dict[str, list] = {k: [] for k in ("kernel_start", "kernel_end", "kernel_stream", "kernel_name",
-                                                      "um_start", "um_end", "um_kind", "um_value")}
+                                                      "um_start", "um_end", "um_kind", "um_value",
+                                                      "memcpy_start", "memcpy_end", "memcpy_stream", "memcpy_kind",
+                                                      "memcpy_value")}
         self._kinds: list[Any] = []
         self._cupti: Any = None
 
@@ -98,6 +104,8 @@ class CuptiCollector:
                 self._enable(cupti.ActivityKind.UNIFIED_MEMORY_COUNTER)
             if self.want_kernels:
                 self._enable(cupti.ActivityKind.CONCURRENT_KERNEL)
+            if self.want_memcpy:
+                self._enable(cupti.ActivityKind.MEMCPY)
         except Exception as e:  # another profiler attached, no permission, unsupported device
             self.stop()
             self.reason = f"CUPTI refused: {type(e).__name__}: {e}"
@@ -143,6 +151,7 @@ class CuptiCollector:
             ("cupti_kernels", "kernel records", self.want_kernels),
             ("cupti_um", "migration counters", bool(set(MIGRATION_COUNTERS) & set(self.want_um))),
             ("cupti_faults", "GPU page-fault records", bool(set(FAULT_COUNTERS) & set(self.want_um))),
+            ("cupti_memcpy", "memory-copy records", self.want_memcpy),
         ) if not on]
 
     def _enable(self, kind: Any) -> None:
@@ -158,6 +167,8 @@ class CuptiCollector:
             self._kernel_kinds = {cupti.ActivityKind.CONCURRENT_KERNEL, cupti.ActivityKind.KERNEL}
             self._um_names = {int(k): UM_COUNTERS.get(k.name, k.name.lower())
                               for k in cupti.ActivityUnifiedMemoryCounterKind}
+            self._memcpy_kind = cupti.ActivityKind.MEMCPY
+            self._copy_names = {int(k): k.name.lower() for k in cupti.ActivityMemcpyKind}
         um_kind, kernel_kinds, names = self._um_kind, self._kernel_kinds, self._um_names
         um_start, um_end, um_kinds, um_value = (rows[k] for k in ("um_start", "um_end", "um_kind", "um_value"))
         for a in activities:
@@ -173,12 +184,19 @@ class CuptiCollector:
                     rows["kernel_end"].append(int(a.end))
                     rows["kernel_stream"].append(int(a.stream_id))
                     rows["kernel_name"].append(str(a.name))
+                elif kind == self._memcpy_kind:
+                    rows["memcpy_start"].append(int(a.start))
+                    rows["memcpy_end"].append(int(a.end))
+                    rows["memcpy_stream"].append(int(a.stream_id))
+                    rows["memcpy_kind"].append(self._copy_names.get(int(a.copy_kind), "unknown"))
+                    rows["memcpy_value"].append(int(a.bytes))
                 else:
                     self.unexpected += 1
             except Exception:
                 self.unreadable += 1
                 for prefix, keys in (("um", ("start", "end", "kind", "value")),
-                                     ("kernel", ("start", "end", "stream", "name"))):
+                                     ("kernel", ("start", "end", "stream", "name")),
+                                     ("memcpy", ("start", "end", "stream", "kind", "value"))):
                     columns = [rows[f"{prefix}_{k}"] for k in keys]
                     n = min(len(c) for c in columns)
                     for column in columns:

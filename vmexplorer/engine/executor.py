@@ -29,8 +29,9 @@ from .schedule import Step, StepKind, Stream, schedule
 
 PAGE = 64 << 10  # evict partial ranges on page-group boundaries
 # What a recorded run can collect, each part switchable: CUPTI kernel records, CUPTI migration counters
-# (bytes each way, thrashing, throttling, remote mapping), CUPTI GPU page-fault records, NVML samples.
-COLLECTOR_PARTS = ("kernels", "migrations", "faults", "nvml")
+# (bytes each way, thrashing, throttling, remote mapping), CUPTI GPU page-fault records, CUPTI memory-copy
+# records, NVML samples.
+COLLECTOR_PARTS = ("kernels", "migrations", "faults", "memcpy", "nvml")
 _PAGED_UNCOUNTED: list[bool] = []  # whether this process has paged managed memory without CUPTI counting
 
 
@@ -146,9 +147,11 @@ def _start_collectors(parts: tuple[str, ...], nvml_interval_s: float) -> list[An
     unknown = sorted(set(parts) - set(COLLECTOR_PARTS))
     if unknown:
         raise ValueError(f"unknown collector part(s) {', '.join(unknown)}; choose from {', '.join(COLLECTOR_PARTS)}")
-    cupti = CuptiCollector(kernels="kernels" in parts, migrations="migrations" in parts, faults="faults" in parts)
+    cupti = CuptiCollector(kernels="kernels" in parts, migrations="migrations" in parts, faults="faults" in parts,
+                           memcpy="memcpy" in parts)
     nvml = NvmlSampler(cupti.clock, interval_s=nvml_interval_s)
-    for collector, on in ((cupti, bool({"kernels", "migrations", "faults"} & set(parts))), (nvml, "nvml" in parts)):
+    for collector, on in ((cupti, bool({"kernels", "migrations", "faults", "memcpy"} & set(parts))),
+                          (nvml, "nvml" in parts)):
         if on:
             collector.start()
         else:
