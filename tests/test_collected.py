@@ -314,7 +314,7 @@ def test_records_must_fit_a_measured_timeline() -> None:
 
 # --- Chrome trace ---------------------------------------------------------------------------------
 
-def test_the_trace_shows_kernels_per_stream_and_um_counters_per_op() -> None:
+def test_the_trace_shows_kernels_per_stream_memory_copies_and_um_counters_per_op() -> None:
     graph = build_graph("alexnet", 2, 64)
     plan = compile_plan(graph, graph.footprint, "device", {})
     n = len(graph.ops)
@@ -322,7 +322,9 @@ def test_the_trace_shows_kernels_per_stream_and_um_counters_per_op() -> None:
     tl = dataclasses.replace(timeline(spans), op_index=np.arange(n, dtype=np.int64))
     c = make(kernels=[(0, 0, 50, COMPUTE, 0), (0, 50, 80, COMPUTE, 1), (0, 10, 40, COPY, 2),
                       (0, 20, 30, COPY, 2)],
-             um=[(0, 5, 6, FAULT, 12), (0, 105, 106, FAULT, 3), (0, 0, 180, HTOD, 1800)])
+             um=[(0, 5, 6, FAULT, 12), (0, 105, 106, FAULT, 3), (0, 0, 180, HTOD, 1800)],
+             memcpy_iteration=[0], memcpy_start_ns=[95], memcpy_end_ns=[97], memcpy_stream=[COMPUTE],
+             memcpy_kind=[2], memcpy_bytes=[4])
     s = new_session(graph, plan, tl, collected=c)
     events = chrome_trace(s)["traceEvents"]
     threads = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
@@ -331,6 +333,10 @@ def test_the_trace_shows_kernels_per_stream_and_um_counters_per_op() -> None:
     assert sorted((e["tid"], e["name"], e["ts"]) for e in kernels) == [
         (KERNELS, "relu_kernel", 0.05), (KERNELS, "sgemm", 0.0), (KERNELS + 1, "im2col", 0.01),
         (KERNELS + 1, "im2col", 0.02)]
+    copies = [e for e in events if e["ph"] == "X" and e.get("cat") == "memcpy"]
+    assert threads[KERNELS + 2] == "memory copies (CUPTI)"
+    assert [(e["tid"], e["name"], e["ts"], e["args"]["bytes"]) for e in copies] == [
+        (KERNELS + 2, "memcpy dtoh 4 B", 0.095, 4)]
     faults = [e for e in events if e["name"] == "fault_groups"]
     assert [e["args"]["fault_groups"] for e in faults[:3]] == [12, 3, 0] and faults[-1]["args"]["fault_groups"] == 0
     htod = [e["args"]["htod"] for e in events if e["name"] == "UM bytes htod/dtoh"]

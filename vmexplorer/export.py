@@ -10,10 +10,11 @@ from typing import Any
 import numpy as np
 
 from . import __version__
-from .collected import busiest_stream, per_op
+from .collected import MEMCPY_KINDS, busiest_stream, per_op
 from .fileio import atomic_write
 from .plan import Direction, Mode, Origin
 from .session import SCHEMA_VERSION, Session
+from .units import format_bytes
 
 # Threads of the trace, one per stream a person reasons about. Synchronous evictions run on the compute
 # stream between ops (the next op waits for them), so they share its thread; demand faults happen inside
@@ -87,7 +88,8 @@ def export_html(session: Session, path: str | os.PathLike[str], force: bool = Fa
 
 def _collected_events(session: Session, pid: int) -> list[dict[str, Any]]:
     """Kernel spans (CUPTI) on threads of their own, one per stream: kernels of different streams
-    overlap, and Perfetto drops slices of one thread that are not nested. The unified-memory counters
+    overlap, and Perfetto drops slices of one thread that are not nested; memory copies on one more
+    thread, named by direction and size. The unified-memory counters
     become counter tracks stepping at each op's start to what that op saw (faults and fault groups by
     the record's start, bytes each way by window: see `vmexplorer.collected.per_op`), and back to 0
     at the end of the last op."""
@@ -105,6 +107,16 @@ def _collected_events(session: Session, pid: int) -> list[dict[str, Any]]:
                                          c.kernel_end_ns.tolist(), c.kernel_stream.tolist(), c.kernel_name.tolist()):
         events.append(_span(pid, tids[stream], c.kernel_names[k], "kernel", start, end,
                             {"iteration": it, "stream": stream}))
+    if len(c.memcpy_bytes):
+        tid = KERNELS + len(tids)
+        events += [{"ph": "M", "pid": pid, "tid": tid, "name": "thread_name",
+                    "args": {"name": "memory copies (CUPTI)"}},
+                   {"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}}]
+        for it, start, end, stream, kind, nbytes in zip(
+                c.memcpy_iteration.tolist(), c.memcpy_start_ns.tolist(), c.memcpy_end_ns.tolist(),
+                c.memcpy_stream.tolist(), c.memcpy_kind.tolist(), c.memcpy_bytes.tolist()):
+            events.append(_span(pid, tid, f"memcpy {MEMCPY_KINDS[kind]} {format_bytes(nbytes)}", "memcpy", start,
+                                end, {"iteration": it, "stream": stream, "bytes": nbytes}))
     if not len(c.um_value) or not len(tl.op_index):
         return events
     figures = per_op(g, tl, c, compute)
