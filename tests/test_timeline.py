@@ -216,9 +216,9 @@ def test_the_migration_lane_says_how_much_of_the_bytes_moved_cupti_accounted_for
     shares = migration_shares(s.plan, s.timeline, s.collected)
     assert 0 < shares["htod_share"] < 1 and shares["dtoh_share"] == 0  # the records hold 3 MiB in, none out
     titles = [p.title.text for p in timeline_figure(s, "op").select({"type": Plot})
-              if p.title is not None and p.title.text.startswith("migrations per op")]
+              if p.title is not None and p.title.text.startswith("CUPTI's migrations per op")]
     assert len(titles) == 1
-    assert f"only {100 * shares['htod_share']:.0f}% of the bytes moved in and 0% of the bytes moved out" in titles[0]
+    assert f"only {100 * shares['htod_share']:.0f}% in and 0% out of the bytes moved" in titles[0]
 
 
 def test_a_collector_that_did_not_run_is_named_in_place_of_its_lane(session: Session) -> None:

@@ -321,9 +321,9 @@ def _coverage(session: Session) -> str:
         return ""
     if all(v >= 0.99 for v in shares.values()):
         return ": every byte the run moved"
-    parts = [f"{100 * shares[k]:.0f}% of the bytes moved {way}" for k, way in
-             (("htod_share", "in"), ("dtoh_share", "out")) if k in shares]
-    return f": only {' and '.join(parts)} (CUPTI loses records under heavy paging, and does not say so)"
+    parts = [f"{100 * shares[k]:.0f}% {way}" for k, way in (("htod_share", "in"), ("dtoh_share", "out"))
+             if k in shares]
+    return f": only {' and '.join(parts)} of the bytes moved (CUPTI loses records under heavy paging, silently)"
 
 
 def _migrations(session: Session, axis: _Axis, lanes: Any) -> Any:
@@ -335,7 +335,7 @@ def _migrations(session: Session, axis: _Axis, lanes: Any) -> Any:
     cols = _op_columns(session, axis)
     htod, dtoh = f["window_bytes_htod"], f["window_bytes_dtoh"]
     scale, unit = _byte_unit(int(max(htod.max(initial=0), dtoh.max(initial=0))))
-    title = "migrations per op as CUPTI counted them, to device up, to host down" + _coverage(session)
+    title = "CUPTI's migrations per op, to device up, to host down" + _coverage(session)
     fig = figure(height=140, x_range=lanes.x_range, sizing_mode="stretch_width", tools="", toolbar_location=None,
                  y_axis_label=f"CUPTI ({unit})", title=title)
     def shown(table: str, texts: Any) -> Any:  # a column, or "not recorded" where its collector was off

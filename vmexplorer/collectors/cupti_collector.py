@@ -23,8 +23,11 @@ FAULT_COUNTERS = ("GPU_PAGE_FAULT",)
 # CUPTI asks for a fresh buffer after every flush, inside the next iteration: on the H100 a 64 MiB
 # buffer made VGG-19's device iterations 51% slower with collectors, an 8 MiB one 1-2%
 BUFFER_BYTES = 8 << 20
-SETTLE_S = 0.0  # wait before each iteration's flush (diagnosis: do late unified-memory records arrive?)
-FLUSH_PERIOD_MS = 0  # CUPTI worker thread's flush period; 0 keeps CUPTI's own heuristics
+# Knobs for bench/gpu/diagnose_um_*.py, which asked whether the unified-memory records CUPTI loses under
+# heavy paging come back if the flush waits (SETTLE_S) or CUPTI's worker flushes often (FLUSH_PERIOD_MS,
+# 0 keeps CUPTI's own heuristics). On the H100 neither did (bench/results/h100/README.md).
+SETTLE_S = 0.0
+FLUSH_PERIOD_MS = 0
 # CUPTI takes one pair of buffer callbacks per process: register them once and hand the records to
 # whichever collector is running (one run at a time per process)
 _ACTIVE: list[CuptiCollector] = []
