@@ -1,13 +1,20 @@
 """Record the measured sample sessions on the GPU, each with `vmexplorer run` in a process of its own.
 
     python3 bench/gpu/record_samples.py [--set fifty|sweep|all] [--iterations 5] [--out DIR]
+                                        [--collectors PARTS] [--log NAME]
 
 `fifty`: AlexNet b256, VGG-19 b64 and ResNet-50 b64 under `device` (the whole footprint), `uvm` and
 `autovm` at 50% of each footprint. `sweep`: VGG-19 b64 under `uvm` and `autovm` at 30, 40, 60, 75 and
 90%. Sessions go to DIR (default $OUT/samples, else sample_sessions/) as
 `<model>-b<batch>-<policy>[-<pct>pct].measured.vms`; `record_samples.json` next to them says, for each,
 the command, its exit status, its wall time and, for a refusal, `vmexplorer run`'s one-line reason
-(a capacity below the model's minimum is refused, not recorded).
+(a capacity below the model's minimum is refused, not recorded). The log is rewritten after every
+session, so a pass cut short keeps what it recorded.
+
+`--collectors PARTS` is passed to `vmexplorer run`. The timing passes behind the README's results table
+use `--collectors kernels,memcpy,nvml --log record_timing.json`: counting unified memory slows paging
+iterations by 17-47% (bench/results/h100), so the times compared there come from runs without it, and
+only their log is kept.
 
 The samples in the repo come from three passes (`--out bench/results/h100/passes/passN`, N = 1..3, on
 the device), then, on any machine, `bench/pick_samples.py` (each configuration's median recording into
@@ -34,12 +41,14 @@ def name(model: str, batch: int, policy: str, pct: int | None) -> str:
     return f"{model}-b{batch}-{policy}{f'-{pct}pct' if pct is not None else ''}.measured.vms"
 
 
-def record(model: str, batch: int, policy: str, pct: int | None, out: Path, iterations: int) -> dict:
+def record(model: str, batch: int, policy: str, pct: int | None, out: Path, iterations: int,
+           collectors: str | None = None) -> dict:
     path = out / name(model, batch, policy, pct)
     cmd = [sys.executable, "-m", "vmexplorer", "run", "--model", model, "--batch", str(batch),
            "--capacity", f"{pct}%" if pct is not None else "100%", "--policy", policy,
            "--iterations", str(iterations), "--warmup", "1", "--out", str(path), "--force", "--format", "json",
-           "--note", "recorded by bench/gpu/record_samples.py"]
+           "--note", "recorded by bench/gpu/record_samples.py",
+           *(["--collectors", collectors] if collectors else [])]
     t = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     row = {"session": path.name, "command": " ".join(["vmexplorer", *cmd[3:]]), "exit": done.returncode,
@@ -59,15 +68,19 @@ def main() -> int:
     ap.add_argument("--set", choices=("fifty", "sweep", "all"), default="all")
     ap.add_argument("--iterations", type=int, default=5)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--collectors", help="passed to vmexplorer run (default: every collector)")
+    ap.add_argument("--log", default="record_samples.json", help="the log's name in DIR")
     args = ap.parse_args()
     out = args.out or (Path(os.environ["OUT"]) / "samples" if os.environ.get("OUT") else ROOT / "sample_sessions")
     out.mkdir(parents=True, exist_ok=True)
     todo = {"fifty": FIFTY, "sweep": SWEEP, "all": FIFTY + SWEEP}[args.set]
-    rows = [record(*case, out=out, iterations=args.iterations) for case in todo]
-    log = out / "record_samples.json"
+    log = out / args.log
     old = json.loads(log.read_text()) if log.exists() else []
-    keep = [r for r in old if r["session"] not in {row["session"] for row in rows}]
-    log.write_text(json.dumps(keep + rows, indent=1))
+    rows: list[dict] = []
+    for case in todo:
+        rows.append(record(*case, out=out, iterations=args.iterations, collectors=args.collectors))
+        keep = [r for r in old if r["session"] not in {row["session"] for row in rows}]
+        log.write_text(json.dumps(keep + rows, indent=1))
     return 0
 
 
