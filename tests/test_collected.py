@@ -127,6 +127,14 @@ def test_window_sums_share_a_long_transfer_among_the_ops_it_ran_under(graph: Gra
     assert f["bytes_dtoh"].tolist() == [1 << 20, 0, 0, 0, 0, 0]  # by start: all of it where it began
 
 
+def test_an_eviction_in_the_stall_before_an_op_counts_in_that_ops_window(graph: Graph) -> None:
+    tl = dataclasses.replace(timeline(), op_stall_ns=np.array([0, 0, 10, 0, 0, 10]))
+    c = make(um=[(0, 252, 258, DTOH, 600)])  # in the gap before iteration 0's last op
+    f = per_op(graph, tl, c)
+    assert f["window_bytes_dtoh"].tolist() == [0, 0, 600, 0, 0, 0]
+    assert f["bytes_dtoh"].tolist() == [0] * 6  # by its start it falls between ops: it counts nowhere
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.integers(0, 590), st.integers(0, 300), st.integers(0, 10**9)), max_size=40))
 def test_windows_that_tile_the_time_share_out_every_byte(graph: Graph, records: list[tuple[int, int, int]]) -> None:

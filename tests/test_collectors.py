@@ -63,6 +63,16 @@ def test_raw_collector_rows_become_a_sessions_collected_records_on_its_axis():
     assert status["nvml"].reason.startswith("NVML unavailable") and status["cupti"].overhead_ns == 2_000
 
 
+def test_nvml_samples_taken_between_iterations_are_dropped_since_the_timeline_has_no_room_for_them():
+    from vmexplorer.collectors.build import build_collected
+
+    nvml = _Fake("nvml", {"t": [1_100, 1_900, 5_100], "memory_used": [1, 2, 3], "pcie_tx": [0, 0, 0],
+                          "pcie_rx": [10, 20, 30], "gpu_util": [50, 0, 60]})
+    # iteration 0 ran from clock 1,000 for 500 ns; the sample at 1,900 came while the collectors drained
+    c = build_collected([nvml], t0s=[1_000, 5_000], offsets=[0.0, 500.0], lengths=[500.0, 400.0])
+    assert c.nvml_t_ns.tolist() == [100, 600] and c.nvml_pcie_rx_bytes_per_s.tolist() == [10, 30]
+
+
 def test_a_part_of_cupti_switched_off_is_named_in_the_session_so_its_zeros_are_not_read_as_none():
     from vmexplorer.collected import collected_summary
     from vmexplorer.collectors.build import build_collected

@@ -283,10 +283,12 @@ def per_op(graph: Graph, timeline: Timeline, collected: Collected,
       summed, so thinned rows still count every record), and the fault groups they report (values);
     - `bytes_htod`, `bytes_dtoh`: unified-memory bytes migrated, from records of any stream.
     By window (`window_fault_groups`, `window_bytes_htod`, `window_bytes_dtoh`, float64): each record's value
-    spread evenly over its [start_ns, end_ns] and summed over the op's [start_ns, end_ns) window,
-    whatever its iteration: so a long prefetch or eviction on a copy stream is shared among the ops
-    it ran under instead of counted in full by the op it started under. A record of zero duration
-    counts in full in the window holding its start.
+    spread evenly over its [start_ns, end_ns] and summed over the op's window, whatever its iteration: so
+    a long prefetch or eviction on a copy stream is shared among the ops it ran under instead of counted
+    in full by the op it started under. An op's window is its span with the stall before it,
+    [start_ns - stall_ns, end_ns): the driver's evictions under `uvm` run in that stall (the op waits for
+    the room they make), so they count for the op that needed them; the windows of one iteration tile
+    it. A record of zero duration counts in full in the window holding its start.
     """
     tl, c = timeline, collected
     if len(tl.op_index) and int(tl.op_index.max()) >= len(graph.ops):
@@ -315,7 +317,7 @@ def per_op(graph: Graph, timeline: Timeline, collected: Collected,
     }
     for name, mask in (("fault_groups", faults), ("bytes_htod", htod), ("bytes_dtoh", dtoh)):
         out[f"window_{name}"] = _window_sums(c.um_start_ns[mask], c.um_end_ns[mask], c.um_value[mask],
-                                             tl.op_start_ns, tl.op_end_ns)
+                                             tl.op_start_ns - tl.op_stall_ns, tl.op_end_ns)
     return out
 
 

@@ -18,7 +18,8 @@ only their log is kept.
 
 The samples in the repo come from three passes (`--out bench/results/h100/passes/passN`, N = 1..3, on
 the device), then, on any machine, `bench/pick_samples.py` (each configuration's median recording into
-sample_sessions/) and `bench/calibrate_samples.py`.
+sample_sessions/), `bench/repair_nvml_placement.py` (only for recordings made before the executor dropped
+NVML samples taken between iterations) and `bench/calibrate_samples.py`.
 """
 
 from __future__ import annotations

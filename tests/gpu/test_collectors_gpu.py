@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 
+import numpy as np
 import pytest
 
 from vmexplorer.collected import collected_summary
@@ -48,6 +49,9 @@ def test_cupti_never_counts_more_than_the_run_moved_and_the_session_says_how_muc
         "htod_share": summary["measured_htod_share"], "dtoh_share": summary["measured_dtoh_share"],
         "fault_groups": summary["measured_fault_groups"], "dropped": summary["measured_dropped_records"]})
     assert planned_in and planned_out, "the case must page"
+    # NVML samples taken while the collectors drained between iterations have no place on the timeline
+    t, tl = result.collected.nvml_t_ns, result.timeline
+    assert len(t) and np.all(np.diff(t) >= 0) and t.max() <= max(tl.op_end_ns.max(), tl.memop_end_ns.max())
     # CUPTI may lose records (issue 4's notes) but must not invent bytes: 2 MiB blocks round up a little
     assert 0 <= float(summary["measured_htod_share"]) <= 1.05
     assert 0 <= float(summary["measured_dtoh_share"]) <= 1.05

@@ -10,7 +10,11 @@ from ..collected import MEMCPY_KINDS, UM_KINDS, Collected, CollectorStatus, thin
 from .placement import place
 
 
-def build_collected(collectors: list[Any], t0s: list[int], offsets: list[float]) -> Collected:
+def build_collected(collectors: list[Any], t0s: list[int], offsets: list[float],
+                    lengths: list[float] | None = None) -> Collected:
+    """The session's records. NVML samples taken after an iteration ended and before the next began
+    (while the collectors drained, between timed iterations) have no place on the timeline, whose
+    iterations are drawn back to back, so they are dropped; `lengths` gives each iteration's length."""
     iterations = max(len(t0s), 1)
     by_name = {c.name: c for c in collectors}
     status = [CollectorStatus(c.name, bool(c.available), c.reason or "", int(c.dropped),
@@ -28,6 +32,10 @@ def build_collected(collectors: list[Any], t0s: list[int], offsets: list[float])
     nvml = by_name.get("nvml")
     n_rows = nvml.rows if nvml else {}
     keep, n_it, n_t = place(t0s, offsets, n_rows.get("t", []))
+    if lengths is not None and len(n_t):
+        inside = n_t <= np.asarray(offsets, dtype=np.float64)[n_it] + np.asarray(lengths, dtype=np.float64)[n_it]
+        keep[np.flatnonzero(keep)[~inside]] = False
+        n_it, n_t = n_it[inside], n_t[inside]
 
     def col(rows: dict, key: str) -> np.ndarray:
         return np.asarray(rows.get(key, []), dtype=np.int64)[keep]

@@ -136,8 +136,8 @@ def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena, settings: RunSettings,
     if settings.keep_weights:
         weights = {t.name: arena.views[i].get() for i, t in enumerate(graph.tensors)
                    if t.persistent or t.name.endswith((".weight.grad", ".bias.grad", ".mask"))}
-    timeline, offsets = _timeline(cp, graph, plan, records)
-    collected = _collected(collectors, [r["t0"] for r in records], offsets) if settings.collect else None
+    timeline, offsets, lengths = _timeline(cp, graph, plan, records)
+    collected = _collected(collectors, [r["t0"] for r in records], offsets, lengths) if settings.collect else None
     return RunResult(timeline, tuple(losses[settings.warmup:]), gpu.environment(), weights, collected)
 
 
@@ -159,10 +159,10 @@ def _start_collectors(parts: tuple[str, ...], nvml_interval_s: float) -> list[An
     return [cupti, nvml]
 
 
-def _collected(collectors: list[Any], t0s: list[int], offsets: list[float]) -> Any:
+def _collected(collectors: list[Any], t0s: list[int], offsets: list[float], lengths: list[float]) -> Any:
     from ..collectors.build import build_collected
 
-    return build_collected(collectors, t0s, offsets)
+    return build_collected(collectors, t0s, offsets, lengths)
 
 
 def _place(graph: Graph, plan: Plan, arena: Arena, stream: Any) -> list[int]:
@@ -224,15 +224,15 @@ def _iteration(cp: Any, graph: Graph, plan: Plan, arena: Arena, streams: dict[St
     return {"origin": origin, "spans": spans}
 
 
-def _timeline(cp: Any, graph: Graph, plan: Plan, records: list[dict]) -> tuple[Timeline, list[float]]:
-    """The measured timeline, and each iteration's offset on its axis."""
+def _timeline(cp: Any, graph: Graph, plan: Plan, records: list[dict]) -> tuple[Timeline, list[float], list[float]]:
+    """The measured timeline, and each iteration's offset and length on its axis."""
     n, m = len(graph.ops), len(plan.memops)
     faults = np.zeros(n, dtype=np.int64)
     for memop in plan.memops:
         if memop.mode is Mode.FAULT:
             faults[memop.complete_before] += memop.nbytes
     cols: dict[str, list] = {k: [] for k in ("oi", "ox", "os", "oe", "ost", "of", "mi", "mx", "ms", "me", "rt", "rb")}
-    offset, offsets = 0.0, []
+    offset, offsets, lengths = 0.0, [], []
     for it, rec in enumerate(records):
         offsets.append(offset)
         def ns(event: Any, rec: dict = rec) -> float:
@@ -253,9 +253,10 @@ def _timeline(cp: Any, graph: Graph, plan: Plan, records: list[dict]) -> tuple[T
                             ("mi", np.full(m, it)), ("mx", np.arange(m)), ("ms", mem_start + offset),
                             ("me", mem_end + offset), ("rt", rt + offset), ("rb", rb)):
             cols[key].append(values)
-        offset += max(op_end.max(), mem_end.max() if m else 0.0)
+        lengths.append(max(op_end.max(), mem_end.max() if m else 0.0))
+        offset += lengths[-1]
     cat = {k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()}
     i64 = lambda a: np.rint(a).astype(np.int64)  # noqa: E731
     return Timeline("measured", i64(cat["oi"]), i64(cat["ox"]), i64(cat["os"]), i64(cat["oe"]), i64(cat["ost"]),
                     i64(cat["of"]), i64(cat["mi"]), i64(cat["mx"]), i64(cat["ms"]), i64(cat["me"]),
-                    i64(cat["rt"]), i64(cat["rb"])), offsets
+                    i64(cat["rt"]), i64(cat["rb"])), offsets, lengths
