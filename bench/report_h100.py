@@ -80,7 +80,7 @@ def main() -> int:
             out += ["", "Iterations under `uvm` vary from run to run by more than the effects above (the runs "
                         f"without collectors: {', '.join(f'{v:.0f} ms' for v in runs['none'])}); each row is the "
                         "median of runs that took turns with the others."]
-    out += counting_cost() + cupti_vs_engine() + lost_records()
+    out += counting_cost() + cupti_vs_engine() + lost_records() + variation()
     print("\n".join(out))
     return 0
 
@@ -124,6 +124,36 @@ def lost_records() -> list[str]:
                         f"| {', '.join(f'{v:.2f}' for v in r['dtoh_share'])} "
                         f"| {', '.join(str(v) for v in r['dtoh_records'])} | {r['median_ms']:.0f} ms |")
     return rows if found else []
+
+
+def variation() -> list[str]:
+    """Where iteration times vary, and two explanations measured and ruled out."""
+    rows = []
+    path = HERE / "diagnose_transfer_variance.json"
+    if path.exists():
+        d = json.loads(path.read_text())
+        rows += ["", "## Transfer rates in fresh processes (`bench/gpu/diagnose_transfer_variance.py`)", "",
+                 f"A 256 MiB managed buffer moved to the host and back five times, each process new; NUMA nodes "
+                 f"{d['numa_nodes']}, so placing host pages cannot matter on this machine.", "",
+                 "| process | to host | eviction GB/s (moves 1-5) | prefetch GB/s (moves 1-5) |", "|---:|---|---|---|"]
+        for r in d["runs"]:
+            if "evict" in r:
+                rows.append(f"| {r['process']} | {r['location']} | {', '.join(f'{v:.1f}' for v in r['evict'])} "
+                            f"| {', '.join(f'{v:.1f}' for v in r['prefetch'])} |")
+        rows += ["", "Each process's first move to the host was its slowest (presumably while the driver allocates "
+                     "the host pages); after it, rates differ little from process to process, so the card's own "
+                     "transfer rate does not explain the spread of paging iterations between processes."]
+    path = HERE / "bench_gc.json"
+    if path.exists():
+        g = json.loads(path.read_text())
+        rows += ["", "## Python's garbage collector paused inside iterations (measured, then dropped)", "",
+                 "Runs taking turns in one process, with and without the collector paused inside timed iterations "
+                 "(a setting that was removed after this measurement):", "",
+                 "| run | median | largest / smallest iteration |", "|---|---:|---:|"]
+        rows += [f"| {k} | {v['median_ms']:.1f} ms | {v['spread']:.2f} |" for k, v in g.items()]
+        rows += ["", "Pausing it did not steady the iterations, so it is not what makes ResNet-50's host-bound "
+                     "iterations vary."]
+    return rows
 
 
 def cupti_vs_engine() -> list[str]:
