@@ -33,9 +33,10 @@ def build_collected(collectors: list[Any], t0s: list[int], offsets: list[float],
     n_rows = nvml.rows if nvml else {}
     keep, n_it, n_t = place(t0s, offsets, n_rows.get("t", []))
     if lengths is not None and len(n_t):
-        inside = n_t <= np.asarray(offsets, dtype=np.float64)[n_it] + np.asarray(lengths, dtype=np.float64)[n_it]
+        ends = np.asarray(offsets, dtype=np.float64) + np.asarray(lengths, dtype=np.float64)
+        inside = n_t <= ends[n_it]
         keep[np.flatnonzero(keep)[~inside]] = False
-        n_it, n_t = n_it[inside], n_t[inside]
+        n_t = n_t[inside]
 
     def col(rows: dict, key: str) -> np.ndarray:
         return np.asarray(rows.get(key, []), dtype=np.int64)[keep]
