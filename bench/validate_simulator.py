@@ -71,6 +71,7 @@ def validate(samples: Path, calibrate_on: str) -> tuple[list[dict], list[str]]:
             rows.append({"model": label, "session": path.name, "policy": policy, "capacity_pct": share(s),
                          "measured_ms": measured, "predicted_ms": predicted, "error": predicted / measured - 1,
                          "recorded_ms": spread.get(path.name, []),
+                         "iteration_spread": float(s.timeline.iteration_ns().max() / s.timeline.iteration_ns().min()),
                          "role": "calibration" if s is device or s is paging else "predicted",
                          "rates": {"prefetch": cost.prefetch_bytes_per_ns, "evict": cost.evict_bytes_per_ns,
                                    "fault": cost.fault_bytes_per_ns, "host_block": cost.host_block}})
@@ -135,6 +136,14 @@ def report(rows: list[dict], notes: list[str], calibrate_on: str) -> str:
         out += ["", f"Worst prediction: {worst['session']}, {worst['error']:+.1%}. Within {GOAL:.0%}: {within} of "
                     f"{len(predicted)} predicted sessions; goal {'met' if within == len(predicted) else 'not met'}. "
                     f"Inside the range of their own recordings: {inside} of {len(predicted)}."]
+        wide = max(predicted, key=lambda r: r["iteration_spread"])
+        gaps = [(max(r["recorded_ms"]) - min(r["recorded_ms"])) / float(np.median(r["recorded_ms"]))
+                for r in predicted if len(r["recorded_ms"]) > 1]
+        out += [f"Within one recording the iterations themselves spread: the slowest of a predicted sample's "
+                f"iterations is up to {wide['iteration_spread']:.2f} times its fastest ({wide['session']})."
+                + (f" Between recordings, a predicted sample's slowest and fastest differ by {np.median(gaps):.0%} "
+                   f"of its median (median over the predicted samples; up to {max(gaps):.0%}): about the size of "
+                   f"the goal." if gaps else "")]
     return "\n".join(out) + "\n"
 
 
