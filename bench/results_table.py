@@ -24,6 +24,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+# bench/ is this script's folder: a sample's own iteration time (recorded with every collector on), and
+# its capacity in % of the footprint
+from validate_simulator import median_ms as counted_ms  # noqa: E402
+from validate_simulator import share  # noqa: E402
+
 from vmexplorer.policies import non_default_options  # noqa: E402
 from vmexplorer.session import Session, load_session  # noqa: E402
 from vmexplorer.units import format_bytes  # noqa: E402
@@ -59,19 +64,10 @@ def timing_runs(folder: Path = TIMING) -> dict[str, list[float]]:
 TIMES = {name: float(np.median(v)) for name, v in timing_runs().items()}
 
 
-def counted_ms(s: Session) -> float:
-    """The sample's own iteration time: recorded with every collector on."""
-    return float(np.median(s.timeline.iteration_ns())) / 1e6
-
-
 def ms(s: Session) -> float:
     """The iteration time the table compares: the median of the timing passes (no unified-memory
     counting) where they ran the configuration, else the sample's own."""
     return TIMES.get(sample_name(s), counted_ms(s))
-
-
-def share(s: Session) -> int:
-    return round(100 * s.plan.capacity / s.graph.footprint)
 
 
 def moved(s: Session) -> str:

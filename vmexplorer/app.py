@@ -39,6 +39,7 @@ if __package__ in (None, ""):
 from vmexplorer import worker  # noqa: E402
 from vmexplorer.appstate import SAMPLES, AppState, samples  # noqa: E402
 from vmexplorer.export import chrome_trace, export_html  # noqa: E402
+from vmexplorer.graph import Graph  # noqa: E402
 from vmexplorer.layers import GraphError  # noqa: E402
 from vmexplorer.models import MODELS, build_graph  # noqa: E402
 from vmexplorer.policies import POLICIES, OptionSpec  # noqa: E402
@@ -49,12 +50,8 @@ from vmexplorer.units import format_bytes, format_ns  # noqa: E402
 pd: Any = importlib.import_module("pandas")  # Panel's own dependency (its tables take DataFrames); no stubs
 BEFORE_EDITS = "(the shown session as loaded, before edits)"
 ALL_ITERATIONS = "all"
-
-
 FAKE_RUNNER_ENV = "VMEXPLORER_FAKE_RUNNER"  # tests only: module:function, a CPU stand-in for the GPU runner
 POLL_MS = 500
-
-
 CHECKING = "checking for a GPU"
 
 
@@ -216,20 +213,13 @@ class AppView:
         self.run_gpu.description = reason or "run the shown plan on the GPU and open the measured session"
         self.run_reason.object = f"*Run on GPU: {reason}{'…' if reason == CHECKING else '.'}*" if reason else ""
         if reason == CHECKING and self._gpu_waiter is None:
-            try:
-                self._gpu_waiter = pn.state.add_periodic_callback(self._draw_gpu_reason, period=1000)
-            except Exception:  # no event loop (a page built outside a server)
-                self._gpu_waiter = None
+            self._gpu_waiter = _every(self._draw_gpu_reason, 1000)
         elif reason != CHECKING:
             self._stop_gpu_waiter()
 
     def _stop_gpu_waiter(self) -> None:
         waiter, self._gpu_waiter = self._gpu_waiter, None
-        if waiter is not None:
-            try:
-                waiter.stop()
-            except Exception:  # already stopped with its session
-                pass
+        _stop(waiter)
 
     def close(self) -> None:
         """The browser session ended: cancel its GPU run (queued or running) and stop polling, so a
@@ -277,18 +267,11 @@ class AppView:
         self._start_polling()
 
     def _start_polling(self) -> None:
-        try:
-            self._poller = pn.state.add_periodic_callback(self._tick, period=POLL_MS)
-        except Exception:  # no event loop (a page built outside a server): the caller polls
-            self._poller = None
+        self._poller = _every(self._tick, POLL_MS)  # without a server the caller polls
 
     def _stop_polling(self) -> None:
         poller, self._poller = self._poller, None
-        if poller is not None:
-            try:
-                poller.stop()
-            except Exception:  # already stopped with its session
-                pass
+        _stop(poller)
 
     def _tick(self) -> None:
         try:
@@ -413,7 +396,7 @@ class AppView:
         self.capacity.value = f"{share:g}%" if int(s.graph.footprint * round(share) / 100) == p.capacity \
             else str(p.capacity)
         self._draw_knobs(p.options)
-        self._draw_capacity_help()
+        self._draw_capacity_help(s.graph)  # the shown graph: a drag must not build it again
         stem = f"{p.model}-b{p.batch}-{p.policy}-{s.timeline.source}"
         self.save.filename, self.html.filename, self.trace.filename = (
             f"{stem}.vms", f"{stem}.html", f"{stem}.trace.json")
@@ -474,9 +457,9 @@ class AppView:
                              for name, opt in spec.options.items()}
         self.knobs.objects = list(self.knob_widgets.values())
 
-    def _draw_capacity_help(self) -> None:
+    def _draw_capacity_help(self, graph: Graph | None = None) -> None:
         try:
-            g = build_graph(self.model.value, int(self.batch.value or 0))
+            g = graph or build_graph(self.model.value, int(self.batch.value or 0))
         except (GraphError, ValueError, TypeError) as e:
             self.capacity_help.object = f"({e})"
             return
@@ -571,8 +554,6 @@ def _knob(name: str, opt: OptionSpec, value: Any) -> Any:
 
 # Panel 1.9 names a widget's label `label` (and deprecates `name` for it); older Panels call it `name`
 _LABEL = "label" if "label" in pn.widgets.Button.param else "name"
-
-
 _COLOR = "color" if "color" in pn.widgets.Button.param else "button_type"
 
 
@@ -580,6 +561,23 @@ def _w(cls: Any, label: str, **params: Any) -> Any:
     if "button_type" in params:
         params[_COLOR] = params.pop("button_type")
     return cls(**{_LABEL: label}, **params)
+
+
+def _every(callback: Any, period_ms: int) -> Any:
+    """A periodic callback of this browser session, or None with no event loop (a page built outside
+    a server)."""
+    try:
+        return pn.state.add_periodic_callback(callback, period=period_ms)
+    except Exception:
+        return None
+
+
+def _stop(callback: Any) -> None:
+    if callback is not None:
+        try:
+            callback.stop()
+        except Exception:  # already stopped with its session
+            pass
 
 
 def _ns(value: Any) -> str:

@@ -63,16 +63,7 @@ class AppState(param.Parameterized):
     def load(self, source: str | os.PathLike[str] | bytes, name: str | None = None) -> bool:
         """Open a session file (a path) or an upload (bytes); False and `message` if it is not one."""
         try:
-            if isinstance(source, bytes | bytearray):
-                label = name or "the uploaded file"
-                if len(source) > MAX_UPLOAD_BYTES:
-                    raise SessionError(f"{label} is {len(source) / 1e6:.0f} MB, more than the "
-                                       f"{MAX_UPLOAD_BYTES // 10**6} MB an upload may be; open it with "
-                                       "`vmexplorer info` to check it is a session")
-                session = session_from_bytes(bytes(source), label)
-            else:
-                label = name or Path(source).name
-                session = load_session(source)
+            session, label = _open(source, name)
             cost = self._cost_for(session)
         except (SessionError, PlanError, ValueError) as e:
             return self._fail(str(e))
@@ -168,13 +159,8 @@ class AppState(param.Parameterized):
         try:
             if other is None or isinstance(other, Session):
                 session, label = other, name or ("" if other is None else "a session")
-            elif isinstance(other, bytes | bytearray):
-                if len(other) > MAX_UPLOAD_BYTES:
-                    raise SessionError(f"{name or 'the uploaded file'} is more than the "
-                                       f"{MAX_UPLOAD_BYTES // 10**6} MB an upload may be")
-                session, label = session_from_bytes(bytes(other), name or "the uploaded file"), name or "upload"
             else:
-                session, label = load_session(other), name or Path(other).name
+                session, label = _open(other, name)
         except SessionError as e:
             return self._fail(str(e))
         with param.parameterized.batch_call_watchers(self):
@@ -350,6 +336,18 @@ class AppState(param.Parameterized):
                 found = _Baseline(int(np.median(its)) if len(its) else 0, "simulated")
             self._baselines[key] = found
         return self._baselines[key]
+
+
+def _open(source: str | os.PathLike[str] | bytes, name: str | None) -> tuple[Session, str]:
+    """A session file (a path) or an upload (bytes), and its label; SessionError if it is not one."""
+    if isinstance(source, bytes | bytearray):
+        label = name or "the uploaded file"
+        if len(source) > MAX_UPLOAD_BYTES:
+            raise SessionError(f"{label} is {len(source) / 1e6:.0f} MB, more than the "
+                               f"{MAX_UPLOAD_BYTES // 10**6} MB an upload may be; open it with "
+                               "`vmexplorer info` to check it is a session")
+        return session_from_bytes(bytes(source), label), label
+    return load_session(source), name or Path(source).name
 
 
 def samples() -> list[str]:

@@ -154,9 +154,9 @@ def cmd_export(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
-    from .engine.executor import RunSettings, execute
+    from .engine.executor import RunSettings, execute, measured_session
     from .engine.gpu import cupy
-    from .session import new_session, save_session
+    from .session import save_session
 
     if args.iterations < 1 or args.warmup < 0:
         raise UsageError("--iterations must be at least 1 and --warmup at least 0")
@@ -175,15 +175,8 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
         raise
     except Exception as e:  # a CUDA or cuDNN failure is the run's, reported in one line
         raise RunFailed(f"the GPU run failed: {type(e).__name__}: {e}") from None
-    losses = ", ".join(f"{x:.4f}" for x in result.losses)
-    notes = (f"measured on {result.environment.get('gpu', 'a GPU')}; losses {losses}",
-             "fault bytes per op are the plan's; measured faults come with the CUPTI collector",
-             *args.note)
-    for status in getattr(result.collected, "status", ()):
-        if not status.available:
-            notes += (f"{status.name} collector unavailable: {status.reason}",)
-    session = new_session(graph, plan, result.timeline, notes=notes, environment=result.environment,
-                          **({"collected": result.collected} if result.collected is not None else {}))
+    session = measured_session(graph, plan, result, notes=(
+        "fault bytes per op are the plan's; measured faults come with the CUPTI collector", *args.note))
     save_session(session, args.out, force=args.force)
     return {"path": str(args.out), "config": _config(session.plan), "summary": session.summary}
 

@@ -25,7 +25,7 @@ Everything here is plain numpy and runs on a machine with no GPU.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any, Literal
@@ -417,7 +417,8 @@ def collected_summary(timeline: Timeline, collected: Collected) -> dict[str, flo
     return out
 
 
-def migration_shares(plan: Plan, timeline: Timeline, collected: Collected) -> dict[str, float]:
+def migration_shares(plan: Plan, timeline: Timeline, collected: Collected,
+                     summary: Mapping[str, Any] | None = None) -> dict[str, float]:
     """CUPTI's bytes each way per iteration (the median, as in `collected_summary`) as a share of the
     bytes the run moved that way: `htod_share`, `dtoh_share`, for each direction the plan moves bytes
     in, when the migration counters ran.
@@ -428,10 +429,11 @@ def migration_shares(plan: Plan, timeline: Timeline, collected: Collected) -> di
     unified-memory records, and says nothing (its count of dropped records stays 0): VGG-19 at 60%
     under uvm kept exactly 1,023 device->host records per iteration, 66% of the bytes, in every
     process (bench/results/h100/diagnose_um_drain.json). A share below 1 is how much of the migration
-    lane is missing, not bytes that did not move."""
+    lane is missing, not bytes that did not move. `summary`: `collected_summary` of the same records,
+    when the caller has it already."""
     if not collected.available("um") or timeline.source != "measured":
         return {}
-    summary = collected_summary(timeline, collected)
+    summary = collected_summary(timeline, collected) if summary is None else summary
     out = {}
     for direction, key, name in ((Direction.TO_DEVICE, "bytes_htod", "htod_share"),
                                  (Direction.TO_HOST, "bytes_dtoh", "dtoh_share")):

@@ -55,9 +55,9 @@ class Session:
         """The timeline's figures; with collector records, theirs too, prefixed `measured_`."""
         figures = summarize(self.graph, self.plan, self.timeline)
         if self.collected is not None:
-            figures.update({f"measured_{k}": v for k, v in collected_summary(self.timeline, self.collected).items()})
-            shares = migration_shares(self.plan, self.timeline, self.collected)
-            figures.update({f"measured_{k}": v for k, v in shares.items()})
+            measured = collected_summary(self.timeline, self.collected)
+            measured.update(migration_shares(self.plan, self.timeline, self.collected, measured))
+            figures.update({f"measured_{k}": v for k, v in measured.items()})
         return figures
 
 

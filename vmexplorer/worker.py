@@ -80,23 +80,15 @@ def build_plan(config: RunConfig) -> tuple[Any, Any]:
 
 def run_on_gpu(config: RunConfig, progress: Progress, should_stop: Callable[[], bool]) -> bytes:
     """Build, compile, execute, and return the session file's bytes."""
-    from .engine.executor import RunSettings, execute
-    from .session import new_session, session_to_bytes
+    from .engine.executor import RunSettings, execute, measured_session
+    from .session import session_to_bytes
 
     graph, plan = build_plan(config)
     result = execute(graph, plan, RunSettings(iterations=config.iterations), progress=progress,
                      should_stop=should_stop)
     if not result.losses:
         raise RuntimeError("the run stopped before it recorded an iteration")
-    losses = ", ".join(f"{x:.4f}" for x in result.losses)
-    notes: tuple[str, ...] = (f"measured on {result.environment.get('gpu', 'a GPU')} from the app; "
-                              f"losses {losses}",)
-    for status in getattr(result.collected, "status", ()):
-        if not status.available:
-            notes += (f"{status.name} collector unavailable: {status.reason}",)
-    session = new_session(graph, plan, result.timeline, notes=notes, environment=result.environment,
-                          **({"collected": result.collected} if result.collected is not None else {}))
-    return session_to_bytes(session)
+    return session_to_bytes(measured_session(graph, plan, result, where=" from the app"))
 
 
 def _worker_main(conn: Any, stop: Any, device: int | None) -> None:

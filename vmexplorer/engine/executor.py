@@ -10,7 +10,7 @@ an NVTX range, so Nsight Systems shows the same names.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -60,6 +60,20 @@ class RunResult:
     collected: Any = None  # vmexplorer.collected.Collected, when settings.collect
 
 
+def measured_session(graph: Graph, plan: Plan, result: RunResult, where: str = "",
+                     notes: Sequence[str] = ()) -> Any:
+    """The session of a run: its timeline, environment and collector records; its notes say where it
+    ran (the GPU, then `where`) and its losses, then `notes`, then each collector that did not run."""
+    from ..session import new_session
+
+    losses = ", ".join(f"{x:.4f}" for x in result.losses)
+    unavailable = [f"{st.name} collector unavailable: {st.reason}"
+                   for st in getattr(result.collected, "status", ()) if not st.available]
+    return new_session(graph, plan, result.timeline, environment=result.environment, collected=result.collected,
+                       notes=(f"measured on {result.environment.get('gpu', 'a GPU')}{where}; losses {losses}",
+                              *notes, *unavailable))
+
+
 def execute(graph: Graph, plan: Plan, settings: RunSettings = RunSettings(),
             progress: Callable[[int, int, float], None] | None = None,
             should_stop: Callable[[], bool] | None = None) -> RunResult:
@@ -73,9 +87,10 @@ def execute(graph: Graph, plan: Plan, settings: RunSettings = RunSettings(),
     managed = plan.policy != "device"
     counts_migrations = settings.collect and bool({"migrations", "faults"} & set(settings.collectors))
     if managed and counts_migrations and not _PAGED_UNCOUNTED:
-        # Measured on the H100: in a process whose first paging ran under CUPTI's unified-memory counters,
-        # the counters reported about half the bytes evicted, run after run; after one paging run without
-        # them, every byte. So the first counted run of a process pages once uncounted: one iteration.
+        # Measured on the H100 (VGG-19, uvm at 50%): in a process whose first paging ran under CUPTI's
+        # unified-memory counters, they reported about half the bytes evicted, run after run; after one
+        # paging run without them, every byte. So the first counted run of a process pages once uncounted.
+        # Other configurations lose records even so (`collected.migration_shares` says how many).
         execute(graph, plan, replace(settings, iterations=1, warmup=0, collect=False, keep_weights=False))
     collectors = _start_collectors(settings.collectors, settings.nvml_interval_s) if settings.collect else []
     try:
