@@ -45,44 +45,109 @@ def main() -> int:
             "| case | engine error | PyTorch error, same precision |", "|---|---:|---:|"]
     for g in grads:
         out.append(f"| {g['case']} | {g['engine_error']:.2e} | {g['pytorch_error']:.2e} |")
-    collectors = HERE / "bench_collectors.json"
-    if collectors.exists():
-        c = json.loads(collectors.read_text())
-        out += ["", "## Collectors: CUPTI against the plan, and their overhead (`bench/gpu/bench_collectors.py`)", "",
-                "VGG-19 b64, `uvm` and `autovm` at 50%, `device` with the whole footprint; per iteration.", "",
-                "| policy | without collectors | with | overhead | CUPTI to device | plan to device | CUPTI to host "
-                "| plan to host | remote-mapped | faulted pages | fault groups |",
-                "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for policy in ("device", "uvm", "autovm"):
-            r = c[policy]
-            out.append(f"| {policy} | {r['without_ms']:.1f} ms | {r['with_ms']:.1f} ms | {r['overhead']:+.1%} "
-                       f"| {r['cupti_htod_bytes'] / 2**30:.2f} GiB | {r['plan_htod_bytes'] / 2**30:.2f} GiB "
-                       f"| {r['cupti_dtoh_bytes'] / 2**30:.2f} GiB | {r['plan_dtoh_bytes'] / 2**30:.2f} GiB "
-                       f"| {r.get('remote_map_bytes', 0) / 2**30:.2f} GiB "
-                       f"| {r['faulted_pages']:.0f} | {r['fault_groups']:.0f} |")
-        if "uvm_breakdown_ms" in c:
-            b = c["uvm_breakdown_ms"]
-            out += ["", "Where the overhead under `uvm` comes from: the same run with parts of the collectors on "
-                        "(`RunSettings.collectors`, `vmexplorer run --collectors`), side by side in one process:", "",
-                    "| collectors | iteration | overhead |", "|---|---:|---:|"]
-            out += [f"| {label} | {v:.1f} ms | {v / b['none'] - 1:+.1%} |" for label, v in b.items()]
-        gaps = c.get("uvm", {}).get("largest_gaps")
-        if gaps:
-            out += ["", "Under `uvm`, the ops where CUPTI saw the fewest bytes arrive against what the plan faults "
-                        "in or prefetches for them (per iteration):", "",
-                    "| op | plan | CUPTI | fault groups |", "|---|---:|---:|---:|"]
-            out += [f"| {g['op']} | {g['planned'] / 2**20:.0f} MiB | {g['cupti'] / 2**20:.0f} MiB "
-                    f"| {g['fault_groups']} |" for g in gaps]
-        out += ["", f"A 20-iteration VGG-19 `uvm` session with every collector on: "
-                    f"{c['long_session_bytes'] / 1e6:.1f} MB."]
-        runs = c.get("uvm_breakdown_runs_ms", {})
-        if runs.get("none"):
-            out += ["", "Iterations under `uvm` vary from run to run by more than the effects above (the runs "
-                        f"without collectors: {', '.join(f'{v:.0f} ms' for v in runs['none'])}); each row is the "
-                        "median of runs that took turns with the others."]
+    out += collectors_section() + every_iteration_section()
     out += counting_cost() + cupti_vs_engine() + lost_records() + variation()
     print("\n".join(out))
     return 0
+
+
+def collectors_section() -> list[str]:
+    """Overhead of the collectors as runs are recorded, and CUPTI's counts against the plan
+    (bench_collectors.json, written by bench/gpu/bench_collectors.py)."""
+    path = HERE / "bench_collectors.json"
+    if not path.exists():
+        return []
+    c = json.loads(path.read_text())
+    p = c["policies"]
+    out = ["", "## Collectors: their overhead, and CUPTI against the plan (`bench/gpu/bench_collectors.py`)", "",
+           f"VGG-19 b64, `uvm` and `autovm` at 50%, `device` with the whole footprint; {c['iterations']} timed "
+           "iterations per run; three ways taking turns in one process, each the median over its runs of each "
+           "run's median timed iteration. \"Counted after\" is how runs are recorded: every collector on, "
+           "CUPTI's unified-memory counters off in the timed iterations and on in one iteration after them. "
+           "\"Counted throughout\" keeps them on in every iteration. The last column is a counted-after run's "
+           "counted iteration against its own timed median (median over the runs).", "",
+           "| policy | runs | no collectors | counted after | overhead | counted throughout | overhead "
+           "| counted iteration vs timed |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for policy in ("device", "uvm", "autovm"):
+        if policy not in p:
+            continue
+        r, m = p[policy], p[policy]["median_ms"]
+        out.append(f"| {policy} | {len(r['runs']['none'])} | {m['none']:.1f} ms | {m['counted after']:.1f} ms "
+                   f"| {r['overhead']:+.1%} | {m['counted throughout']:.1f} ms "
+                   f"| {r['overhead_counted_throughout']:+.1%} | {r['counting_cost_in_run']:+.1%} |")
+    out += ["", "Runs without collectors vary from run to run by more than these overheads: "
+            + "; ".join(f"{policy} " + ", ".join(f"{x['timed_ms']:.0f}" for x in p[policy]["runs"]["none"]) + " ms"
+                        for policy in ("uvm", "autovm") if policy in p) + ".", "",
+            "CUPTI in the counted iteration of each counted-after run, against the bytes the plan moved "
+            "(the capacity emulation carries it out exactly):", "",
+            "| policy | CUPTI to device | plan to device | share | CUPTI to host | plan to host | share "
+            "| faulted pages | fault groups |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for policy in ("uvm", "autovm"):
+        if policy not in p:
+            continue
+        r = p[policy]
+        for run in r["runs"]["counted after"]:
+            cu, sh = run["cupti"], run["shares"]
+            out.append(f"| {policy} | {cu['bytes_htod'] / 2**30:.2f} GiB | {r['plan_htod_bytes'] / 2**30:.2f} GiB "
+                       f"| {sh.get('htod_share', 0):.3f} | {cu['bytes_dtoh'] / 2**30:.2f} GiB "
+                       f"| {r['plan_dtoh_bytes'] / 2**30:.2f} GiB | {sh.get('dtoh_share', 0):.3f} "
+                       f"| {cu.get('faulted_pages', 0)} | {cu.get('fault_groups', 0)} |")
+    gaps = p.get("uvm", {}).get("largest_gaps")
+    if gaps:
+        out += ["", "Under `uvm`, the ops where CUPTI saw the fewest bytes arrive against what the plan faults in "
+                    "or prefetches for them (the last counted iteration):", "",
+                "| op | plan | CUPTI | fault groups |", "|---|---:|---:|---:|"]
+        out += [f"| {g['op']} | {g['planned'] / 2**20:.0f} MiB | {g['cupti'] / 2**20:.0f} MiB "
+                f"| {g['fault_groups']} |" for g in gaps]
+    for way, r in c.get("long", {}).items():
+        out += ["", f"A {r['iterations']}-iteration VGG-19 `uvm` session with every collector on, counted {way[8:]}: "
+                    f"{r['bytes'] / 1e6:.2f} MB."]
+    return out
+
+
+def every_iteration_section() -> list[str]:
+    """The collectors' benchmark from before runs counted unified memory apart from their timed
+    iterations (bench_collectors_every_iteration.json)."""
+    path = HERE / "bench_collectors_every_iteration.json"
+    if not path.exists():
+        return []
+    c = json.loads(path.read_text())
+    out: list[str] = []
+    out += ["", "### Before: unified memory counted in every iteration", "",
+            "An earlier version of `bench/gpu/bench_collectors.py`, before runs counted unified memory in "
+           "iterations of their own. VGG-19 b64, `uvm` and `autovm` at 50%, `device` with the whole "
+           "footprint; per iteration.", "",
+            "| policy | without collectors | with | overhead | CUPTI to device | plan to device | CUPTI to host "
+            "| plan to host | remote-mapped | faulted pages | fault groups |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for policy in ("device", "uvm", "autovm"):
+        r = c[policy]
+        out.append(f"| {policy} | {r['without_ms']:.1f} ms | {r['with_ms']:.1f} ms | {r['overhead']:+.1%} "
+                   f"| {r['cupti_htod_bytes'] / 2**30:.2f} GiB | {r['plan_htod_bytes'] / 2**30:.2f} GiB "
+                   f"| {r['cupti_dtoh_bytes'] / 2**30:.2f} GiB | {r['plan_dtoh_bytes'] / 2**30:.2f} GiB "
+                   f"| {r.get('remote_map_bytes', 0) / 2**30:.2f} GiB "
+                   f"| {r['faulted_pages']:.0f} | {r['fault_groups']:.0f} |")
+    if "uvm_breakdown_ms" in c:
+        b = c["uvm_breakdown_ms"]
+        out += ["", "Where the overhead under `uvm` comes from: the same run with parts of the collectors on "
+                    "(`RunSettings.collectors`, `vmexplorer run --collectors`), side by side in one process:", "",
+                "| collectors | iteration | overhead |", "|---|---:|---:|"]
+        out += [f"| {label} | {v:.1f} ms | {v / b['none'] - 1:+.1%} |" for label, v in b.items()]
+    gaps = c.get("uvm", {}).get("largest_gaps")
+    if gaps:
+        out += ["", "Under `uvm`, the ops where CUPTI saw the fewest bytes arrive against what the plan faults "
+                    "in or prefetches for them (per iteration):", "",
+                "| op | plan | CUPTI | fault groups |", "|---|---:|---:|---:|"]
+        out += [f"| {g['op']} | {g['planned'] / 2**20:.0f} MiB | {g['cupti'] / 2**20:.0f} MiB "
+                f"| {g['fault_groups']} |" for g in gaps]
+    out += ["", f"A 20-iteration VGG-19 `uvm` session with every collector on: "
+                f"{c['long_session_bytes'] / 1e6:.1f} MB."]
+    runs = c.get("uvm_breakdown_runs_ms", {})
+    if runs.get("none"):
+        out += ["", "Iterations under `uvm` vary from run to run by more than the effects above (the runs "
+                    f"without collectors: {', '.join(f'{v:.0f} ms' for v in runs['none'])}); each row is the "
+                    "median of runs that took turns with the others."]
+    return out
 
 
 def counting_cost() -> list[str]:
@@ -163,7 +228,8 @@ def cupti_vs_engine() -> list[str]:
     from vmexplorer.session import load_session
 
     rows = ["", "## CUPTI's migration counts in the sample sessions", "",
-            "Each sample was recorded by `vmexplorer run` in a process of its own. Per iteration (medians):", "",
+            "Each sample was recorded by `vmexplorer run` in a process of its own. Per iteration (medians; "
+            "CUPTI's figures from the iteration counted after the timed ones where the session has one):", "",
             "| session | engine to host | CUPTI to host | engine to device | CUPTI to device | CUPTI's share, "
             "in / out | CUPTI fault groups |",
             "|---|---:|---:|---:|---:|---:|---:|"]

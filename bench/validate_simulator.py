@@ -32,7 +32,7 @@ PASSES = ROOT / "bench" / "results" / "h100" / "passes"  # every recording, one 
 
 def median_ms(session_or_timeline: object) -> float:
     tl = getattr(session_or_timeline, "timeline", session_or_timeline)
-    return float(np.median(tl.iteration_ns())) / 1e6  # type: ignore[attr-defined]
+    return float(np.median(tl.timed_ns())) / 1e6  # type: ignore[attr-defined]
 
 
 def share(s: Session) -> int:
@@ -71,7 +71,7 @@ def validate(samples: Path, calibrate_on: str) -> tuple[list[dict], list[str]]:
             rows.append({"model": label, "session": path.name, "policy": policy, "capacity_pct": share(s),
                          "measured_ms": measured, "predicted_ms": predicted, "error": predicted / measured - 1,
                          "recorded_ms": spread.get(path.name, []),
-                         "iteration_spread": float(s.timeline.iteration_ns().max() / s.timeline.iteration_ns().min()),
+                         "iteration_spread": float(s.timeline.timed_ns().max() / s.timeline.timed_ns().min()),
                          "role": "calibration" if s is device or s is paging else "predicted",
                          "rates": {"prefetch": cost.prefetch_bytes_per_ns, "evict": cost.evict_bytes_per_ns,
                                    "fault": cost.fault_bytes_per_ns, "host_block": cost.host_block}})

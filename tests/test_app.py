@@ -377,7 +377,14 @@ def test_a_measured_session_is_drawn_one_iteration_at_a_time_the_median_first_an
     view = AppView()
     s = view.state.session
     n = s.timeline.iterations
-    assert n > 1 and view.iteration.visible and view.iteration.options == [ALL_ITERATIONS, *map(str, range(1, n + 1))]
+    assert n > 1 and view.iteration.visible
+    assert list(view.iteration.options.values()) == [ALL_ITERATIONS, *map(str, range(1, n + 1))]
+    # the sample counted unified memory in its last iteration, after the timed ones: named in the list,
+    # and the timed iteration drawn first says where CUPTI's migrations are
+    assert s.timeline.counted == 1 and list(view.iteration.options)[-1] == f"{n} (UM counted)"
+    assert int(view.iteration.value) <= s.timeline.timed_iterations
+    notes = [d.text for d in view.timeline.object.select({"name": "collector_notes"})]
+    assert any(f"counted unified memory in iteration {n} only" in t for t in notes)
     ops = next(iter(view.timeline.object.select({"name": "ops"}))).data_source.data
     assert len(ops["left"]) == len(s.graph.ops)  # one iteration's ops
     view.iteration.value = ALL_ITERATIONS

@@ -162,6 +162,17 @@ def test_the_summary_gives_medians_per_iteration_and_the_collectors_costs(graph:
     assert not any(k.endswith(("_unavailable", "_note")) for k in s)
 
 
+def test_unified_memory_figures_come_from_the_counted_iterations_and_the_rest_from_the_timed_ones() -> None:
+    counted = dataclasses.replace(timeline(), counted=1)  # iteration 1 ran with the counters on
+    c = make(um=[(1, 305, 306, FAULT, 40), (1, 310, 320, HTOD, 300), (1, 320, 330, DTOH, 50)],
+             kernels=[(0, 0, 90, COMPUTE, 0), (1, 300, 400, COMPUTE, 0), (1, 400, 420, COMPUTE, 1)])
+    s = collected_summary(counted, c)
+    assert (s["fault_groups"], s["bytes_htod"], s["bytes_dtoh"]) == (40, 300, 50)  # not the median with a 0
+    assert (s["kernel_ns"], s["kernels"], s["um_counted_iterations"]) == (90, 1, 1)  # the timed iteration's
+    every = collected_summary(timeline(), c)
+    assert (every["bytes_htod"], every["kernel_ns"]) == (150, 105) and "um_counted_iterations" not in every
+
+
 def test_an_unavailable_collector_gives_its_reason_and_no_zeros_in_its_place() -> None:
     status = (CollectorStatus("cupti", False, "cupti-python not installed", 0, 0),
               CollectorStatus("nvml", True, "PCIe counters unsupported", 0, 0))

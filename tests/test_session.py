@@ -169,6 +169,16 @@ def set_in(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
     return change
 
 
+def as_version(version: int) -> Callable[[dict[str, Any]], None]:
+    """The document relabelled as an older schema, without the fields that came after it (schema 5's
+    `timeline.counted_iterations`); fields of older schemas are each test's to remove or keep."""
+    def change(doc: dict[str, Any]) -> None:
+        doc["schema_version"] = version
+        if version < 5:
+            del doc["timeline"]["counted_iterations"]
+    return change
+
+
 def delete(path: str) -> Callable[[dict[str, Any]], None]:
     def change(doc: dict[str, Any]) -> None:
         *parents, last = path.split(".")
@@ -191,13 +201,19 @@ BAD_FILES: list[tuple[str, Callable[[bytes], bytes], str]] = [
     ("json list", lambda good: gzip.compress(b"[1, 2]"), "is not a vmexplorer session"),
     ("truncated", lambda good: good[: len(good) // 2], "is truncated"),
     ("corrupted", lambda good: good[:40] + bytes(b ^ 0x55 for b in good[40:80]) + good[80:], "damaged"),
-    ("newer schema", rewrite(set_in("schema_version", 5)),
-     "written by a newer vmexplorer (schema 5, this reads up to 4); upgrade"),
+    ("newer schema", rewrite(set_in("schema_version", 6)),
+     "written by a newer vmexplorer (schema 6, this reads up to 5); upgrade"),
     ("a rate of zero", rewrite(set_in("cost_model.evict_bytes_per_ns", 0)),
      "cost_model.evict_bytes_per_ns is 0.0: expected a number above 0"),
     ("a negative gap", rewrite(set_in("cost_model.op_gap_ns", {"conv1": -5})), "op_gap_ns.conv1 is -5.0"),
-    ("schema 3 fields in a schema 2 cost model", rewrite(set_in("schema_version", 2)), "unexpected field 'call_ns'"),
-    ("collected in a schema 1 file", rewrite(set_in("schema_version", 1)), "unexpected field 'collected'"),
+    ("schema 3 fields in a schema 2 cost model", rewrite(as_version(2)), "unexpected field 'call_ns'"),
+    ("collected in a schema 1 file", rewrite(as_version(1)), "unexpected field 'collected'"),
+    ("counted iterations in a schema 4 timeline", rewrite(set_in("schema_version", 4)),
+     "unexpected field 'counted_iterations'"),
+    ("every iteration counted", rewrite(set_in("timeline.counted_iterations", lambda _: 10_000)),
+     "timeline.counted_iterations is 10000, but the timeline records"),
+    ("counted iterations as a fraction", rewrite(set_in("timeline.counted_iterations", 0.5)),
+     "timeline.counted_iterations should be a whole number"),
     ("no collected field", rewrite(delete("collected")), "the file has no 'collected' field"),
     ("collected in a simulated session", rewrite(set_in("collected", {})), "collected has no 'kernel_names'"),
     ("schema as text", rewrite(set_in("schema_version", "1")), "schema_version"),
@@ -429,21 +445,30 @@ def test_schema_1_files_still_load_without_collector_records(path: Path) -> None
     assert s.collected is None and s.summary["iterations"] >= 1
 
 
-def test_a_schema_1_file_written_by_hand_loads_and_is_saved_as_schema_4(session: Session) -> None:
+def test_a_schema_1_file_written_by_hand_loads_and_is_saved_as_the_newest(session: Session) -> None:
     doc = json.loads(gzip.decompress(session_to_bytes(session)))
-    assert doc["schema_version"] == 4 and doc["collected"] is None
-    doc["schema_version"] = 1
+    assert doc["schema_version"] == SCHEMA_VERSION and doc["collected"] is None
+    as_version(1)(doc)
     del doc["collected"]
     del doc["cost_model"]["op_gap_ns"]
     del doc["cost_model"]["call_ns"]
     old = session_from_bytes(gzip.compress(json.dumps(doc).encode()))
     assert_same(session, old)
-    assert json.loads(gzip.decompress(session_to_bytes(old)))["schema_version"] == 4
+    assert json.loads(gzip.decompress(session_to_bytes(old)))["schema_version"] == SCHEMA_VERSION
+
+
+def test_the_counted_iterations_are_saved_and_a_schema_4_file_has_none(recorded: Session) -> None:
+    counted = dataclasses.replace(recorded, timeline=dataclasses.replace(recorded.timeline, counted=1))
+    back = session_from_bytes(session_to_bytes(counted))
+    assert back.timeline.counted == 1 and back.summary["iterations"] == recorded.timeline.iterations - 1
+    doc = json.loads(gzip.decompress(session_to_bytes(counted)))
+    as_version(4)(doc)
+    assert session_from_bytes(gzip.compress(json.dumps(doc).encode())).timeline.counted == 0
 
 
 def test_a_schema_3_file_loads_saying_its_memory_copies_were_not_collected(recorded: Session) -> None:
     doc = json.loads(gzip.decompress(session_to_bytes(recorded)))
-    doc["schema_version"] = 3
+    as_version(3)(doc)
     del doc["collected"]["memcpy"]
     old = session_from_bytes(gzip.compress(json.dumps(doc).encode()))
     assert old.collected is not None and not len(old.collected.memcpy_bytes)
@@ -459,7 +484,7 @@ def test_a_schema_2_cost_model_loads_without_gaps_and_a_schema_3_one_keeps_them(
                                                                          op_gap_ns={"conv1": 1500.0}))
     assert session_from_bytes(session_to_bytes(gapped)).cost_model.op_gap_ns == {"conv1": 1500.0}
     doc = json.loads(gzip.decompress(session_to_bytes(session)))
-    doc["schema_version"] = 2
+    as_version(2)(doc)
     del doc["cost_model"]["op_gap_ns"]
     del doc["cost_model"]["call_ns"]
     old = session_from_bytes(gzip.compress(json.dumps(doc).encode())).cost_model

@@ -133,6 +133,33 @@ def test_calibration_recovers_the_cost_model_that_made_a_timeline():
     assert predicted == pytest.approx(simulate(g, autovm, truth).iteration_ns()[0], rel=1e-6)
 
 
+def test_calibration_reads_only_the_timed_iterations():
+    import numpy as np
+
+    from vmexplorer.records import Timeline
+
+    g = graph("resnet18", 32, 112)
+    uvm = compile_plan(g, g.footprint // 2, "uvm")
+    truth = replace(H100_DEFAULT, evict_bytes_per_ns=6.0, fault_bytes_per_ns=2.0)
+    slow = replace(truth, evict_bytes_per_ns=3.0, fault_bytes_per_ns=1.0)  # as if counting slowed paging
+    a, b = simulate(g, uvm, truth), simulate(g, uvm, slow)
+    shift = int(max(a.op_end_ns.max(), a.memop_end_ns.max())) + 1
+
+    def cat(x: np.ndarray, y: np.ndarray, add: int = 0) -> np.ndarray:
+        return np.concatenate([x, y + add])
+
+    both = Timeline("measured", cat(a.op_iteration, b.op_iteration, 1), cat(a.op_index, b.op_index),
+                    cat(a.op_start_ns, b.op_start_ns, shift), cat(a.op_end_ns, b.op_end_ns, shift),
+                    cat(a.op_stall_ns, b.op_stall_ns), cat(a.op_fault_bytes, b.op_fault_bytes),
+                    cat(a.memop_iteration, b.memop_iteration, 1), cat(a.memop_index, b.memop_index),
+                    cat(a.memop_start_ns, b.memop_start_ns, shift), cat(a.memop_end_ns, b.memop_end_ns, shift),
+                    cat(a.resident_t_ns, b.resident_t_ns, shift), cat(a.resident_bytes, b.resident_bytes), counted=1)
+    fitted = calibrate(g, uvm, both)
+    assert fitted.evict_bytes_per_ns == pytest.approx(6.0, rel=1e-4)
+    assert fitted.fault_bytes_per_ns == pytest.approx(calibrate(g, uvm, a).fault_bytes_per_ns)
+    assert calibrate(g, uvm, replace(both, counted=0)).evict_bytes_per_ns < 5.0
+
+
 def test_a_calibrated_op_time_replaces_the_formula():
     model = replace(H100_DEFAULT, op_ns={"conv1": 123.0})
     assert model.compute_ns("conv1", 10**12, 10**9) == 123.0

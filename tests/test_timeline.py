@@ -246,6 +246,35 @@ def test_one_iteration_of_a_measured_session_is_drawn_from_its_own_start(session
         iteration_view(measured, 2)
 
 
+def test_a_timed_iteration_names_the_counted_one_in_place_of_the_migration_lane(session: Session) -> None:
+    from vmexplorer.timeline import iteration_view
+
+    measured = two_iterations(session)
+    ok = (CollectorStatus("cupti", True, "", 0, 0), CollectorStatus("nvml", True, "", 0, 0))
+    both = dataclasses.replace(measured, collected=_collected(measured, ok))
+    counted = dataclasses.replace(both, timeline=dataclasses.replace(both.timeline, counted=1))
+    timed = timeline_figure(iteration_view(counted, 0), "op")
+    notes = list(timed.select({"name": "collector_notes"}))
+    assert len(notes) == 1 and "counted unified memory in iteration 2 only" in notes[0].text
+    assert not list(timed.select({"name": "measured_htod"})) and list(timed.select({"name": "nvml_rx"}))
+    # the same iteration of a session counted throughout draws its lane
+    assert list(timeline_figure(iteration_view(both, 0), "op").select({"name": "measured_htod"}))
+    assert not list(timeline_figure(iteration_view(counted, 1), "op").select({"name": "collector_notes"}))
+
+
+def test_counted_iterations_are_left_out_of_the_timing_figures(session: Session) -> None:
+    from vmexplorer.records import summarize
+
+    tl = two_iterations(session).timeline
+    slow = dataclasses.replace(tl, op_end_ns=np.where(tl.op_iteration == 1, tl.op_end_ns + 10**8, tl.op_end_ns),
+                               counted=1)
+    s = summarize(session.graph, session.plan, slow)
+    assert (s["iterations"], s["counted_iterations"], slow.typical_iteration()) == (1, 1, 0)
+    assert s["iteration_ns"] == slow.iteration_ns()[0] != int(np.median(slow.iteration_ns()))
+    assert s["busy_ns"] == int((tl.op_end_ns - tl.op_start_ns)[tl.op_iteration == 0].sum())
+    assert summarize(session.graph, session.plan, tl)["iterations"] == 2
+
+
 def test_the_typical_iteration_is_the_one_of_median_duration(session: Session) -> None:
     tl = session.timeline
     n = len(tl.op_index)

@@ -410,9 +410,12 @@ class AppView:
             self.marker_tensor.value = moving[0] if moving else None
         self._draw_marker_range()
         self.compare_twin.visible = p.policy != "uvm" and self.state.twin("uvm") is not None
-        n = s.timeline.iterations
+        n, timed = s.timeline.iterations, s.timeline.timed_iterations
         with param.parameterized.discard_events(self.iteration):
-            self.iteration.options = [ALL_ITERATIONS, *(str(i + 1) for i in range(n))] if n > 1 else [ALL_ITERATIONS]
+            # the iterations run with CUPTI's unified-memory counters on are named: they are slower
+            self.iteration.options = {ALL_ITERATIONS: ALL_ITERATIONS, **{
+                f"{i + 1}{' (UM counted)' if i >= timed else ''}": str(i + 1) for i in range(n)}} \
+                if n > 1 else [ALL_ITERATIONS]
             self.iteration.value = str(s.timeline.typical_iteration() + 1) if n > 1 else ALL_ITERATIONS
         self.iteration.visible = n > 1
         self._draw_timeline()

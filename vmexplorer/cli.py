@@ -111,7 +111,7 @@ def cmd_calibrate(args: argparse.Namespace) -> dict[str, Any]:
     cost = calibrate(session.graph, session.plan, session.timeline, **({"base": base} if base else {}),
                      name=f"calibrated on {args.file.name}" + (f" and {args.device.name}" if base else ""))
     save_session(dataclasses.replace(session, cost_model=cost), args.out, force=True)
-    measured = float(np.median(session.timeline.iteration_ns()))
+    measured = float(np.median(session.timeline.timed_ns()))
     predicted = float(np.median(simulate(session.graph, session.plan, cost).iteration_ns()))
     return {"path": str(args.out), "config": _config(session.plan), "cost_model": cost.name,
             "rates": {k: getattr(cost, k) for k in ("prefetch_bytes_per_ns", "evict_bytes_per_ns",
@@ -158,15 +158,15 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     from .engine.gpu import cupy
     from .session import save_session
 
-    if args.iterations < 1 or args.warmup < 0:
-        raise UsageError("--iterations must be at least 1 and --warmup at least 0")
+    if args.iterations < 1 or args.warmup < 0 or args.counted < 0:
+        raise UsageError("--iterations must be at least 1, and --warmup and --counted at least 0")
     parts = _collector_parts(args.collectors)
     _refuse_existing(args.out, args.force)
     graph, plan = _compile(args)
     cupy()  # says plainly when there is no GPU, before anything is allocated
     settings = RunSettings(iterations=args.iterations, warmup=args.warmup, seed=args.seed,
                            allow_tf32=not args.no_tf32, autotune=args.autotune, collect=not args.no_collectors,
-                           collectors=parts)
+                           collectors=parts, counted=args.counted)
     progress = (lambda i, n, loss: print(f"iteration {i}/{n}: loss {loss:.4f}", file=sys.stderr)) \
         if args.progress else None
     try:
@@ -481,8 +481,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("run", cmd_run, table_simulate, "run a plan on the GPU and save the measured session")
     _plan_args(p)
-    p.add_argument("--iterations", type=int, default=5, metavar="N", help="iterations recorded (default 5)")
+    p.add_argument("--iterations", type=int, default=5, metavar="N", help="iterations timed (default 5)")
     p.add_argument("--warmup", type=int, default=1, metavar="N", help="iterations run first, not recorded")
+    p.add_argument("--counted", type=int, default=1, metavar="N",
+                   help="iterations run after the timed ones with CUPTI's unified-memory counters on, which "
+                        "slow paging (default 1); 0 counts in every iteration, the timed ones included")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and the synthetic batch")
     p.add_argument("--no-tf32", action="store_true", help="full fp32 convolutions and matmuls")
     p.add_argument("--autotune", action="store_true",

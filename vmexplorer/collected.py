@@ -375,7 +375,8 @@ def _cumulative(keys: np.ndarray, weights: np.ndarray, t: np.ndarray, side: Lite
 # --- per-iteration figures ------------------------------------------------------------------------
 
 def collected_summary(timeline: Timeline, collected: Collected) -> dict[str, float | int | str]:
-    """Per iteration, the median over the timeline's recorded iterations (records go by their iteration label):
+    """Per iteration, the median over the timeline's recorded iterations (records go by their iteration label;
+    unified-memory figures over the iterations CUPTI counted them in, the rest over the timed ones):
     `fault_groups`, `faulted_pages`, `bytes_htod`, `bytes_dtoh` (measured migrations), `kernel_ns` (kernel time
     summed over all streams), `kernels`, `memcpys` and `memcpy_bytes` (explicit copies); NVML's
     `nvml_peak_memory_used_bytes` and `nvml_gpu_util_pct` (mean of the samples); the collectors'
@@ -385,10 +386,13 @@ def collected_summary(timeline: Timeline, collected: Collected) -> dict[str, flo
     whose collector was unavailable are left out rather than reported as zeros."""
     c = collected
     n = max(timeline.iterations, c.iterations, 1)
+    timed = np.arange(min(timeline.timed_iterations, n)) if timeline.counted else np.arange(n)
+    counted = np.arange(timeline.timed_iterations, n) if timeline.counted else np.arange(n)
     out: dict[str, float | int | str] = {}
 
-    def median(iteration: np.ndarray, values: np.ndarray) -> int:
-        return int(np.median(np.bincount(iteration, weights=values, minlength=n)))
+    def median(iteration: np.ndarray, values: np.ndarray, over: np.ndarray = timed) -> int:
+        per = np.bincount(iteration, weights=values, minlength=n)[over]
+        return int(np.median(per)) if len(per) else 0
 
     for table, name, kind, column in (("faults", "fault_groups", GPU_PAGE_FAULT_GROUPS, c.um_value),
                                       ("faults", "faulted_pages", GPU_PAGE_FAULT_GROUPS, c.um_records),
@@ -399,7 +403,7 @@ def collected_summary(timeline: Timeline, collected: Collected) -> dict[str, flo
                                       ("um", "throttling", THROTTLING, c.um_value)):
         if c.available(table):
             mask = c.um_kind == kind
-            out[name] = median(c.um_iteration[mask], column[mask])
+            out[name] = median(c.um_iteration[mask], column[mask], counted)
     if c.available("kernel"):
         out["kernel_ns"] = median(c.kernel_iteration, c.kernel_end_ns - c.kernel_start_ns)
         out["kernels"] = median(c.kernel_iteration, np.ones(len(c.kernel_iteration)))
@@ -409,6 +413,8 @@ def collected_summary(timeline: Timeline, collected: Collected) -> dict[str, flo
     if c.available("nvml") and len(c.nvml_t_ns):
         out["nvml_peak_memory_used_bytes"] = int(c.nvml_memory_used_bytes.max())
         out["nvml_gpu_util_pct"] = round(float(c.nvml_gpu_util_pct.mean()), 1)
+    if timeline.counted:
+        out["um_counted_iterations"] = int(len(counted))
     out["collector_flush_ns"] = sum(s.overhead_ns for s in c.status if s.available)
     out["dropped_records"] = sum(s.dropped_records for s in c.status)
     for s in c.status:

@@ -6,12 +6,13 @@ from typing import Any
 
 import numpy as np
 
+from .records import timed_only
 from .session import Session
 
 
 def per_op_ns(session: Session) -> np.ndarray:
-    """Each op's time per iteration, its stall included (waiting for memory is part of its cost)."""
-    tl = session.timeline
+    """Each op's time per timed iteration, its stall included (waiting for memory is part of its cost)."""
+    tl = timed_only(session.timeline)
     out = np.zeros(len(session.graph.ops), dtype=np.float64)
     np.add.at(out, tl.op_index, (tl.op_end_ns - tl.op_start_ns + tl.op_stall_ns).astype(np.float64))
     return out / max(tl.iterations, 1)

@@ -11,7 +11,7 @@ import numpy as np
 
 from .graph import Graph
 from .plan import Direction, Mode, Plan
-from .records import Timeline
+from .records import Timeline, timed_only
 
 
 @dataclass(frozen=True)
@@ -83,8 +83,10 @@ def calibrate(graph: Graph, plan: Plan, timeline: Timeline, base: CostModel = H1
     - Host blocking (the share of an asynchronous memory call's transfer the host thread waits in the
       call): not visible in a timeline, so it is the value on a 5% grid whose simulated iteration
       comes closest to the measured one, when the plan has asynchronous calls.
+
+    Only the timed iterations count: iterations run with CUPTI's unified-memory counters on are slower.
     """
-    tl = timeline
+    tl = timed_only(timeline)
     duration = (tl.op_end_ns - tl.op_start_ns).astype(np.float64)
     gap = _gaps(tl)
     op_ns, op_gap_ns = dict(base.op_ns), dict(base.op_gap_ns)

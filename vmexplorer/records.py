@@ -18,6 +18,10 @@ class Timeline:
     `memop_index` into `Plan.memops`. Times are ns from the start of the first recorded iteration.
     `op_stall_ns` is the time an op waited for memory operations (prefetches, evictions) before it
     could start; `op_fault_bytes` the bytes its kernels demand-faulted in.
+
+    The last `counted` iterations of a measured run ran with CUPTI's unified-memory counters on, which
+    slow paging itself (on the H100 by 17-47% per iteration): they are kept to show the migrations and
+    faults CUPTI saw, and left out of every timing figure, which come from the timed iterations before them.
     """
 
     source: str  # "simulated" | "measured"
@@ -33,10 +37,21 @@ class Timeline:
     memop_end_ns: np.ndarray
     resident_t_ns: np.ndarray
     resident_bytes: np.ndarray
+    counted: int = 0
 
     @property
     def iterations(self) -> int:
         return len(np.unique(self.op_iteration))
+
+    @property
+    def timed_iterations(self) -> int:
+        """The iterations whose times are the run's (all but the counted ones; all, with none timed)."""
+        n = self.iterations
+        return n - self.counted if 0 <= self.counted < n else n
+
+    def timed_ns(self) -> np.ndarray:
+        """`iteration_ns()` of the timed iterations (iterations are numbered from 0 in time order)."""
+        return self.iteration_ns()[:self.timed_iterations]
 
     def iteration_ns(self) -> np.ndarray:
         """Duration of each recorded iteration: from its first op's start to the next iteration's
@@ -51,30 +66,33 @@ class Timeline:
         return np.append(starts[1:], last_end) - starts
 
     def typical_iteration(self) -> int:
-        """The recorded iteration whose duration is the median (the lower one of an even count): the
+        """The timed iteration whose duration is the median (the lower one of an even count): the
         one to draw, or to take op times from, as typical of the run."""
-        its = self.iteration_ns()
+        its = self.timed_ns()
         if not len(its):
             raise ValueError("the timeline has no iterations")
         return int(np.unique(self.op_iteration)[np.argsort(its, kind="stable")[(len(its) - 1) // 2]])
 
 
 def summarize(graph: Graph, plan: Plan, timeline: Timeline) -> dict[str, float | int | str]:
-    """The figures a person compares: per iteration, the median over recorded iterations."""
-    its = timeline.iteration_ns()
-    n = max(timeline.iterations, 1)
+    """The figures a person compares: per iteration, the median (or the mean) over the timed iterations."""
+    tl = timeline
+    its = tl.timed_ns()
+    n = max(tl.timed_iterations, 1)
+    ops, mems = tl.op_iteration < n, tl.memop_iteration < n
     moved = {Direction.TO_HOST: 0, Direction.TO_DEVICE: 0}
-    for i in timeline.memop_index:
+    for i in tl.memop_index[mems]:
         m = plan.memops[int(i)]
         if m.mode is not Mode.FAULT:
             moved[m.direction] += m.nbytes
-    fault_bytes = int(timeline.op_fault_bytes.sum())
+    fault_bytes = int(tl.op_fault_bytes[ops].sum())
     return {
-        "source": timeline.source,
-        "iterations": timeline.iterations,
+        "source": tl.source,
+        "iterations": tl.timed_iterations,
+        "counted_iterations": tl.iterations - tl.timed_iterations,
         "iteration_ns": int(np.median(its)) if len(its) else 0,
-        "stall_ns": int(timeline.op_stall_ns.sum()) // n,
-        "busy_ns": int((timeline.op_end_ns - timeline.op_start_ns).sum()) // n,  # ops running, faults included
+        "stall_ns": int(tl.op_stall_ns[ops].sum()) // n,
+        "busy_ns": int((tl.op_end_ns[ops] - tl.op_start_ns[ops]).sum()) // n,  # ops running, faults included
         "fault_bytes": fault_bytes // n,
         "bytes_to_host": moved[Direction.TO_HOST] // n,
         "bytes_to_device": (moved[Direction.TO_DEVICE] + fault_bytes) // n,
@@ -82,6 +100,21 @@ def summarize(graph: Graph, plan: Plan, timeline: Timeline) -> dict[str, float |
         "capacity_bytes": plan.capacity,
         "footprint_bytes": graph.footprint,
     }
+
+
+def timed_only(timeline: Timeline) -> Timeline:
+    """The timeline without its counted iterations (itself, when it has none): what calibration and
+    per-op comparisons read, so counting's cost never passes for the run's."""
+    tl = timeline
+    if not tl.counted or tl.timed_iterations == tl.iterations:
+        return tl
+    n = tl.timed_iterations
+    ops, mems = tl.op_iteration < n, tl.memop_iteration < n
+    end = tl.op_start_ns[~ops].min()
+    res = tl.resident_t_ns < end
+    return Timeline(tl.source, tl.op_iteration[ops], tl.op_index[ops], tl.op_start_ns[ops], tl.op_end_ns[ops],
+                    tl.op_stall_ns[ops], tl.op_fault_bytes[ops], tl.memop_iteration[mems], tl.memop_index[mems],
+                    tl.memop_start_ns[mems], tl.memop_end_ns[mems], tl.resident_t_ns[res], tl.resident_bytes[res])
 
 
 def one_iteration(timeline: Timeline, iteration: int) -> tuple[Timeline, int, int | None]:
@@ -104,4 +137,4 @@ def one_iteration(timeline: Timeline, iteration: int) -> tuple[Timeline, int, in
         tl.op_end_ns[ops] - origin, tl.op_stall_ns[ops], tl.op_fault_bytes[ops],
         np.zeros(int(mems.sum()), dtype=np.int64), tl.memop_index[mems], tl.memop_start_ns[mems] - origin,
         tl.memop_end_ns[mems] - origin, np.concatenate([[0], tl.resident_t_ns[inside] - origin]),
-        np.concatenate([[level], tl.resident_bytes[inside]])), origin, next_start
+        np.concatenate([[level], tl.resident_bytes[inside]]), int(iteration >= tl.timed_iterations)), origin, next_start

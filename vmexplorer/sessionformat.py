@@ -70,6 +70,7 @@ def encode(s: Session) -> dict[str, Any]:
             "memops": _table({"iteration": tl.memop_iteration.tolist(), "memop": tl.memop_index.tolist(),
                               "start_ns": tl.memop_start_ns.tolist(), "end_ns": tl.memop_end_ns.tolist()}),
             "resident": _table({"t_ns": tl.resident_t_ns.tolist(), "bytes": tl.resident_bytes.tolist()}),
+            "counted_iterations": int(tl.counted),
         },
         "cost_model": None if s.cost_model is None else _cost_model(s.cost_model),
         "collected": None if s.collected is None else _collected(s.collected),
@@ -157,7 +158,7 @@ def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
             r.fail(f"config.options.{key} should be text or a number, not {_describe(value)}")
     graph = _graph(r, r.fields(doc["graph"], "graph", ("tensors", "ops")), model, batch, size)
     plan = _plan(r, doc["plan"], graph, policy, capacity, options)
-    timeline = _timeline(r, doc["timeline"], graph, plan)
+    timeline = _timeline(r, doc["timeline"], graph, plan, version)
     cost = None if doc["cost_model"] is None else _read_cost_model(r, doc["cost_model"], version)
     raw = doc.get("collected")
     collected = None if raw is None else _read_collected(r, raw, timeline, version)
@@ -221,8 +222,10 @@ def _plan(r: Reader, value: Any, graph: Graph, policy: str, capacity: int,
                 dict(options))
 
 
-def _timeline(r: Reader, value: Any, graph: Graph, plan: Plan) -> Timeline:
-    d = r.fields(value, "timeline", ("source", "ops", "memops", "resident"))
+def _timeline(r: Reader, value: Any, graph: Graph, plan: Plan, version: int) -> Timeline:
+    """(schema 5 added `counted_iterations`; an older timeline has none: every iteration is timed.)"""
+    d = r.fields(value, "timeline", ("source", "ops", "memops", "resident")
+                 + (("counted_iterations",) if version >= 5 else ()))
     source = r.scalar(d["source"], "timeline.source", STR)
     if source not in SOURCES:
         r.fail(f"timeline.source is {source!r}, expected one of {', '.join(SOURCES)}")
@@ -249,9 +252,15 @@ def _timeline(r: Reader, value: Any, graph: Graph, plan: Plan) -> Timeline:
     r.within(o, "fault_bytes", 0, None, "a size in bytes")
     r.within(m, "memop", 0, len(plan.memops), "an index into plan.memops")
     r.within(res, "bytes", 0, None, "a size in bytes")
+    counted = r.scalar(d["counted_iterations"], "timeline.counted_iterations", INT, 0) if version >= 5 else 0
+    if counted >= iterations.size:
+        r.fail(f"timeline.counted_iterations is {counted}, but the timeline records {iterations.size} iteration(s); "
+               "at least one must be timed")
+    if counted and source != "measured":
+        r.fail("timeline.counted_iterations is not 0, but only a measured timeline has counted iterations")
     return Timeline(source, o["iteration"], o["op"], o["start_ns"], o["end_ns"], o["stall_ns"],
                     o["fault_bytes"], m["iteration"], m["memop"], m["start_ns"], m["end_ns"],
-                    res["t_ns"], res["bytes"])
+                    res["t_ns"], res["bytes"], counted)
 
 
 def _read_cost_model(r: Reader, value: Any, version: int) -> CostModel:

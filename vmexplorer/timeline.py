@@ -21,7 +21,7 @@ from bokeh.models.annotations import Label, Legend, LegendItem, Span
 from bokeh.models.widgets import Div
 from bokeh.plotting import figure
 
-from .collected import migration_shares, per_op
+from .collected import CollectorStatus, migration_shares, per_op
 from .collected import one_iteration as collected_iteration
 from .plan import Direction, Origin
 from .session import Session
@@ -140,6 +140,14 @@ def iteration_view(session: Session, iteration: int) -> Session:
 
     timeline, origin, end = one_iteration(session.timeline, iteration)
     collected = None if session.collected is None else collected_iteration(session.collected, iteration, origin, end)
+    tl = session.timeline
+    if collected is not None and tl.counted and iteration < tl.timed_iterations and collected.available("um"):
+        # a timed iteration ran without the unified-memory counters: its lane would read as no migration
+        first, last = tl.timed_iterations + 1, tl.iterations
+        which = f"iteration {first}" if first == last else f"iterations {first} to {last}"
+        why = (f"CUPTI counted unified memory in {which} only, after the timed ones, because counting slows "
+               f"paging: choose {which} to see its migrations and faults per op")
+        collected = replace(collected, status=(*collected.status, CollectorStatus("cupti_um", False, why, 0, 0)))
     return replace(session, timeline=timeline, collected=collected)
 
 
@@ -304,7 +312,7 @@ def _measured(session: Session, axis: _Axis, lanes: Any) -> list[Any]:
     out: list[Any] = []
     missing = [f"<b>{escape(st.name)}</b>: {escape(st.reason)}" for st in c.status if not st.available]
     if missing:
-        out.append(Div(text="<i>Not recorded in this session</i> " + "; ".join(missing), name="collector_notes"))
+        out.append(Div(text="<i>Not recorded here</i> " + "; ".join(missing), name="collector_notes"))
     if c.available("um"):
         out.append(_migrations(session, axis, lanes))
     if c.available("nvml") and len(c.nvml_t_ns):

@@ -1,16 +1,23 @@
-"""Collectors on the GPU: what CUPTI measures against what the plan says, their overhead, and the
-size of a long session, in one run.
+"""Collectors on the GPU, in one process: what they cost, what CUPTI counts against the plan, and how
+large a long session is.
 
-    python3 bench/gpu/bench_collectors.py [--iterations 5] [--long 20]
+    python3 bench/gpu/bench_collectors.py [--iterations 6] [--reps 5] [--long 20]
+                                          [--policies device,uvm,autovm] [--into FILE]
 
-1. VGG-19 b64 at 50% under uvm and autovm, with collectors: CUPTI's host->device and device->host
-   bytes per iteration next to the plan's, and the GPU page-fault groups and faults per iteration.
-2. The same uvm and device runs without collectors: the overhead, measured side by side.
-3. Under uvm, where the overhead comes from: the same run with each part of the collectors on alone
-   (kernels, migrations, faults, nvml), all, and all but the page-fault records, side by side.
-4. Where CUPTI's host->device bytes fall short of the plan's, op by op (the five largest gaps), and
-   the driver's remote-mapping, thrashing and throttling records.
-5. A `--long`-iteration VGG-19 uvm run with everything on, saved: the session file's size.
+1. Overhead. VGG-19 b64 under `device` (whole footprint), `uvm` and `autovm` at 50%, three ways taking
+   turns `--reps` times: no collectors; every collector, unified memory counted in one iteration after
+   the timed ones (the default, `RunSettings.counted=1`); every collector, unified memory counted in every
+   iteration (`counted=0`, how runs were recorded before). Each run gives the median of its timed
+   iterations; each way, the median over its runs. The counted iteration of a default run against that
+   run's timed median is what counting costs inside one run.
+2. CUPTI in the counted iterations against the plan, per iteration: bytes each way, faulted pages and
+   fault groups, remote-mapped bytes, and the ops where CUPTI saw the fewest bytes arrive. The first
+   paging run of the process is a default run with no uncounted paging run before it.
+3. Session sizes: a `--long`-iteration VGG-19 `uvm` run with everything on, saved, counted the default
+   way and in every iteration.
+Writes FILE (default $OUT/bench_collectors.json; bench/report_h100.py renders it) after each policy: an
+existing FILE keeps the policies this run does not measure, so a long benchmark can be run in parts
+(`--long 0` skips part 3).
 """
 
 from __future__ import annotations
@@ -26,117 +33,114 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vmexplorer.collected import UM_KINDS, per_op  # noqa: E402
-from vmexplorer.engine.executor import RunSettings, execute  # noqa: E402
+from vmexplorer.collected import collected_summary, migration_shares, per_op  # noqa: E402
+from vmexplorer.engine.executor import RunSettings, execute, measured_session  # noqa: E402
 from vmexplorer.models import build_graph  # noqa: E402
 from vmexplorer.plan import Direction, Mode  # noqa: E402
 from vmexplorer.policies import compile_plan  # noqa: E402
 from vmexplorer.records import summarize  # noqa: E402
-from vmexplorer.session import new_session, save_session  # noqa: E402
+from vmexplorer.session import save_session  # noqa: E402
+
+WAYS = ("counted after", "none", "counted throughout")  # the first paging run of the process counts after
 
 
-def per_iteration(collected, kind: str, iterations: int) -> float:
-    k = UM_KINDS.index(kind)
-    rows = np.asarray(collected.um_kind) == k
-    return float(np.asarray(collected.um_value)[rows].sum()) / max(iterations, 1)
+def settings(way: str, iterations: int) -> RunSettings:
+    if way == "none":
+        return RunSettings(iterations=iterations, warmup=1, collect=False)
+    return RunSettings(iterations=iterations, warmup=1, counted=1 if way == "counted after" else 0)
 
 
-def faulted_pages(collected, iterations: int) -> float:
-    rows = np.asarray(collected.um_kind) == UM_KINDS.index("gpu_page_fault_groups")
-    return float(np.asarray(collected.um_records)[rows].sum()) / iterations
-
-
-def gaps(graph, plan, timeline, collected, iterations: int) -> list[dict]:
+def gaps(graph, plan, result) -> list[dict]:
     """The ops whose planned bytes in (faults they take, prefetches that must land before them) exceed
-    what CUPTI saw arrive during them the most, per iteration."""
-    figures = per_op(graph, timeline, collected)
-    seen = np.bincount(timeline.op_index, weights=figures["window_bytes_htod"], minlength=len(graph.ops)) / iterations
+    what CUPTI saw arrive during them the most, per counted iteration."""
+    tl, c = result.timeline, result.collected
+    counted = tl.op_iteration >= (tl.timed_iterations if tl.counted else 0)
+    n = tl.counted or tl.iterations
+    figures = per_op(graph, tl, c)
+    seen = np.bincount(tl.op_index[counted], weights=figures["window_bytes_htod"][counted],
+                       minlength=len(graph.ops)) / n
+    groups = np.bincount(tl.op_index[counted], weights=figures["fault_groups"][counted], minlength=len(graph.ops)) / n
     planned = np.zeros(len(graph.ops))
     for m in plan.memops:
         if m.direction is Direction.TO_DEVICE:
             planned[m.complete_before if m.mode is not Mode.FAULT else m.issue_after + 1] += m.nbytes
     worst = np.argsort(seen - planned)[:5]
     return [{"op": graph.ops[k].name, "planned": int(planned[k]), "cupti": int(seen[k]),
-             "fault_groups": int(np.bincount(timeline.op_index, weights=figures["fault_groups"],
-                                             minlength=len(graph.ops))[k] / iterations)} for k in worst]
+             "fault_groups": int(groups[k])} for k in worst]
+
+
+def one_run(graph, plan, way: str, iterations: int) -> tuple[dict, object]:
+    result = execute(graph, plan, settings(way, iterations))
+    tl = result.timeline
+    run = {"timed_ms": summarize(graph, plan, tl)["iteration_ns"] / 1e6,
+           "timed_all_ms": [round(float(x) / 1e6, 1) for x in tl.timed_ns()]}
+    if tl.counted:
+        run["counted_ms"] = [round(float(x) / 1e6, 1) for x in tl.iteration_ns()[tl.timed_iterations:]]
+    if result.collected is not None:
+        summary = collected_summary(tl, result.collected)
+        run["cupti"] = {k: summary[k] for k in ("bytes_htod", "bytes_dtoh", "fault_groups", "faulted_pages",
+                                                "remote_map_bytes", "thrashing_bytes", "throttling", "kernels",
+                                                "dropped_records") if k in summary}
+        run["shares"] = migration_shares(plan, tl, result.collected, summary)
+    return run, result
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--iterations", type=int, default=5)
+    ap.add_argument("--iterations", type=int, default=6)
+    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--long", type=int, default=20)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--policies", default="device,uvm,autovm")
+    ap.add_argument("--into", type=Path)
     args = ap.parse_args()
     out = Path(os.environ.get("OUT") or tempfile.mkdtemp())
+    into = args.into or out / "bench_collectors.json"
     graph = build_graph("vgg19", 64)
     half = graph.footprint // 2
-    rows = {}
+    doc: dict = json.loads(into.read_text()) if into.exists() else {"policies": {}}
+    doc.update(iterations=args.iterations, reps=args.reps)
+    wanted = args.policies.split(",")
     for policy, capacity in (("device", graph.footprint), ("uvm", half), ("autovm", half)):
+        if policy not in wanted:
+            continue
         plan = compile_plan(graph, capacity, policy)
-        runs: dict[bool, list[float]] = {False: [], True: []}
-        for _ in range(1 if policy == "uvm" else min(args.reps, 2)):  # uvm's taking turns comes below, in more detail
-            for collect in (False, True):
-                result = execute(graph, plan, RunSettings(iterations=args.iterations, warmup=1, collect=collect))
-                runs[collect].append(summarize(graph, plan, result.timeline)["iteration_ns"] / 1e6)
-                if collect:
-                    c = result.collected
-        timed = {k: float(np.median(v)) for k, v in runs.items()}
-        n = args.iterations
-        planned_in = sum(m.nbytes for m in plan.memops if m.direction is Direction.TO_DEVICE)
-        planned_faults = sum(m.nbytes for m in plan.memops if m.mode is Mode.FAULT)
-        planned_out = sum(m.nbytes for m in plan.memops if m.direction is Direction.TO_HOST)
-        row = {"without_ms": timed[False], "with_ms": timed[True], "overhead": timed[True] / timed[False] - 1,
-               "cupti_htod_bytes": per_iteration(c, "bytes_htod", n), "plan_htod_bytes": planned_in,
-               "plan_fault_bytes": planned_faults,
-               "cupti_dtoh_bytes": per_iteration(c, "bytes_dtoh", n), "plan_dtoh_bytes": planned_out,
-               "faulted_pages": faulted_pages(c, n), "fault_groups": per_iteration(c, "gpu_page_fault_groups", n),
-               "remote_map_bytes": per_iteration(c, "remote_map", n),
-               "thrashing_bytes": per_iteration(c, "thrashing", n),
-               "throttling": per_iteration(c, "throttling", n),
-               "kernels": len(c.kernel_start_ns) / n,
-               "status": [(s.name, s.available, s.reason, s.dropped_records) for s in c.status]}
+        runs: dict[str, list[dict]] = {way: [] for way in WAYS}
+        last = None
+        for rep in range(args.reps if policy != "device" else min(args.reps, 3)):
+            for way in WAYS:
+                run, result = one_run(graph, plan, way, args.iterations)
+                runs[way].append(run)
+                if way == "counted after":
+                    last = result
+                print(policy, rep, way, json.dumps(run), flush=True)
+        median = {way: float(np.median([r["timed_ms"] for r in rs])) for way, rs in runs.items()}
+        counted = [float(np.median(r["counted_ms"])) / r["timed_ms"] - 1 for r in runs["counted after"]]
+        row = {"runs": runs, "median_ms": median,
+               "overhead": median["counted after"] / median["none"] - 1,
+               "overhead_counted_throughout": median["counted throughout"] / median["none"] - 1,
+               "counting_cost_in_run": float(np.median(counted)),
+               "plan_htod_bytes": sum(m.nbytes for m in plan.memops if m.direction is Direction.TO_DEVICE),
+               "plan_dtoh_bytes": sum(m.nbytes for m in plan.memops if m.direction is Direction.TO_HOST),
+               "plan_fault_bytes": sum(m.nbytes for m in plan.memops if m.mode is Mode.FAULT),
+               "status": [(s.name, s.available, s.reason, s.dropped_records) for s in last.collected.status]}
         if policy != "device":
-            row["largest_gaps"] = gaps(graph, plan, result.timeline, c, n)
-        rows[policy] = row
-        print(f"vgg19 b64 {policy:>6}: {timed[False]:.1f} ms without collectors, {timed[True]:.1f} ms with "
-              f"({row['overhead']:+.1%}); CUPTI htod {row['cupti_htod_bytes'] / 2**30:.2f} GiB/it vs plan "
-              f"{planned_in / 2**30:.2f}; dtoh {row['cupti_dtoh_bytes'] / 2**30:.2f} vs {planned_out / 2**30:.2f}; "
-              f"faulted pages {row['faulted_pages']:.0f}/it, fault groups {row['fault_groups']:.0f}/it; "
-              f"remote-mapped {row['remote_map_bytes'] / 2**20:.1f} MiB/it, thrashing "
-              f"{row['thrashing_bytes'] / 2**20:.1f} MiB/it, throttling {row['throttling']:.0f}/it; "
-              f"largest gaps {row.get('largest_gaps')}; kernels {row['kernels']:.0f}/it; {row['status']}", flush=True)
+            row["largest_gaps"] = gaps(graph, plan, last)
+        doc["policies"][policy] = row
+        print(f"vgg19 b64 {policy}: none {median['none']:.1f} ms, counted after {median['counted after']:.1f} ms "
+              f"({row['overhead']:+.1%}), counted throughout {median['counted throughout']:.1f} ms "
+              f"({row['overhead_counted_throughout']:+.1%}); counted iteration vs timed "
+              f"{row['counting_cost_in_run']:+.1%}", flush=True)
+        into.write_text(json.dumps(doc, indent=1, default=str))
     plan = compile_plan(graph, half, "uvm")
-    # uvm iterations vary by 10% or more from run to run, so the configurations take turns, `--reps` times,
-    # and each keeps its median
-    configs = {"none": None, "all": RunSettings(iterations=args.iterations, warmup=1),
-               "all, NVML every 200 ms": RunSettings(iterations=args.iterations, warmup=1, nvml_interval_s=0.2),
-               "all but faults": RunSettings(iterations=args.iterations, warmup=1,
-                                             collectors=("kernels", "migrations", "nvml")),
-               "all but NVML": RunSettings(iterations=args.iterations, warmup=1,
-                                           collectors=("kernels", "migrations", "faults")),
-               "kernels and migrations": RunSettings(iterations=args.iterations, warmup=1,
-                                                     collectors=("kernels", "migrations"))}
-    samples: dict[str, list[float]] = {label: [] for label in configs}
-    for _ in range(args.reps):
-        for label, settings in configs.items():
-            settings = settings or RunSettings(iterations=args.iterations, warmup=1, collect=False)
-            result = execute(graph, plan, settings)
-            samples[label].append(summarize(graph, plan, result.timeline)["iteration_ns"] / 1e6)
-    breakdown = {label: float(np.median(v)) for label, v in samples.items()}
-    for label, ms in breakdown.items():
-        print(f"uvm, collectors {label}: {ms:.1f} ms ({ms / breakdown['none'] - 1:+.1%}; runs {samples[label]})",
-              flush=True)
-    rows["uvm_breakdown_runs_ms"] = samples
-    rows["uvm"].update(without_ms=breakdown["none"], with_ms=breakdown["all"],
-                       overhead=breakdown["all"] / breakdown["none"] - 1)
-    rows["uvm_breakdown_ms"] = breakdown
-    result = execute(graph, plan, RunSettings(iterations=args.long, warmup=1, collect=True))
-    path = out / f"vgg19-b64-uvm-50pct-{args.long}it.measured.vms"
-    save_session(new_session(graph, plan, result.timeline, environment=result.environment,
-                             collected=result.collected), path, force=True)
-    rows["long_session_bytes"] = path.stat().st_size
-    print(f"{args.long}-iteration VGG-19 uvm session with collectors: {path.stat().st_size / 1e6:.1f} MB", flush=True)
-    (out / "bench_collectors.json").write_text(json.dumps(rows, indent=1, default=str))
+    for way in ("counted after", "counted throughout") if args.long else ():
+        result = execute(graph, plan, settings(way, args.long))
+        path = out / f"vgg19-b64-uvm-50pct-{args.long}it-{way.replace(' ', '-')}.measured.vms"
+        save_session(measured_session(graph, plan, result, notes=(f"bench_collectors: {way}",)), path, force=True)
+        doc.setdefault("long", {})[way] = {"iterations": args.long, "counted": result.timeline.counted,
+                            "bytes": path.stat().st_size}
+        print(f"{args.long}-iteration VGG-19 uvm session, {way}: {path.stat().st_size / 1e6:.2f} MB", flush=True)
+        path.unlink()
+        into.write_text(json.dumps(doc, indent=1, default=str))
     return 0
 
 

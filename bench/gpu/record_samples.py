@@ -11,15 +11,13 @@ the command, its exit status, its wall time and, for a refusal, `vmexplorer run`
 (a capacity below the model's minimum is refused, not recorded). The log is rewritten after every
 session, so a pass cut short keeps what it recorded.
 
-`--collectors PARTS` is passed to `vmexplorer run`. The timing passes behind the README's results table
-use `--collectors kernels,memcpy,nvml --log record_timing.json`: counting unified memory slows paging
-iterations by 17-47% (bench/results/h100), so the times compared there come from runs without it, and
-only their log is kept.
+`--collectors PARTS` is passed to `vmexplorer run`. Each run times its iterations without CUPTI's
+unified-memory counters and counts one more iteration after them (`vmexplorer run --counted`), so the
+samples' iteration times carry no counting cost and the README's results table is read from them.
 
-The samples in the repo come from three passes (`--out bench/results/h100/passes/passN`, N = 1..3, on
-the device), then, on any machine, `bench/pick_samples.py` (each configuration's median recording into
-sample_sessions/), `bench/repair_nvml_placement.py` (only for recordings made before the executor dropped
-NVML samples taken between iterations) and `bench/calibrate_samples.py`.
+The samples in the repo come from four passes (`--iterations 8 --out bench/results/h100/passes/passN`,
+N = 1..4, on the device), then, on any machine, `bench/pick_samples.py` (each configuration's median
+recording into sample_sessions/) and `bench/calibrate_samples.py`.
 """
 
 from __future__ import annotations

@@ -49,6 +49,10 @@ def test_cupti_never_counts_more_than_the_run_moved_and_the_session_says_how_muc
         "htod_share": summary["measured_htod_share"], "dtoh_share": summary["measured_dtoh_share"],
         "fault_groups": summary["measured_fault_groups"], "dropped": summary["measured_dropped_records"]})
     assert planned_in and planned_out, "the case must page"
+    # unified memory is counted in one iteration after the timed ones, which carry no counting cost
+    tl, c = result.timeline, result.collected
+    assert (tl.iterations, tl.counted, summary["iterations"]) == (4, 1, 3)
+    assert len(c.um_iteration) and c.um_iteration.min() == 3 and (c.kernel_iteration < 3).any()
     # NVML samples taken while the collectors drained between iterations have no place on the timeline
     t, tl = result.collected.nvml_t_ns, result.timeline
     assert len(t) and np.all(np.diff(t) >= 0) and t.max() <= max(tl.op_end_ns.max(), tl.memop_end_ns.max())

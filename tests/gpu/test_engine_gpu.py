@@ -61,7 +61,8 @@ def test_gradients_after_one_step_match_pytorch_autograd(model, batch, size, all
     from reference import reference_gradients
 
     graph = build_graph(model, batch, size)
-    result = _run(graph, "device", iterations=1, warmup=0, allow_tf32=allow_tf32, keep_weights=True)
+    # exactly one step: no iteration counted after it
+    result = _run(graph, "device", iterations=1, warmup=0, counted=0, allow_tf32=allow_tf32, keep_weights=True)
     masks = {k: v for k, v in result.weights.items() if k.endswith(".mask")}
     loss, truth = reference_gradients(graph, masks, allow_tf32=False, float64=True)
     names = sorted(truth)

@@ -39,7 +39,8 @@ def test_a_queued_gpu_run_comes_back_as_a_measured_session_with_collector_record
         assert seen_second_queued, "the second run should wait in line, number 1, while the first runs"
         session = session_from_bytes(done.result)
         assert session.summary["bytes_to_device"] > 0, "the plan should page for this test to mean anything"
-        assert session.timeline.source == "measured" and session.timeline.iterations == 3
+        assert session.timeline.source == "measured" and session.timeline.timed_iterations == 3
+        assert session.timeline.counted == 1  # unified memory counted after the timed iterations
         assert session.plan.policy == "autovm" and session.collected is not None
         assert {st.name: st.available for st in session.collected.status}.get("cupti")
         later = queue.wait(second, timeout=300)

@@ -69,6 +69,8 @@ class CuptiCollector:
         self.unreadable = 0  # records that raised when read (counted in dropped)
         self.unexpected = 0  # records of a kind this collector did not enable (ignored)
         self._stopped = False
+        self._um_taken: tuple[str, ...] = ()  # the counters CUPTI accepted
+        self._um_kind_enabled = False
         self._um_kind: Any = None
         self._kernel_kinds: set[Any] = set()
         self._um_names: dict[int, str] = {}
@@ -105,6 +107,7 @@ class CuptiCollector:
             if self.want_um:
                 self._configure_unified_memory(cupti)
                 self._enable(cupti.ActivityKind.UNIFIED_MEMORY_COUNTER)
+                self._um_kind_enabled = True
             if self.want_kernels:
                 self._enable(cupti.ActivityKind.CONCURRENT_KERNEL)
             if self.want_memcpy:
@@ -121,6 +124,7 @@ class CuptiCollector:
         naming the rest in the reason (a driver may not know a newer kind such as REMOTE_MAP)."""
         try:
             self._configure(cupti, self.want_um)
+            self._um_taken = tuple(self.want_um)
             return
         except Exception:
             pass
@@ -134,6 +138,7 @@ class CuptiCollector:
                 refused.append(f"{name} ({type(e).__name__})")
         if not taken:
             raise RuntimeError("no unified-memory counter could be configured: " + ", ".join(refused))
+        self._um_taken = tuple(taken)
         self.note = "unified-memory counters refused: " + ", ".join(refused)
 
     def _configure(self, cupti: Any, names: tuple[str, ...] | list[str], enable: int = 1) -> None:
@@ -145,6 +150,23 @@ class CuptiCollector:
         for i, kind in enumerate(kinds):
             config[i].kind = kind
         cupti.activity_configure_unified_memory_counter(config.ptr, len(kinds))
+
+    def counting(self, on: bool) -> None:
+        """Unified-memory counting on or off between iterations, the other records untouched. CUPTI
+        follows only managed memory allocated after its counters were first enabled, so `start()`
+        enables them before the run allocates and a run that times its iterations without them switches
+        them off here, then on again for the iterations it counts."""
+        if not (self.available and self.want_um) or self._um_kind_enabled is on:
+            return
+        kind = self._cupti.ActivityKind.UNIFIED_MEMORY_COUNTER
+        if on:
+            self._configure(self._cupti, self._um_taken)
+            self._enable(kind)
+        else:
+            self._cupti.activity_disable(kind)
+            self._kinds.remove(kind)
+            self._configure(self._cupti, self._um_taken, enable=0)
+        self._um_kind_enabled = on
 
     def switched_off(self) -> list[tuple[str, str]]:
         """(status name, reason) for each part of CUPTI's records this run was asked not to collect, so a
@@ -221,10 +243,10 @@ class CuptiCollector:
             self._cupti.activity_flush_all(1)
             for kind in self._kinds:
                 self._cupti.activity_disable(kind)
-            if self.want_um and self._kinds:
+            if self._um_taken and self._um_kind_enabled:
                 # counters stay configured in the process: switch them off so a later run that asks
                 # for fewer does not inherit them
-                self._configure(self._cupti, self.want_um, enable=0)
+                self._configure(self._cupti, self._um_taken, enable=0)
             self._kinds.clear()
             if FLUSH_PERIOD_MS:
                 self._cupti.activity_flush_period(0)

@@ -47,6 +47,11 @@ class RunSettings:
     autotune: bool = False  # time every cuDNN plan once per shape and keep the fastest
     collect: bool = True  # CUPTI and NVML collectors (each reports itself unavailable rather than fail)
     collectors: tuple[str, ...] = COLLECTOR_PARTS  # which parts, when collect: see COLLECTOR_PARTS
+    # Iterations run after the timed ones with CUPTI's unified-memory counters on (when "migrations" or
+    # "faults" is collected). Counting slows paging itself (on the H100, VGG-19 at 50%: uvm +47%, autovm
+    # +17%, inside one run), so the timed iterations run without it and these show what it sees.
+    # 0 counts in every iteration instead, the timed ones included.
+    counted: int = 1
     nvml_interval_s: float = 0.02  # NVML's PCIe counters integrate over 20 ms: sampling faster repeats them
     keep_weights: bool = False  # return persistent tensors, weight gradients and dropout masks at the end
 
@@ -86,11 +91,12 @@ def execute(graph: Graph, plan: Plan, settings: RunSettings = RunSettings(),
     # so the collectors start before the arena
     managed = plan.policy != "device"
     counts_migrations = settings.collect and bool({"migrations", "faults"} & set(settings.collectors))
-    if managed and counts_migrations and not _PAGED_UNCOUNTED:
+    if managed and counts_migrations and settings.counted == 0 and not _PAGED_UNCOUNTED:
         # Measured on the H100 (VGG-19, uvm at 50%): in a process whose first paging ran under CUPTI's
         # unified-memory counters, they reported about half the bytes evicted, run after run; after one
         # paging run without them, every byte. So the first counted run of a process pages once uncounted.
         # Other configurations lose records even so (`collected.migration_shares` says how many).
+        # A run with counted iterations pages uncounted first anyway: its warm-up and timed iterations.
         execute(graph, plan, replace(settings, iterations=1, warmup=0, collect=False, keep_weights=False))
     collectors = _start_collectors(settings.collectors, settings.nvml_interval_s) if settings.collect else []
     try:
@@ -122,12 +128,17 @@ def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena, settings: RunSettings,
     ranges = gpu.Ranges()
     loss = graph.tensor_id("loss.value")
     clock = collectors[0].clock if collectors else None
+    cupti = next((c for c in collectors if c.name == "cupti"), None)
+    counted = settings.counted if cupti is not None and cupti.want_um and cupti.available else 0
     records, losses = [], []
-    total = settings.warmup + settings.iterations
+    timed = settings.warmup + settings.iterations
+    total = timed + counted
     try:
         for it in range(total):
             if should_stop is not None and should_stop():
                 break
+            if counted and cupti is not None:
+                cupti.counting(it >= timed)
             attrs = [op_attrs(graph, k, iteration=it, seed=settings.seed, lr=settings.lr,
                               momentum=settings.momentum, allow_tf32=settings.allow_tf32,
                               deterministic=settings.deterministic, autotune=settings.autotune)
@@ -141,7 +152,7 @@ def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena, settings: RunSettings,
                 c.flush()
             losses.append(float(arena.views[loss].get()))
             if it >= settings.warmup:
-                records.append({**events, "t0": t0})
+                records.append({**events, "t0": t0, "counted": it >= timed})
             if progress is not None:
                 progress(it + 1, total, losses[-1])
     finally:
@@ -152,6 +163,7 @@ def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena, settings: RunSettings,
         weights = {t.name: arena.views[i].get() for i, t in enumerate(graph.tensors)
                    if t.persistent or t.name.endswith((".weight.grad", ".bias.grad", ".mask"))}
     timeline, offsets, lengths = _timeline(cp, graph, plan, records)
+    timeline = replace(timeline, counted=sum(r["counted"] for r in records))
     collected = _collected(collectors, [r["t0"] for r in records], offsets, lengths) if settings.collect else None
     return RunResult(timeline, tuple(losses[settings.warmup:]), gpu.environment(), weights, collected)
 
