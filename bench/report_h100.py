@@ -221,30 +221,60 @@ def variation() -> list[str]:
     return rows
 
 
+def nvml_estimate(session) -> tuple[float, float] | None:
+    """NVML's PCIe throughput integrated over each recorded iteration, in bytes each way (to the
+    device, to the host), the mean over iterations; None without NVML samples. Crude: each sample is
+    the rate over NVML's own 20 ms window, and the sampler reads one every ~60 ms (each throughput query
+    blocks for its window), so the sum stretches a third of the time over all of it. It is a check on
+    CUPTI that shares nothing with it, not a measurement of record."""
+    c, tl = session.collected, session.timeline
+    if c is None or not c.available("nvml") or len(c.nvml_t_ns) < 2:
+        return None
+    t = c.nvml_t_ns.astype(np.float64)
+    its = tl.iteration_ns().astype(np.float64)
+    starts = np.concatenate([[0.0], np.cumsum(its)[:-1]])
+    ways = []
+    for rate in (c.nvml_pcie_rx_bytes_per_s, c.nvml_pcie_tx_bytes_per_s):
+        per = []
+        for a, d in zip(starts, its):
+            m = np.flatnonzero((t >= a) & (t < a + d))
+            if len(m) > 1:
+                per.append(float((rate[m[1:]] * np.diff(t[m]) / 1e9).sum()))
+        ways.append(float(np.mean(per)) if per else 0.0)
+    return ways[0], ways[1]
+
+
 def cupti_vs_engine() -> list[str]:
     """CUPTI's bytes each way in every measured sample session against what the engine moved (the
-    plan's transfers, which the capacity emulation carries out exactly): how complete CUPTI's counts are."""
+    plan's transfers, which the capacity emulation carries out exactly) and against NVML's PCIe
+    counters: how complete CUPTI's counts are."""
     sys.path.insert(0, str(HERE.parents[2]))
     from vmexplorer.session import load_session
 
     rows = ["", "## CUPTI's migration counts in the sample sessions", "",
             "Each sample was recorded by `vmexplorer run` in a process of its own. Per iteration (medians; "
-            "CUPTI's figures from the iteration counted after the timed ones where the session has one):", "",
+            "CUPTI's figures from the iteration counted after the timed ones where the session has one). The "
+            "last column is NVML's PCIe throughput integrated over each iteration (mean over iterations; "
+            "crude: `nvml_estimate` in `bench/report_h100.py` says why), a check that shares nothing with CUPTI: "
+            "where it finds about the engine's bytes each way and CUPTI finds fewer, CUPTI lost records of "
+            "bytes that did move.", "",
             "| session | engine to host | CUPTI to host | engine to device | CUPTI to device | CUPTI's share, "
-            "in / out | CUPTI fault groups |",
-            "|---|---:|---:|---:|---:|---:|---:|"]
+            "in / out | CUPTI fault groups | NVML PCIe to device / to host |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for path in sorted((HERE.parents[2] / "sample_sessions").glob("*.measured.vms")):
-        m = load_session(path).summary
+        session = load_session(path)
+        m = session.summary
         if not m.get("bytes_to_host"):
             continue
         gib = {k: m.get(k, 0) / 2**30 for k in ("bytes_to_host", "measured_bytes_dtoh", "bytes_to_device",
                                                  "measured_bytes_htod")}
+        nvml = nvml_estimate(session)
         rows.append(f"| {path.name} | {gib['bytes_to_host']:.2f} GiB | {gib['measured_bytes_dtoh']:.2f} GiB "
                     f"| {gib['bytes_to_device']:.2f} GiB | {gib['measured_bytes_htod']:.2f} GiB "
                     f"| {m.get('measured_htod_share', '-')} / {m.get('measured_dtoh_share', '-')} "
-                    f"| {m.get('measured_fault_groups', '-')} |")
+                    f"| {m.get('measured_fault_groups', '-')} "
+                    f"| {'-' if nvml is None else f'{nvml[0] / 2**30:.2f} / {nvml[1] / 2**30:.2f} GiB'} |")
     return rows
-
 
 if __name__ == "__main__":
     sys.exit(main())
