@@ -82,12 +82,13 @@ def eviction_rates(samples: Path) -> list[str]:
     """Per model, the bandwidth of evictions of 16 MiB or more made alone (synchronously, `uvm` at 50%)
     and beside compute (asynchronously, `autovm` at 50%): the model assumes they are the same."""
     from vmexplorer.plan import Direction, Mode
+    from vmexplorer.records import timed_only
 
     out = []
     by_model: dict[str, dict[str, float]] = {}
     for path in sorted(samples.glob("*-50pct.measured.vms")):
         s = load_session(path)
-        tl, memops = s.timeline, s.plan.memops
+        tl, memops = timed_only(s.timeline), s.plan.memops
         rows = [r for r, i in enumerate(tl.memop_index) if memops[i].direction is Direction.TO_HOST
                 and memops[i].mode is not Mode.FAULT and memops[i].nbytes >= 16 << 20]
         if rows and s.plan.policy in ("uvm", "autovm"):
@@ -98,6 +99,18 @@ def eviction_rates(samples: Path) -> list[str]:
         if len(rates) == 2:
             out.append(f"- {model}, evictions of 16 MiB or more: {rates['uvm']:.1f} GB/s alone (`uvm`), "
                        f"{rates['autovm']:.1f} GB/s beside compute (`autovm`)")
+    # each paging sample's own cost model (bench/calibrate_samples.py fits it to that run): how far the
+    # rate every prediction leans on moves from one process to the next
+    fitted: dict[str, list[float]] = {}
+    for path in sorted(samples.glob("*pct.measured.vms")):
+        s = load_session(path)
+        if s.cost_model is not None and s.plan.policy in ("uvm", "autovm"):
+            fitted.setdefault(f"{s.graph.model} b{s.graph.batch}", []).append(s.cost_model.evict_bytes_per_ns)
+    for model, rates in fitted.items():
+        if len(rates) > 1:
+            out.append(f"- {model}: the eviction rate fitted to each paging sample on its own runs from "
+                       f"{min(rates):.1f} to {max(rates):.1f} GB/s over its {len(rates)} samples, each a process "
+                       "of its own: a prediction carries one of them to all")
     return out
 
 
