@@ -46,7 +46,7 @@ def main() -> int:
     for g in grads:
         out.append(f"| {g['case']} | {g['engine_error']:.2e} | {g['pytorch_error']:.2e} |")
     out += collectors_section() + every_iteration_section()
-    out += counting_cost() + cupti_vs_engine() + lost_records() + variation()
+    out += counting_cost() + placement_check() + cupti_vs_engine() + lost_records() + variation()
     print("\n".join(out))
     return 0
 
@@ -218,6 +218,30 @@ def variation() -> list[str]:
         rows += [f"| {k} | {v['median_ms']:.1f} ms | {v['spread']:.2f} |" for k, v in g.items()]
         rows += ["", "Pausing it did not steady the iterations, so it is not what makes ResNet-50's host-bound "
                      "iterations vary."]
+    return rows
+
+
+def placement_check() -> list[str]:
+    """CUPTI's raw unified-memory rows before they are placed on the timeline
+    (bench/gpu/diagnose_um_placement.py): whether the bytes it seems to miss are lost on our side."""
+    path = HERE / "diagnose_um_placement.json"
+    if not path.exists():
+        return []
+    rows = ["", "## CUPTI's rows before placement (`bench/gpu/diagnose_um_placement.py`)", "",
+            "VGG-19 b64, `uvm` at 50%, 2 timed iterations after 1 warm-up: CUPTI's unified-memory rows as the "
+            "collector took them, before the timeline places them. Bytes per recorded iteration (by the record's "
+            "start), and bytes of records that start before the first recorded iteration (placement drops them):",
+            "", "| counted | to device per iteration | before the first | plan to device | to host per iteration "
+            "| plan to host | records | dropped (CUPTI) |", "|---|---|---:|---:|---|---:|---:|---:|"]
+    for r in json.loads(path.read_text()):
+        way = "after the timed iterations" if r["counted"] else "in every iteration"
+        rows.append(f"| {way} | {', '.join(f'{x:.2f}' for x in r['htod']['per_iteration_gib'])} GiB "
+                    f"| {r['htod']['before_first_gib']:.2f} GiB | {r['plan_htod_gib']:.2f} GiB "
+                    f"| {', '.join(f'{x:.2f}' for x in r['dtoh']['per_iteration_gib'])} GiB "
+                    f"| {r['plan_dtoh_gib']:.2f} GiB | {r['records']} | {r['dropped']} |")
+    rows += ["", "Counted after the timed iterations, nothing starts before the first recorded iteration: the bytes "
+                 "to the device that CUPTI's records lack never reached the collector. (Counted in every iteration, "
+                 "the rows before the first are the warm-up's.)"]
     return rows
 
 
