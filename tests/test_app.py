@@ -385,6 +385,12 @@ def test_a_measured_session_is_drawn_one_iteration_at_a_time_the_median_first_an
     assert int(view.iteration.value) <= s.timeline.timed_iterations
     notes = [d.text for d in view.timeline.object.select({"name": "collector_notes"})]
     assert any(f"counted unified memory in iteration {n} only" in t for t in notes)
+    from bokeh.models import Plot
+
+    view.iteration.value = str(n)  # the counted iteration says in its title that it ran slower
+    titles = [p.title.text for p in view.timeline.object.select({"type": Plot}) if p.title is not None]
+    assert any("(unified memory counted: slower than the timed ones)" in t for t in titles)
+    assert list(view.timeline.object.select({"name": "measured_htod"}))
     ops = next(iter(view.timeline.object.select({"name": "ops"}))).data_source.data
     assert len(ops["left"]) == len(s.graph.ops)  # one iteration's ops
     view.iteration.value = ALL_ITERATIONS

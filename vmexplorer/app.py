@@ -428,6 +428,8 @@ class AppView:
         if self.iteration.value != ALL_ITERATIONS and s.timeline.iterations > 1:
             shown = iteration_view(s, int(self.iteration.value) - 1)
             which = f", iteration {self.iteration.value} of {s.timeline.iterations}"
+            if int(self.iteration.value) > s.timeline.timed_iterations:
+                which += " (unified memory counted: slower than the timed ones)"
         self._drawn = shown
         title = f"{self.state.origin}: {s.plan.policy} on {s.graph.model}, {s.timeline.source}{which}"
         fig = timeline_figure(shown, self.x_axis.value, editable=True, title=title)
