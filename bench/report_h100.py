@@ -46,7 +46,7 @@ def main() -> int:
     for g in grads:
         out.append(f"| {g['case']} | {g['engine_error']:.2e} | {g['pytorch_error']:.2e} |")
     out += collectors_section() + every_iteration_section()
-    out += counting_cost() + placement_check() + cupti_vs_engine() + lost_records() + variation()
+    out += counting_cost() + placement_check() + cupti_vs_engine() + lost_records() + variation() + host_variance()
     print("\n".join(out))
     return 0
 
@@ -298,6 +298,31 @@ def cupti_vs_engine() -> list[str]:
                     f"| {m.get('measured_htod_share', '-')} / {m.get('measured_dtoh_share', '-')} "
                     f"| {m.get('measured_fault_groups', '-')} "
                     f"| {'-' if nvml is None else f'{nvml[0] / 2**30:.2f} / {nvml[1] / 2**30:.2f} GiB'} |")
+    return rows
+
+
+def host_variance() -> list[str]:
+    """ResNet-50 b64 under `device`, each collector alone, in three processes
+    (bench/gpu/diagnose_host_variance.py): whether a collector makes a host-bound run vary."""
+    path = HERE / "diagnose_host_variance.jsonl"
+    if not path.exists():
+        return []
+    runs = [json.loads(line) for line in path.read_text().splitlines() if line]
+    ways: dict[str, list[dict]] = {}
+    for r in runs:
+        ways.setdefault(r["way"], []).append(r)
+    rows = ["", "## A run with no paging, from run to run (`bench/gpu/diagnose_host_variance.py`)", "",
+            f"ResNet-50 b64 under `device` (host-bound: many small ops launched from Python), "
+            f"{len({r['process'] for r in runs})} processes, each running every way in turn "
+            f"{max(r['rep'] for r in runs) + 1} times:", "",
+            "| collectors | runs | median of the runs' medians | range of the runs' medians "
+            "| largest slowest/fastest iteration in a run |", "|---|---:|---:|---:|---:|"]
+    for way, rs in ways.items():
+        medians = [r["median_ms"] for r in rs]
+        rows.append(f"| {way} | {len(rs)} | {np.median(medians):.1f} ms | {min(medians):.1f}-{max(medians):.1f} ms "
+                    f"| {max(r['spread'] for r in rs):.2f} |")
+    rows += ["", "No collector, NVML's sampler thread included, moves the run by more than it varies without "
+                 "any: the variation is the host's, and it is there in one process as much as between them."]
     return rows
 
 if __name__ == "__main__":
