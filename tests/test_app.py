@@ -382,6 +382,9 @@ def test_a_measured_session_is_drawn_one_iteration_at_a_time_the_median_first_an
     # the sample counted unified memory in its last iteration, after the timed ones: named in the list,
     # and the timed iteration drawn first says where CUPTI's migrations are
     assert s.timeline.counted == 1 and list(view.iteration.options)[-1] == f"{n} (UM counted)"
+    rows = {r["figure"]: r["value"] for r in view.state.summary_rows()}
+    assert rows["iterations timed"] == str(n - 1)
+    assert rows["iterations counting unified memory (after the timed ones, slower)"] == "1"
     assert int(view.iteration.value) <= s.timeline.timed_iterations
     notes = [d.text for d in view.timeline.object.select({"name": "collector_notes"})]
     assert any(f"counted unified memory in iteration {n} only" in t for t in notes)
@@ -403,3 +406,5 @@ def test_a_measured_session_is_drawn_one_iteration_at_a_time_the_median_first_an
     src.data = data  # a drag in the shown iteration re-plans like any other
     assert view.state.session.plan.policy == "manual" and view.state.message == ""
     assert not view.iteration.visible  # the simulated edit has one iteration
+    counting = "iterations counting unified memory (after the timed ones, slower)"
+    assert counting not in [r["figure"] for r in view.state.summary_rows()]  # a simulation counts nothing

@@ -29,7 +29,7 @@ from .policies import POLICIES, compile_plan, non_default_options, reuse_gaps
 from .residency import next_use
 from .session import Session, SessionError, load_session, new_session, session_from_bytes
 from .simulator import simulate
-from .timeline import SUMMARY_ROWS
+from .timeline import SUMMARY_ROWS, summary_items
 from .units import format_bytes, format_ns, parse_bytes
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_sessions"
@@ -193,8 +193,7 @@ class AppState(param.Parameterized):
         if s is None:
             return []
         fig, source = s.summary, s.timeline.source
-        rows = [{"figure": label, "value": fmt(fig[key]), "source": source}
-                for key, label, fmt in SUMMARY_ROWS if key in fig]
+        rows = [{"figure": label, "value": value, "source": source} for _, label, value in summary_items(fig)]
         for policy in ("device", "uvm"):
             base = self._baseline(policy)
             if base is None:
@@ -219,7 +218,7 @@ class AppState(param.Parameterized):
         sa, sb = a.summary, b.summary
         rows = [{"figure": "source", "a": str(sa["source"]), "b": str(sb["source"]), "b/a": ""}]
         for key, label, fmt in SUMMARY_ROWS:
-            if key in sa and key in sb and key != "iterations":
+            if key in sa and key in sb and key not in ("iterations", "counted_iterations"):
                 va, vb = sa[key], sb[key]
                 ratio = f"{vb / va:.2f}" if isinstance(va, int | float) and va else ""
                 rows.append({"figure": label, "a": fmt(va), "b": fmt(vb), "b/a": ratio})

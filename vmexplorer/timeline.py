@@ -176,7 +176,7 @@ def _legend(ops: Any, memops: Any, markers: list[Any]) -> Legend:
 def summary_table(session: Session) -> Div:
     """The figures a person compares, labelled simulated or measured."""
     s: dict[str, Any] = session.summary
-    rows = [(label, fmt(s[key])) for key, label, fmt in SUMMARY_ROWS if key in s]
+    rows = [(label, value) for _, label, value in summary_items(s)]
     body = "".join(f"<tr><td>{k}</td><td style='text-align:right'>{v}</td></tr>" for k, v in rows)
     p = session.plan
     # names come from session files people share: escape them, a Div renders HTML
@@ -195,8 +195,15 @@ SUMMARY_ROWS = (
     ("peak_resident_bytes", "peak resident", format_bytes),
     ("capacity_bytes", "capacity (emulated)", format_bytes),
     ("footprint_bytes", "footprint (no paging)", format_bytes),
-    ("iterations", "iterations recorded", str),
+    ("iterations", "iterations timed", str),
+    ("counted_iterations", "iterations counting unified memory (after the timed ones, slower)", str),
 )
+
+
+def summary_items(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(key, label, value) of the summary figures a session has; counted iterations only when there are some."""
+    return [(key, label, fmt(summary[key])) for key, label, fmt in SUMMARY_ROWS
+            if key in summary and not (key == "counted_iterations" and not summary[key])]
 
 
 def _axis(session: Session, mode: str) -> _Axis:
@@ -310,7 +317,8 @@ def _measured(session: Session, axis: _Axis, lanes: Any) -> list[Any]:
     if c is None:
         return [Div(text="<i>Recorded without collectors: no CUPTI or NVML lanes.</i>", name="collector_notes")]
     out: list[Any] = []
-    missing = [f"<b>{escape(st.name)}</b>: {escape(st.reason)}" for st in c.status if not st.available]
+    missing = [f"<b>{escape(COLLECTOR_LABELS.get(st.name, st.name))}</b>: {escape(st.reason)}"
+               for st in c.status if not st.available]
     if missing:
         out.append(Div(text="<i>Not recorded here</i> " + "; ".join(missing), name="collector_notes"))
     if c.available("um"):
@@ -318,6 +326,12 @@ def _measured(session: Session, axis: _Axis, lanes: Any) -> list[Any]:
     if c.available("nvml") and len(c.nvml_t_ns):
         out.append(_pcie(session, axis, lanes))
     return out
+
+
+# what a collector status names, in words for the page (the names are the session file's)
+COLLECTOR_LABELS = {"cupti": "CUPTI", "cupti_um": "CUPTI's migration counters",
+                    "cupti_faults": "CUPTI's page-fault records", "cupti_kernels": "CUPTI's kernel records",
+                    "cupti_memcpy": "CUPTI's memory-copy records", "nvml": "NVML", "nvtx": "NVTX"}
 
 
 def _coverage(session: Session) -> str:
