@@ -132,3 +132,20 @@ def test_a_record_that_cannot_be_read_is_counted_as_dropped_and_the_rest_of_the_
     assert c.rows["um_start"] == [10, 30] and c.rows["kernel_name"] == ["conv"]
     assert (c.rows["memcpy_kind"], c.rows["memcpy_value"], c.rows["memcpy_stream"]) == (["dtoh"], [4], [7])
     assert c.unreadable == 1
+
+
+def test_counting_that_cannot_be_switched_mid_run_names_the_unified_memory_figures_missing_and_does_not_raise():
+    from types import SimpleNamespace
+
+    def refuse(*_):
+        raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
+
+    c = CuptiCollector(faults=False)
+    c.available, c._um_kind_enabled, c._um_taken = True, True, ("BYTES_TRANSFER_HTOD",)
+    c._cupti = SimpleNamespace(ActivityKind=SimpleNamespace(UNIFIED_MEMORY_COUNTER=1), activity_disable=refuse)
+    c.counting(False)  # off for the timed iterations: refused
+    c.counting(True)  # and nothing more is tried
+    assert "refused to switch its unified-memory counters off" in c.counting_failed
+    names = [name for name, _ in c.switched_off()]
+    assert names == ["cupti_faults", "cupti_um"]  # each once: faults was switched off already
+    assert dict(c.switched_off())["cupti_um"] == c.counting_failed

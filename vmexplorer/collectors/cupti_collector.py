@@ -71,6 +71,7 @@ class CuptiCollector:
         self._stopped = False
         self._um_taken: tuple[str, ...] = ()  # the counters CUPTI accepted
         self._um_kind_enabled = False
+        self.counting_failed = ""  # why unified-memory counting could not be switched mid-run, if it could not
         self._um_kind: Any = None
         self._kernel_kinds: set[Any] = set()
         self._um_names: dict[int, str] = {}
@@ -156,28 +157,37 @@ class CuptiCollector:
         follows only managed memory allocated after its counters were first enabled, so `start()`
         enables them before the run allocates and a run that times its iterations without them switches
         them off here, then on again for the iterations it counts."""
-        if not (self.available and self.want_um) or self._um_kind_enabled is on:
+        if not (self.available and self.want_um) or self._um_kind_enabled is on or self.counting_failed:
             return
         kind = self._cupti.ActivityKind.UNIFIED_MEMORY_COUNTER
-        if on:
-            self._configure(self._cupti, self._um_taken)
-            self._enable(kind)
-        else:
-            self._cupti.activity_disable(kind)
-            self._kinds.remove(kind)
-            self._configure(self._cupti, self._um_taken, enable=0)
+        try:
+            if on:
+                self._configure(self._cupti, self._um_taken)
+                self._enable(kind)
+            else:
+                self._cupti.activity_disable(kind)
+                self._kinds.remove(kind)
+                self._configure(self._cupti, self._um_taken, enable=0)
+        except Exception as e:  # the run goes on; its unified-memory figures are named as missing
+            self.counting_failed = f"CUPTI refused to switch its unified-memory counters {'on' if on else 'off'} " \
+                                   f"between iterations: {type(e).__name__}: {e}"
+            return
         self._um_kind_enabled = on
 
     def switched_off(self) -> list[tuple[str, str]]:
-        """(status name, reason) for each part of CUPTI's records this run was asked not to collect, so a
-        session never reads a zero from a counter that was off as "none happened"."""
+        """(status name, reason) for each part of CUPTI's records this run was asked not to collect, or
+        that it could not count, so a session never reads a zero from a counter that was off as "none
+        happened"."""
         why = "switched off for this run (--collectors)"
-        return [(name, f"{what} {why}") for name, what, on in (
+        off = [(name, f"{what} {why}") for name, what, on in (
             ("cupti_kernels", "kernel records", self.want_kernels),
             ("cupti_um", "migration counters", bool(set(MIGRATION_COUNTERS) & set(self.want_um))),
             ("cupti_faults", "GPU page-fault records", bool(set(FAULT_COUNTERS) & set(self.want_um))),
             ("cupti_memcpy", "memory-copy records", self.want_memcpy),
         ) if not on]
+        named = {name for name, _ in off}
+        return off + [(name, self.counting_failed) for name in ("cupti_um", "cupti_faults")
+                      if self.counting_failed and name not in named]
 
     def _enable(self, kind: Any) -> None:
         self._cupti.activity_enable(kind)
