@@ -95,6 +95,8 @@ BAD_INPUTS = {
     "run with an unknown collector": ["run", *HALF, "--policy", "uvm", "--out", "{tmp}/run.vms",
                                       "--collectors", "kernels,sonar"],
     "run with no collector named": ["run", *HALF, "--policy", "uvm", "--out", "{tmp}/run.vms", "--collectors", ","],
+    "run counting a negative number of iterations": ["run", *HALF, "--policy", "uvm", "--out", "{tmp}/run.vms",
+                                                     "--counted", "-1"],
     "calibrate a simulated session": ["calibrate", "{uvm}", "--out", "{tmp}/c.vms"],
     "calibrate a paging session without --device": ["calibrate", "{sample}/vgg19-b64-uvm-50pct.measured.vms",
                                                     "--out", "{tmp}/c.vms"],
