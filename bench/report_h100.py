@@ -94,16 +94,20 @@ def collectors_section() -> list[str]:
                        f"| {cu.get('faulted_pages', 0)} | {cu.get('fault_groups', 0)} |")
     gaps = p.get("uvm", {}).get("largest_gaps")
     if gaps:
-        out += ["", "Under `uvm`, the ops where CUPTI saw the fewest bytes arrive against what the plan faults in "
-                    "or prefetches for them (the last counted iteration):", "",
-                "| op | plan | CUPTI | fault groups |", "|---|---:|---:|---:|"]
-        out += [f"| {g['op']} | {g['planned'] / 2**20:.0f} MiB | {g['cupti'] / 2**20:.0f} MiB "
-                f"| {g['fault_groups']} |" for g in gaps]
+        out += gaps_table(gaps, "the last counted iteration")
     for way, r in c.get("long", {}).items():
         out += ["", f"A {r['iterations']}-iteration VGG-19 `uvm` session with every collector on, counted {way[8:]}: "
                     f"{r['bytes'] / 1e6:.2f} MB."]
     return out
 
+
+def gaps_table(gaps: list[dict], when: str) -> list[str]:
+    """The ops where CUPTI saw the fewest bytes arrive under `uvm`, as bench_collectors.py lists them."""
+    return ["", "Under `uvm`, the ops where CUPTI saw the fewest bytes arrive against what the plan faults in "
+                f"or prefetches for them ({when}):", "",
+            "| op | plan | CUPTI | fault groups |", "|---|---:|---:|---:|",
+            *(f"| {g['op']} | {g['planned'] / 2**20:.0f} MiB | {g['cupti'] / 2**20:.0f} MiB | {g['fault_groups']} |"
+              for g in gaps)]
 
 def every_iteration_section() -> list[str]:
     """The collectors' benchmark from before runs counted unified memory apart from their timed
@@ -112,14 +116,13 @@ def every_iteration_section() -> list[str]:
     if not path.exists():
         return []
     c = json.loads(path.read_text())
-    out: list[str] = []
-    out += ["", "### Before: unified memory counted in every iteration", "",
-            "An earlier version of `bench/gpu/bench_collectors.py`, before runs counted unified memory in "
+    out = ["", "### Before: unified memory counted in every iteration", "",
+           "An earlier version of `bench/gpu/bench_collectors.py`, before runs counted unified memory in "
            "iterations of their own. VGG-19 b64, `uvm` and `autovm` at 50%, `device` with the whole "
            "footprint; per iteration.", "",
-            "| policy | without collectors | with | overhead | CUPTI to device | plan to device | CUPTI to host "
-            "| plan to host | remote-mapped | faulted pages | fault groups |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "| policy | without collectors | with | overhead | CUPTI to device | plan to device | CUPTI to host "
+           "| plan to host | remote-mapped | faulted pages | fault groups |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for policy in ("device", "uvm", "autovm"):
         r = c[policy]
         out.append(f"| {policy} | {r['without_ms']:.1f} ms | {r['with_ms']:.1f} ms | {r['overhead']:+.1%} "
@@ -135,11 +138,7 @@ def every_iteration_section() -> list[str]:
         out += [f"| {label} | {v:.1f} ms | {v / b['none'] - 1:+.1%} |" for label, v in b.items()]
     gaps = c.get("uvm", {}).get("largest_gaps")
     if gaps:
-        out += ["", "Under `uvm`, the ops where CUPTI saw the fewest bytes arrive against what the plan faults "
-                    "in or prefetches for them (per iteration):", "",
-                "| op | plan | CUPTI | fault groups |", "|---|---:|---:|---:|"]
-        out += [f"| {g['op']} | {g['planned'] / 2**20:.0f} MiB | {g['cupti'] / 2**20:.0f} MiB "
-                f"| {g['fault_groups']} |" for g in gaps]
+        out += gaps_table(gaps, "per iteration")
     out += ["", f"A 20-iteration VGG-19 `uvm` session with every collector on: "
                 f"{c['long_session_bytes'] / 1e6:.1f} MB."]
     runs = c.get("uvm_breakdown_runs_ms", {})

@@ -386,8 +386,8 @@ def collected_summary(timeline: Timeline, collected: Collected) -> dict[str, flo
     whose collector was unavailable are left out rather than reported as zeros."""
     c = collected
     n = max(timeline.iterations, c.iterations, 1)
-    timed = np.arange(min(timeline.timed_iterations, n)) if timeline.counted else np.arange(n)
-    counted = np.arange(timeline.timed_iterations, n) if timeline.counted else np.arange(n)
+    split = timeline.timed_iterations if timeline.counted else 0  # with none counted, every iteration both
+    timed, counted = np.arange(split or n), np.arange(split, n)
     out: dict[str, float | int | str] = {}
 
     def median(iteration: np.ndarray, values: np.ndarray, over: np.ndarray = timed) -> int:

@@ -76,27 +76,26 @@ class Timeline:
 
 def summarize(graph: Graph, plan: Plan, timeline: Timeline) -> dict[str, float | int | str]:
     """The figures a person compares: per iteration, the median (or the mean) over the timed iterations."""
-    tl = timeline
-    its = tl.timed_ns()
-    n = max(tl.timed_iterations, 1)
-    ops, mems = tl.op_iteration < n, tl.memop_iteration < n
+    its = timeline.timed_ns()  # each timed iteration runs to the next one's start, counted or not
+    tl = timed_only(timeline)
+    n = max(tl.iterations, 1)
     moved = {Direction.TO_HOST: 0, Direction.TO_DEVICE: 0}
-    for i in tl.memop_index[mems]:
+    for i in tl.memop_index:
         m = plan.memops[int(i)]
         if m.mode is not Mode.FAULT:
             moved[m.direction] += m.nbytes
-    fault_bytes = int(tl.op_fault_bytes[ops].sum())
+    fault_bytes = int(tl.op_fault_bytes.sum())
     return {
         "source": tl.source,
-        "iterations": tl.timed_iterations,
-        "counted_iterations": tl.iterations - tl.timed_iterations,
+        "iterations": tl.iterations,
+        "counted_iterations": timeline.iterations - tl.iterations,
         "iteration_ns": int(np.median(its)) if len(its) else 0,
-        "stall_ns": int(tl.op_stall_ns[ops].sum()) // n,
-        "busy_ns": int((tl.op_end_ns[ops] - tl.op_start_ns[ops]).sum()) // n,  # ops running, faults included
+        "stall_ns": int(tl.op_stall_ns.sum()) // n,
+        "busy_ns": int((tl.op_end_ns - tl.op_start_ns).sum()) // n,  # ops running, faults included
         "fault_bytes": fault_bytes // n,
         "bytes_to_host": moved[Direction.TO_HOST] // n,
         "bytes_to_device": (moved[Direction.TO_DEVICE] + fault_bytes) // n,
-        "peak_resident_bytes": int(timeline.resident_bytes.max()) if len(timeline.resident_bytes) else 0,
+        "peak_resident_bytes": int(tl.resident_bytes.max()) if len(tl.resident_bytes) else 0,
         "capacity_bytes": plan.capacity,
         "footprint_bytes": graph.footprint,
     }
@@ -137,4 +136,4 @@ def one_iteration(timeline: Timeline, iteration: int) -> tuple[Timeline, int, in
         tl.op_end_ns[ops] - origin, tl.op_stall_ns[ops], tl.op_fault_bytes[ops],
         np.zeros(int(mems.sum()), dtype=np.int64), tl.memop_index[mems], tl.memop_start_ns[mems] - origin,
         tl.memop_end_ns[mems] - origin, np.concatenate([[0], tl.resident_t_ns[inside] - origin]),
-        np.concatenate([[level], tl.resident_bytes[inside]]), int(iteration >= tl.timed_iterations)), origin, next_start
+        np.concatenate([[level], tl.resident_bytes[inside]])), origin, next_start
