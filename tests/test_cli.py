@@ -169,6 +169,9 @@ def test_calibrate_stores_a_fitted_model_in_a_copy_of_a_measured_session(
     assert source.read_bytes() == before  # the input is left as it was
     cost = load_session(out).cost_model
     assert cost.name == doc["cost_model"] and doc["rates"]["evict_bytes_per_ns"] == cost.evict_bytes_per_ns
+    # VGG-19's uvm run faults in weights (SGD), feature maps (backward) and more: each kind gets its rate
+    assert doc["rates"]["fault_bytes_per_ns_by_kind"] == cost.fault_bytes_per_ns_by_kind
+    assert {"sgd_momentum", "conv2d_backward"} <= set(cost.fault_bytes_per_ns_by_kind)
     assert set(cost.op_ns) == {op.name for op in load_session(out).graph.ops}
     assert doc["simulated_iteration_ns"] == pytest.approx(doc["measured_iteration_ns"], rel=0.1)
     assert load_session(out).timeline.iteration_ns().tolist() == load_session(source).timeline.iteration_ns().tolist()

@@ -170,10 +170,13 @@ def set_in(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
 
 
 def as_version(version: int) -> Callable[[dict[str, Any]], None]:
-    """The document relabelled as an older schema, without the fields that came after it (schema 5's
-    `timeline.counted_iterations`); fields of older schemas are each test's to remove or keep."""
+    """The document relabelled as an older schema, without the fields that came after it (schema 6's
+    `cost_model.fault_bytes_per_ns_by_kind`, schema 5's `timeline.counted_iterations`); fields of older
+    schemas are each test's to remove or keep."""
     def change(doc: dict[str, Any]) -> None:
         doc["schema_version"] = version
+        if version < 6 and doc["cost_model"] is not None:
+            del doc["cost_model"]["fault_bytes_per_ns_by_kind"]
         if version < 5:
             del doc["timeline"]["counted_iterations"]
     return change
@@ -201,11 +204,15 @@ BAD_FILES: list[tuple[str, Callable[[bytes], bytes], str]] = [
     ("json list", lambda good: gzip.compress(b"[1, 2]"), "is not a vmexplorer session"),
     ("truncated", lambda good: good[: len(good) // 2], "is truncated"),
     ("corrupted", lambda good: good[:40] + bytes(b ^ 0x55 for b in good[40:80]) + good[80:], "damaged"),
-    ("newer schema", rewrite(set_in("schema_version", 6)),
-     "written by a newer vmexplorer (schema 6, this reads up to 5); upgrade"),
+    ("newer schema", rewrite(set_in("schema_version", 7)),
+     "written by a newer vmexplorer (schema 7, this reads up to 6); upgrade"),
     ("a rate of zero", rewrite(set_in("cost_model.evict_bytes_per_ns", 0)),
      "cost_model.evict_bytes_per_ns is 0.0: expected a number above 0"),
     ("a negative gap", rewrite(set_in("cost_model.op_gap_ns", {"conv1": -5})), "op_gap_ns.conv1 is -5.0"),
+    ("a fault rate of zero for a kind", rewrite(set_in("cost_model.fault_bytes_per_ns_by_kind", {"sgd_momentum": 0})),
+     "cost_model.fault_bytes_per_ns_by_kind.sgd_momentum is 0.0: expected a number above 0"),
+    ("fault rates by kind in a schema 5 cost model",
+     rewrite(lambda doc: doc.update(schema_version=5)), "unexpected field 'fault_bytes_per_ns_by_kind'"),
     ("schema 3 fields in a schema 2 cost model", rewrite(as_version(2)), "unexpected field 'call_ns'"),
     ("collected in a schema 1 file", rewrite(as_version(1)), "unexpected field 'collected'"),
     ("counted iterations in a schema 4 timeline", rewrite(set_in("schema_version", 4)),
@@ -489,6 +496,16 @@ def test_a_schema_2_cost_model_loads_without_gaps_and_a_schema_3_one_keeps_them(
     del doc["cost_model"]["call_ns"]
     old = session_from_bytes(gzip.compress(json.dumps(doc).encode())).cost_model
     assert (old.op_gap_ns, old.call_ns) == ({}, 0.0)
+
+
+def test_fault_rates_by_kind_are_saved_and_a_schema_5_cost_model_has_none(session: Session) -> None:
+    kinds = dataclasses.replace(session, cost_model=dataclasses.replace(
+        session.cost_model, fault_bytes_per_ns_by_kind={"sgd_momentum": 9.5, "conv2d_backward": 7.0}))
+    back = session_from_bytes(session_to_bytes(kinds)).cost_model
+    assert back.fault_bytes_per_ns_by_kind == {"sgd_momentum": 9.5, "conv2d_backward": 7.0}
+    doc = json.loads(gzip.decompress(session_to_bytes(kinds)))
+    as_version(5)(doc)
+    assert session_from_bytes(gzip.compress(json.dumps(doc).encode())).cost_model.fault_bytes_per_ns_by_kind == {}
 
 
 BAD_COLLECTED: list[tuple[str, Callable[[bytes], bytes], str]] = [

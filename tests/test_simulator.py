@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vmexplorer.costmodel import H100_DEFAULT, calibrate
+from vmexplorer.costmodel import H100_DEFAULT, KIND_FAULT_BYTES, calibrate, pooled
 from vmexplorer.models import build_graph
 from vmexplorer.plan import Direction, Mode
 from vmexplorer.policies import compile_plan
@@ -131,6 +131,42 @@ def test_calibration_recovers_the_cost_model_that_made_a_timeline():
     assert set(fitted.op_ns) == {op.name for op in g.ops}
     predicted = simulate(g, autovm, fitted).iteration_ns()[0]
     assert predicted == pytest.approx(simulate(g, autovm, truth).iteration_ns()[0], rel=1e-6)
+
+
+def test_calibration_fits_a_fault_rate_per_op_kind_that_faulted_enough_to_measure_one():
+    g = graph("vgg11", 32)
+    truth = replace(H100_DEFAULT, fault_bytes_per_ns=2.0, fault_bytes_per_ns_by_kind={"sgd_momentum": 6.0})
+    device = compile_plan(g, g.footprint, "device")
+    on_device = calibrate(g, device, simulate(g, device, truth))
+    uvm = compile_plan(g, g.footprint // 2, "uvm")
+    faulted: dict[str, int] = {}
+    for op, nbytes in zip(g.ops, simulate(g, uvm, truth).op_fault_bytes):
+        if nbytes:
+            faulted[op.kind] = faulted.get(op.kind, 0) + int(nbytes)
+    large = {k for k, b in faulted.items() if b >= KIND_FAULT_BYTES}
+    assert "sgd_momentum" in large and large - {"sgd_momentum"} and set(faulted) - large
+    fitted = calibrate(g, uvm, simulate(g, uvm, truth), base=on_device)
+    assert set(fitted.fault_bytes_per_ns_by_kind) == large  # a few small faults measure latency, not a rate
+    assert fitted.fault_bytes_per_ns_by_kind["sgd_momentum"] == pytest.approx(6.0, rel=1e-4)
+    assert all(fitted.fault_bytes_per_ns_by_kind[k] == pytest.approx(2.0, rel=1e-4) for k in large - {"sgd_momentum"})
+    other = compile_plan(g, int(g.footprint * 0.7), "uvm")
+    expected = simulate(g, other, truth).iteration_ns()[0]
+    one_rate = replace(fitted, fault_bytes_per_ns_by_kind={})
+    miss = [abs(simulate(g, other, m).iteration_ns()[0] / expected - 1) for m in (fitted, one_rate)]
+    assert miss[0] < miss[1] / 2
+
+
+def test_pooling_calibrations_takes_each_figures_median_over_the_recordings_that_have_it():
+    runs = [replace(H100_DEFAULT, evict_bytes_per_ns=e, call_ns=c, op_ns=ops, fault_bytes_per_ns_by_kind=kinds)
+            for e, c, ops, kinds in [(8.0, 100.0, {"a": 1.0, "b": 5.0}, {"sgd_momentum": 9.0}),
+                                     (12.0, 50.0, {"a": 3.0}, {}),
+                                     (10.0, 70.0, {"a": 2.0, "b": 7.0}, {"sgd_momentum": 11.0})]]
+    pool = pooled(runs, "three recordings")
+    assert (pool.name, pool.evict_bytes_per_ns, pool.call_ns) == ("three recordings", 10.0, 70.0)
+    assert pool.op_ns == {"a": 2.0, "b": 6.0}
+    assert pool.fault_bytes_per_ns_by_kind == {"sgd_momentum": 10.0}
+    with pytest.raises(ValueError):
+        pooled([], "none")
 
 
 def test_calibration_reads_only_the_timed_iterations():

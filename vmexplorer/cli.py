@@ -114,17 +114,20 @@ def cmd_calibrate(args: argparse.Namespace) -> dict[str, Any]:
     measured = float(np.median(session.timeline.timed_ns()))
     predicted = float(np.median(simulate(session.graph, session.plan, cost).iteration_ns()))
     return {"path": str(args.out), "config": _config(session.plan), "cost_model": cost.name,
-            "rates": {k: getattr(cost, k) for k in ("prefetch_bytes_per_ns", "evict_bytes_per_ns",
-                                                   "fault_bytes_per_ns", "host_block")},
+            "rates": {**{k: getattr(cost, k) for k in ("prefetch_bytes_per_ns", "evict_bytes_per_ns",
+                                                      "fault_bytes_per_ns", "host_block")},
+                      "fault_bytes_per_ns_by_kind": dict(cost.fault_bytes_per_ns_by_kind)},
             "ops_timed": len(cost.op_ns), "measured_iteration_ns": measured,
             "simulated_iteration_ns": predicted}
 
 
 def table_calibrate(doc: dict[str, Any]) -> str:
     r = doc["rates"]
+    kinds = ", ".join(f"{k} {v:.1f}" for k, v in sorted(r["fault_bytes_per_ns_by_kind"].items(), key=lambda kv: -kv[1]))
     return (f"wrote {doc['path']} with the cost model {doc['cost_model']!r}: prefetch "
             f"{r['prefetch_bytes_per_ns']:.1f} GB/s, eviction {r['evict_bytes_per_ns']:.1f} GB/s, demand faults "
-            f"{r['fault_bytes_per_ns']:.1f} GB/s, host blocking {r['host_block']:.2f}, {doc['ops_timed']} op times; "
+            f"{r['fault_bytes_per_ns']:.1f} GB/s" + (f" (by op kind: {kinds})" if kinds else "")
+            + f", host blocking {r['host_block']:.2f}, {doc['ops_timed']} op times; "
             f"it simulates the session's own plan in {doc['simulated_iteration_ns'] / 1e6:.1f} ms per iteration "
             f"(measured {doc['measured_iteration_ns'] / 1e6:.1f} ms)")
 

@@ -29,9 +29,13 @@ class CostModel:
     # (Python, launches) falling behind the GPU; by op name
     op_gap_ns: dict[str, float] = field(default_factory=dict)
     call_ns: float = 0.0  # fixed cost of one memory call (cudaMemPrefetchAsync), on top of its bytes
+    # measured demand-fault throughput by op kind, where it differs from `fault_bytes_per_ns`: how a
+    # kernel walks memory decides how well the driver batches its faults (bench/results/validation.md
+    # lists the rates fitted per kind on the H100)
+    fault_bytes_per_ns_by_kind: dict[str, float] = field(default_factory=dict)
 
-    def fault_ns(self, nbytes: int) -> float:
-        return nbytes / self.fault_bytes_per_ns
+    def fault_ns(self, nbytes: int, kind: str = "") -> float:
+        return nbytes / self.fault_bytes_per_ns_by_kind.get(kind, self.fault_bytes_per_ns)
 
     def copy_ns(self, nbytes: int, to_device: bool) -> float:
         return self.call_ns + nbytes / (self.prefetch_bytes_per_ns if to_device else self.evict_bytes_per_ns)
@@ -60,6 +64,10 @@ H100_DEFAULT = CostModel(
 
 
 HOST_BLOCK_GRID = tuple(i / 20 for i in range(21))
+# A kind gets a fault rate of its own only where it faulted in this much per iteration: a few small
+# faults (the loss reading a label page) take the driver's fixed latency, not a rate, and a "rate"
+# from them would make a large fault of that kind elsewhere absurdly slow.
+KIND_FAULT_BYTES = 32 << 20
 
 
 def calibrate(graph: Graph, plan: Plan, timeline: Timeline, base: CostModel = H100_DEFAULT,
@@ -77,9 +85,12 @@ def calibrate(graph: Graph, plan: Plan, timeline: Timeline, base: CostModel = H1
       cost of a memory call (`call_ns`), the slope the eviction bandwidth; prefetches: their bytes
       over their busy time less that fixed cost.
     - Demand-fault throughput: faulted bytes over the time the faulting ops took beyond their
-      fault-free time (which is why the `device` calibration comes first). Fitting it per op instead
-      (a convolution's backward faulted at half the rate of an SGD update) fitted the calibration run
-      better and predicted the others worse, so it is one rate.
+      fault-free time (which is why the `device` calibration comes first), over all faulting ops and
+      for each op kind that faulted. Per kind, because the access pattern sets the rate and holds
+      from run to run (on the H100 VGG-19's SGD updates fault faster than its convolutions' backward
+      under both `uvm` and `autovm`), and the policies fault in different mixes of kinds: `autovm`
+      leaves mostly weights to fault, `uvm` mostly feature maps. Per op was tried and predicted worse:
+      the small ops' rates are mostly noise.
     - Host blocking (the share of an asynchronous memory call's transfer the host thread waits in the
       call): not visible in a timeline, so it is the value on a 5% grid whose simulated iteration
       comes closest to the measured one, when the plan has asynchronous calls.
@@ -128,11 +139,46 @@ def calibrate(graph: Graph, plan: Plan, timeline: Timeline, base: CostModel = H1
     extra = {r: duration[r] - op_ns[graph.ops[int(tl.op_index[r])].name] for r in known}
     if known and sum(extra.values()) > 0:
         rates["fault_bytes_per_ns"] = float(tl.op_fault_bytes[known].sum()) / sum(extra.values())
+    by_kind = dict(base.fault_bytes_per_ns_by_kind)
+    iterations = max(len(np.unique(tl.op_iteration)), 1)
+    for kind in sorted({graph.ops[int(tl.op_index[r])].kind for r in known}):
+        mine = [r for r in known if graph.ops[int(tl.op_index[r])].kind == kind]
+        busy, nbytes = sum(extra[r] for r in mine), float(tl.op_fault_bytes[mine].sum())
+        if busy > 0 and nbytes >= KIND_FAULT_BYTES * iterations:
+            by_kind[kind] = nbytes / busy
     label = name or f"calibrated on {graph.model} b{graph.batch} {plan.policy} ({tl.source})"
-    fitted = replace(base, name=label, op_ns=op_ns, op_gap_ns=op_gap_ns, **rates)
+    fitted = replace(base, name=label, op_ns=op_ns, op_gap_ns=op_gap_ns, fault_bytes_per_ns_by_kind=by_kind,
+                     **rates)
     if any(m.mode is Mode.ASYNC for m in memops) and len(tl.op_index):
         fitted = replace(fitted, host_block=_fit_host_block(graph, plan, tl, fitted))
     return fitted
+
+
+RATES = ("flops_per_ns", "bytes_per_ns", "launch_ns", "prefetch_bytes_per_ns", "evict_bytes_per_ns",
+         "fault_bytes_per_ns", "host_block", "call_ns")
+
+
+def pooled(models: list[CostModel], name: str) -> CostModel:
+    """One cost model from several calibrations of the same run recorded in separate processes: each
+    rate, op time and gap the median over them.
+
+    On the lent H100 the same configuration's iteration moves by up to 44% from one process to the
+    next (bench/results/validation.md), and a model fitted to one recording carries that process's
+    luck to every prediction; medians over recordings carry the machine's typical behaviour. A figure
+    a recording lacks (an op that always faulted there, a kind that never faulted) is the median over
+    those that have it."""
+    if not models:
+        raise ValueError("pooled needs at least one cost model")
+
+    def median_by_key(dicts: list[dict[str, float]]) -> dict[str, float]:
+        keys = dict.fromkeys(k for d in dicts for k in d)
+        return {k: float(np.median([d[k] for d in dicts if k in d])) for k in keys}
+
+    return replace(models[0], name=name,
+                   **{f: float(np.median([getattr(m, f) for m in models])) for f in RATES},
+                   op_ns=median_by_key([m.op_ns for m in models]),
+                   op_gap_ns=median_by_key([m.op_gap_ns for m in models]),
+                   fault_bytes_per_ns_by_kind=median_by_key([m.fault_bytes_per_ns_by_kind for m in models]))
 
 
 def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:

@@ -34,7 +34,7 @@ from .sessionformat import SessionError
 FORMAT = "vmexplorer-session"
 # 2 added "collected" (the GPU collectors' records), 3 the cost model's "op_gap_ns" and "call_ns", 4
 # "collected.memcpy"; older files still load
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 MAX_FILE_BYTES = 200 * 10**6  # compressed; ResNet-152 under uvm over 100 iterations is about 5 MB
 MAX_JSON_BYTES = 10**9  # decompressed; read with this cap, so a gzip bomb costs at most this much
 

@@ -106,7 +106,7 @@ def _table(columns: dict[str, list[Any]], ragged: dict[str, list[tuple[int, ...]
 
 def _cost_model(c: CostModel) -> dict[str, Any]:
     return {"name": c.name, **{f: getattr(c, f) for f in _COST_FIELDS}, "call_ns": c.call_ns, "op_ns": dict(c.op_ns),
-            "op_gap_ns": dict(c.op_gap_ns)}
+            "op_gap_ns": dict(c.op_gap_ns), "fault_bytes_per_ns_by_kind": dict(c.fault_bytes_per_ns_by_kind)}
 
 
 def _collected(c: Collected) -> dict[str, Any]:
@@ -264,8 +264,10 @@ def _timeline(r: Reader, value: Any, graph: Graph, plan: Plan, version: int) -> 
 
 
 def _read_cost_model(r: Reader, value: Any, version: int) -> CostModel:
-    """(schema 3 added `call_ns` and `op_gap_ns`; an older cost model has neither: 0 and no gaps.)"""
-    newer = ("call_ns", "op_gap_ns") if version >= 3 else ()
+    """(schema 3 added `call_ns` and `op_gap_ns`; an older cost model has neither: 0 and no gaps. Schema 6
+    added `fault_bytes_per_ns_by_kind`; an older one has none: every kind faults at the one rate.)"""
+    newer = (("call_ns", "op_gap_ns") if version >= 3 else ()) + (
+        ("fault_bytes_per_ns_by_kind",) if version >= 6 else ())
     d = r.fields(value, "cost_model", ("name", *_COST_FIELDS, "op_ns", *newer))
     fields = (*_COST_FIELDS, "call_ns") if version >= 3 else _COST_FIELDS
     rates = {f: float(r.scalar(d[f], f"cost_model.{f}", NUM)) for f in fields}
@@ -280,8 +282,13 @@ def _read_cost_model(r: Reader, value: Any, version: int) -> CostModel:
         bad = next((k for k, v in by_op[key].items() if v < 0), None)
         if bad is not None:
             r.fail(f"cost_model.{key}.{bad} is {by_op[key][bad]}: expected a number >= 0")
+    kinds = r.fields(d.get("fault_bytes_per_ns_by_kind", {}), "cost_model.fault_bytes_per_ns_by_kind", None)
+    by_kind = {k: float(r.scalar(v, f"cost_model.fault_bytes_per_ns_by_kind.{k}", NUM)) for k, v in kinds.items()}
+    bad = next((k for k, v in by_kind.items() if not v > 0), None)
+    if bad is not None:
+        r.fail(f"cost_model.fault_bytes_per_ns_by_kind.{bad} is {by_kind[bad]}: expected a number above 0")
     return CostModel(r.scalar(d["name"], "cost_model.name", STR), **rates, op_ns=by_op["op_ns"],
-                     op_gap_ns=by_op["op_gap_ns"])
+                     op_gap_ns=by_op["op_gap_ns"], fault_bytes_per_ns_by_kind=by_kind)
 
 
 def _read_collected(r: Reader, value: Any, timeline: Timeline, version: int) -> Collected:

@@ -61,7 +61,7 @@ def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timelin
         t = max(t, host, arrived + gaps[k])
         fault_bytes = sum(memops[i].nbytes for i in faults[k])
         op_stall[k], op_fault[k], op_start[k] = t - arrived, fault_bytes, t
-        gpu = op_end[k] = t + compute[k] + cost.fault_ns(fault_bytes)
+        gpu = op_end[k] = t + compute[k] + cost.fault_ns(fault_bytes, ops[k].kind)
         for i in faults[k]:
             mem_start[i], mem_end[i] = t, gpu
         host += cost.launch_ns
