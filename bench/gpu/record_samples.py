@@ -15,8 +15,8 @@ session, so a pass cut short keeps what it recorded.
 unified-memory counters and counts one more iteration after them (`vmexplorer run --counted`), so the
 samples' iteration times carry no counting cost and the README's results table is read from them.
 
-The samples in the repo come from seven passes (`--iterations 8 --out bench/results/h100/passes/passN`,
-N = 1..7, on the device; an odd number, so each median is a recording), then, on any machine,
+The samples in the repo come from fifteen passes (`--iterations 8 --out bench/results/h100/passes/passN`,
+N = 1..15, on the device; an odd number, so each median is a recording), then, on any machine,
 `bench/pick_samples.py` (each configuration's median recording into sample_sessions/) and
 `bench/calibrate_samples.py`.
 """
