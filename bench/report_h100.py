@@ -357,6 +357,15 @@ def round_trips() -> list[str]:
              "counters at 0 and no record dropped, spaced or not. So the bytes to the device missing from the "
              "sessions are records CUPTI lost, in this cupti-python and driver, not pages the driver chose not to "
              "migrate."]
+    # the same script run with the newest CUPTI on PyPI at the time (cupti-python 13.4.0, its libcupti
+    # 13.4.92 preloaded in place of the device image's 13.0), on the same driver
+    newer = HERE / "diagnose_um_round_trips-cupti-13.4.92.json"
+    if newer.exists():
+        trips = [t for run in json.loads(newer.read_text())["runs"] for t in run]
+        share = [t["htod_mib"] / mib for t in trips]
+        rows += ["", f"With the newest CUPTI on PyPI (cupti-python 13.4.0 and libcupti 13.4.92, preloaded; "
+                     f"`{newer.name}`) on the same driver: {len(trips)} trips, CUPTI saw {min(share):.0%}-"
+                     f"{max(share):.0%} of the bytes coming in. Not fixed there."]
     return rows
 
 

@@ -18,7 +18,8 @@ run back to back, then spaced by `--pause` seconds (beyond the driver's thrashin
 say where the pages really went, without CUPTI: the eviction (a full buffer's worth only if every page
 was on the GPU) and a second read right after the trip (at HBM speed only if the trip migrated every
 page). Prints one JSON line per trip and writes $OUT/diagnose_um_round_trips.json, with the driver's
-module parameters.
+module parameters and the libcupti the process loaded (to try another CUPTI: install cupti-python and
+nvidia-cuda-cupti of that version and LD_PRELOAD its libcupti.so, or the one beside CuPy loads first).
 """
 
 from __future__ import annotations
@@ -62,8 +63,10 @@ def main() -> int:
         return 1
     n = args.mib << 18  # int32 elements
     stream = cp.cuda.Stream(non_blocking=True)
-    report: dict = {"driver": driver_parameters(), "mib": args.mib, "trips": args.trips, "pause_s": args.pause,
-                    "runs": []}
+    maps = Path("/proc/self/maps").read_text().splitlines() if Path("/proc/self/maps").exists() else []
+    libcupti = next((line.split()[-1] for line in maps if "libcupti" in line), "unknown")
+    report: dict = {"driver": driver_parameters(), "libcupti": libcupti, "mib": args.mib, "trips": args.trips,
+                    "pause_s": args.pause, "runs": []}
     print(json.dumps({"driver": report["driver"]}), flush=True)
     for access in ("read", "update"):
         for spacing in ("back to back", "spaced"):
