@@ -162,8 +162,8 @@ def pooled(models: list[CostModel], name: str) -> CostModel:
     """One cost model from several calibrations of the same run recorded in separate processes: each
     rate, op time and gap the median over them.
 
-    On the lent H100 the same configuration's iteration moves by up to 44% from one process to the
-    next (bench/results/validation.md), and a model fitted to one recording carries that process's
+    On the lent H100 the same configuration's iteration moves by tens of percent from one process to
+    the next (bench/results/validation.md gives the spread), and a model fitted to one recording carries that process's
     luck to every prediction; medians over recordings carry the machine's typical behaviour. A figure
     a recording lacks (an op that always faulted there, a kind that never faulted) is the median over
     those that have it."""
