@@ -431,10 +431,11 @@ def migration_shares(plan: Plan, timeline: Timeline, collected: Collected,
 
     The capacity emulation carries out the plan exactly (every eviction is the engine's own call and
     every fault back in follows from it), so the plan is the ledger CUPTI's counts are checked
-    against. The check matters: on the H100 under heavy paging CUPTI delivers only part of its
-    unified-memory records, and says nothing (its count of dropped records stays 0): VGG-19 at 60%
-    under uvm kept exactly 1,023 device->host records per iteration, 66% of the bytes, in every
-    process (bench/results/h100/diagnose_um_drain.json). A share below 1 is how much of the migration
+    against. The check matters: on the H100 CUPTI delivers only part of its unified-memory records,
+    and says nothing (its count of dropped records stays 0), even for one managed buffer sent to the
+    host and touched again with nothing else running (bench/gpu/diagnose_um_round_trips.py: timings
+    show every page made the trip, CUPTI saw a third to four fifths of the bytes come back and none of
+    the faults after the first trip). A share below 1 is how much of the migration
     lane is missing, not bytes that did not move. `summary`: `collected_summary` of the same records,
     when the caller has it already."""
     if not collected.available("um") or timeline.source != "measured":

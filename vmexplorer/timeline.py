@@ -345,7 +345,8 @@ def _coverage(session: Session) -> str:
         return ": every byte the run moved"
     parts = [f"{100 * shares[k]:.0f}% {way}" for k, way in (("htod_share", "in"), ("dtoh_share", "out"))
              if k in shares]
-    return f": only {' and '.join(parts)} of the bytes moved (CUPTI loses records under heavy paging, silently)"
+    return (f": only {' and '.join(parts)} of the bytes moved (CUPTI silently loses records of pages coming back "
+            "to the GPU, and of the faults that brought them: its fault counts are a lower bound)")
 
 
 def _migrations(session: Session, axis: _Axis, lanes: Any) -> Any:
