@@ -10,10 +10,17 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 HERE = Path(__file__).parent / "results" / "h100"
+
+
+def result(name: str) -> Any:
+    """A benchmark's JSON output in HERE, or None where that benchmark has not been run."""
+    path = HERE / name
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def main() -> int:
@@ -55,10 +62,9 @@ def main() -> int:
 def collectors_section() -> list[str]:
     """Overhead of the collectors as runs are recorded, and CUPTI's counts against the plan
     (bench_collectors.json, written by bench/gpu/bench_collectors.py)."""
-    path = HERE / "bench_collectors.json"
-    if not path.exists():
+    c = result("bench_collectors.json")
+    if c is None:
         return []
-    c = json.loads(path.read_text())
     p = c["policies"]
     out = ["", "## Collectors: their overhead, and CUPTI against the plan (`bench/gpu/bench_collectors.py`)", "",
            f"VGG-19 b64, `uvm` and `autovm` at 50%, `device` with the whole footprint; {c['iterations']} timed "
@@ -113,10 +119,9 @@ def gaps_table(gaps: list[dict], when: str) -> list[str]:
 def every_iteration_section() -> list[str]:
     """The collectors' benchmark from before runs counted unified memory apart from their timed
     iterations (bench_collectors_every_iteration.json)."""
-    path = HERE / "bench_collectors_every_iteration.json"
-    if not path.exists():
+    c = result("bench_collectors_every_iteration.json")
+    if c is None:
         return []
-    c = json.loads(path.read_text())
     out = ["", "### Before: unified memory counted in every iteration", "",
            "An earlier version of `bench/gpu/bench_collectors.py`, before runs counted unified memory in "
            "iterations of their own. VGG-19 b64, `uvm` and `autovm` at 50%, `device` with the whole "
@@ -153,10 +158,10 @@ def every_iteration_section() -> list[str]:
 def counting_cost() -> list[str]:
     """CUPTI's unified-memory counting switched on and off on alternate iterations of one run
     (bench/gpu/diagnose_um_tail.py): its cost without the variation between processes."""
-    path = HERE / "diagnose_um_tail.json"
-    if not path.exists():
+    tail = result("diagnose_um_tail.json")
+    if tail is None:
         return []
-    t = json.loads(path.read_text())["toggled"]
+    t = tail["toggled"]
     rows = ["", "## What counting unified memory costs, inside one run (`bench/gpu/diagnose_um_tail.py`)", "",
             "VGG-19 b64 at 50%, 10 recorded iterations; CUPTI's unified-memory counters on for every other "
             "iteration (kernel records and NVML on throughout); medians of the iterations of each kind.", "",
@@ -177,10 +182,7 @@ def lost_records() -> list[str]:
             "| case | reading | to device | to host | to-host records | iteration |", "|---|---|---:|---:|---:|---:|"]
     found = False
     for name in ("diagnose_um_drain.json", "diagnose_um_parts.json"):
-        path = HERE / name
-        if not path.exists():
-            continue
-        for label, r in json.loads(path.read_text()).items():
+        for label, r in (result(name) or {}).items():
             case, reading = label.split(": ", 1)
             if name.endswith("parts.json") and reading == "as collected":
                 reading = "as collected (again)"
@@ -194,9 +196,8 @@ def lost_records() -> list[str]:
 def variation() -> list[str]:
     """Where iteration times vary, and two explanations measured and ruled out."""
     rows = []
-    path = HERE / "diagnose_transfer_variance.json"
-    if path.exists():
-        d = json.loads(path.read_text())
+    d = result("diagnose_transfer_variance.json")
+    if d is not None:
         rows += ["", "## Transfer rates in fresh processes (`bench/gpu/diagnose_transfer_variance.py`)", "",
                  f"A 256 MiB managed buffer moved to the host and back five times, each process new; NUMA nodes "
                  f"{d['numa_nodes']}, so placing host pages cannot matter on this machine.", "",
@@ -208,9 +209,8 @@ def variation() -> list[str]:
         rows += ["", "Each process's first move to the host was its slowest (presumably while the driver allocates "
                      "the host pages); after it, rates differ little from process to process, so the card's own "
                      "transfer rate does not explain the spread of paging iterations between processes."]
-    path = HERE / "bench_gc.json"
-    if path.exists():
-        g = json.loads(path.read_text())
+    g = result("bench_gc.json")
+    if g is not None:
         rows += ["", "## Python's garbage collector paused inside iterations (measured, then dropped)", "",
                  "Runs taking turns in one process, with and without the collector paused inside timed iterations "
                  "(a setting that was removed after this measurement):", "",
@@ -224,8 +224,8 @@ def variation() -> list[str]:
 def placement_check() -> list[str]:
     """CUPTI's raw unified-memory rows before they are placed on the timeline
     (bench/gpu/diagnose_um_placement.py): whether the bytes it seems to miss are lost on our side."""
-    path = HERE / "diagnose_um_placement.json"
-    if not path.exists():
+    placed = result("diagnose_um_placement.json")
+    if placed is None:
         return []
     rows = ["", "## CUPTI's rows before placement (`bench/gpu/diagnose_um_placement.py`)", "",
             "VGG-19 b64, `uvm` at 50%, 2 timed iterations after 1 warm-up: CUPTI's unified-memory rows as the "
@@ -233,7 +233,7 @@ def placement_check() -> list[str]:
             "start), and bytes of records that start before the first recorded iteration (placement drops them):",
             "", "| counted | to device per iteration | before the first | plan to device | to host per iteration "
             "| plan to host | records | dropped (CUPTI) |", "|---|---|---:|---:|---|---:|---:|---:|"]
-    for r in json.loads(path.read_text()):
+    for r in placed:
         way = "after the timed iterations" if r["counted"] else "in every iteration"
         rows.append(f"| {way} | {', '.join(f'{x:.2f}' for x in r['htod']['per_iteration_gib'])} GiB "
                     f"| {r['htod']['before_first_gib']:.2f} GiB | {r['plan_htod_gib']:.2f} GiB "
@@ -325,10 +325,9 @@ def share_over_passes() -> list[str]:
 def round_trips() -> list[str]:
     """One managed buffer prefetched to the host and touched again by a GPU kernel, over and over, with
     no engine (bench/gpu/diagnose_um_round_trips.py): what CUPTI reports against where the pages went."""
-    path = HERE / "diagnose_um_round_trips.json"
-    if not path.exists():
+    d = result("diagnose_um_round_trips.json")
+    if d is None:
         return []
-    d = json.loads(path.read_text())
     mib = d["mib"]
     rows = ["", "## CUPTI on the simplest round trip (`bench/gpu/diagnose_um_round_trips.py`)", "",
             f"One {mib} MiB managed buffer in a process of its own with CUPTI's unified-memory counters on; per trip "
@@ -359,12 +358,13 @@ def round_trips() -> list[str]:
              "migrate."]
     # the same script run with the newest CUPTI on PyPI at the time (cupti-python 13.4.0, its libcupti
     # 13.4.92 preloaded in place of the device image's 13.0), on the same driver
-    newer = HERE / "diagnose_um_round_trips-cupti-13.4.92.json"
-    if newer.exists():
-        trips = [t for run in json.loads(newer.read_text())["runs"] for t in run]
+    newer_name = "diagnose_um_round_trips-cupti-13.4.92.json"
+    newer = result(newer_name)
+    if newer is not None:
+        trips = [t for run in newer["runs"] for t in run]
         share = [t["htod_mib"] / mib for t in trips]
         rows += ["", f"With the newest CUPTI on PyPI (cupti-python 13.4.0 and libcupti 13.4.92, preloaded; "
-                     f"`{newer.name}`) on the same driver: {len(trips)} trips, CUPTI saw {min(share):.0%}-"
+                     f"`{newer_name}`) on the same driver: {len(trips)} trips, CUPTI saw {min(share):.0%}-"
                      f"{max(share):.0%} of the bytes coming in. Not fixed there."]
     return rows
 

@@ -16,13 +16,14 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vmexplorer.costmodel import CostModel, calibrate, pooled  # noqa: E402
+from vmexplorer.costmodel import CostModel, calibrate, fault_rates_by_kind_text, pooled  # noqa: E402
 from vmexplorer.policies import non_default_options  # noqa: E402
 from vmexplorer.session import Session, load_session  # noqa: E402
 from vmexplorer.simulator import simulate  # noqa: E402
@@ -69,6 +70,23 @@ def calibrated(device: Session, paging: Session) -> CostModel:
                      base=calibrate(device.graph, device.plan, device.timeline))
 
 
+@cache
+def calibrated_files(device: Path, paging: Path) -> CostModel:
+    """`calibrated` on two recorded files; each pair is fitted once however many reports read it."""
+    return calibrated(load_session(device), load_session(paging))
+
+
+def pooled_on(pool: Sequence[Path], device: str, paging: str, label: str) -> tuple[CostModel, int] | None:
+    """The cost model pooled over every pass in `pool` holding both recordings (file names), and how
+    many passes that was; None where none does."""
+    pairs = [(folder / device, folder / paging) for folder in pool
+             if (folder / device).is_file() and (folder / paging).is_file()]
+    if not pairs:
+        return None
+    return pooled([calibrated_files(d, u) for d, u in pairs],
+                  f"pooled over {len(pairs)} recordings of {label}"), len(pairs)
+
+
 def validate(samples: Path, calibrate_on: str, pool: Sequence[Path] = (),
              adjust: Callable[[CostModel], CostModel] = lambda c: c) -> tuple[list[dict], list[str]]:
     """Predict every sample of each model from one cost model fitted to its `device` run and its
@@ -88,13 +106,8 @@ def validate(samples: Path, calibrate_on: str, pool: Sequence[Path] = (),
             notes.append(f"{label}: no measured device session or {calibrate_on} at 50%: not validated")
             continue
         names = [next(p.name for p, s in mine if s is x) for x in (device, paging)]
-        pairs = [(folder / names[0], folder / names[1]) for folder in pool
-                 if (folder / names[0]).is_file() and (folder / names[1]).is_file()]
-        if pairs:
-            cost = pooled([calibrated(load_session(d), load_session(u)) for d, u in pairs],
-                          f"pooled over {len(pairs)} recordings of {label} device and {calibrate_on} at 50%")
-        else:
-            cost = calibrated(device, paging)
+        fitted = pooled_on(pool, *names, f"{label} device and {calibrate_on} at 50%")
+        cost, recorded = fitted or (calibrated(device, paging), 1)
         cost = adjust(cost)
         for path, s in mine:
             measured = median_ms(s)
@@ -106,7 +119,7 @@ def validate(samples: Path, calibrate_on: str, pool: Sequence[Path] = (),
                          "recorded_ms": spread.get(path.name, []),
                          "iteration_spread": float(s.timeline.timed_ns().max() / s.timeline.timed_ns().min()),
                          "role": "calibration" if s is device or s is paging else "predicted",
-                         "recordings": max(len(pairs), 1),
+                         "recordings": recorded,
                          "rates": {"prefetch": cost.prefetch_bytes_per_ns, "evict": cost.evict_bytes_per_ns,
                                    "fault": cost.fault_bytes_per_ns, "host_block": cost.host_block,
                                    "fault_by_kind": dict(cost.fault_bytes_per_ns_by_kind)}})
@@ -183,7 +196,7 @@ def report(rows: list[dict], notes: list[str], calibrate_on: str) -> str:
     for r in rows:
         fits.setdefault(r["model"], r["rates"])
     for model, f in fits.items():
-        kinds = ", ".join(f"{k} {v:.1f}" for k, v in sorted(f["fault_by_kind"].items(), key=lambda kv: -kv[1]))
+        kinds = fault_rates_by_kind_text(f["fault_by_kind"])
         out.append(f"- {model}: prefetch {f['prefetch']:.1f} GB/s, eviction {f['evict']:.1f} GB/s, demand faults "
                    f"{f['fault']:.1f} GB/s over all ops" + (f" (by op kind, GB/s: {kinds})" if kinds else "")
                    + f", host blocking {f['host_block']:.2f}")
@@ -225,11 +238,11 @@ def out_of_sample(passes: list[Path], calibrate_on: str) -> str:
         device, paging = f"{model_batch}-device.measured.vms", f"{model_batch}-{calibrate_on}-50pct.measured.vms"
         if name in (device, paging):
             continue
-        pairs = [(p / device, p / paging) for p in later if (p / device).is_file() and (p / paging).is_file()]
+        fitted = pooled_on(later, device, paging, "the later passes")
         mine = [load_session(p / name) for p in later if (p / name).is_file()]
-        if not pairs or not mine:
+        if fitted is None or not mine:
             continue
-        cost = pooled([calibrated(load_session(d), load_session(u)) for d, u in pairs], "later passes")
+        cost = fitted[0]
         measured = float(np.median([median_ms(s) for s in mine]))
         predicted = median_ms(simulate(mine[0].graph, mine[0].plan, cost))
         rows.append((name.removesuffix(".measured.vms"), len(mine), measured, predicted, predicted / measured - 1))

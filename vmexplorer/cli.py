@@ -122,8 +122,10 @@ def cmd_calibrate(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def table_calibrate(doc: dict[str, Any]) -> str:
+    from .costmodel import fault_rates_by_kind_text
+
     r = doc["rates"]
-    kinds = ", ".join(f"{k} {v:.1f}" for k, v in sorted(r["fault_bytes_per_ns_by_kind"].items(), key=lambda kv: -kv[1]))
+    kinds = fault_rates_by_kind_text(r["fault_bytes_per_ns_by_kind"])
     return (f"wrote {doc['path']} with the cost model {doc['cost_model']!r}: prefetch "
             f"{r['prefetch_bytes_per_ns']:.1f} GB/s, eviction {r['evict_bytes_per_ns']:.1f} GB/s, demand faults "
             f"{r['fault_bytes_per_ns']:.1f} GB/s" + (f" (by op kind: {kinds})" if kinds else "")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import numpy as np
 
 from .collected import MEMCPY_KINDS, UM_KINDS, Collected, CollectedError, CollectorStatus, UmKind, check_against
-from .costmodel import CostModel
+from .costmodel import RATES, CostModel
 from .graph import PERSISTENT, Graph, Kind, Op, Phase, Tensor
 from .plan import Direction, MemOp, Mode, Origin, Plan
 from .records import Timeline
@@ -28,8 +28,7 @@ MAX_ROWS = 10_000_000  # per table: far beyond any real session (ResNet-152 x 10
 SOURCES = ("simulated", "measured")
 INT, NUM, STR, BOOL = "int", "num", "str", "bool"
 ColType = str | type[StrEnum]
-_COST_FIELDS = ("flops_per_ns", "bytes_per_ns", "launch_ns", "prefetch_bytes_per_ns",
-                "evict_bytes_per_ns", "fault_bytes_per_ns", "host_block")
+_COST_FIELDS = tuple(f for f in RATES if f != "call_ns")  # the cost model's numbers up to schema 2
 TOP_LEVEL_V1 = ("format", "schema_version", "created", "environment", "notes", "config", "graph", "plan",
                 "timeline", "cost_model")
 TOP_LEVEL = (*TOP_LEVEL_V1, "collected")  # schema 2 added the collectors' records
@@ -105,7 +104,7 @@ def _table(columns: dict[str, list[Any]], ragged: dict[str, list[tuple[int, ...]
 
 
 def _cost_model(c: CostModel) -> dict[str, Any]:
-    return {"name": c.name, **{f: getattr(c, f) for f in _COST_FIELDS}, "call_ns": c.call_ns, "op_ns": dict(c.op_ns),
+    return {"name": c.name, **{f: getattr(c, f) for f in RATES}, "op_ns": dict(c.op_ns),
             "op_gap_ns": dict(c.op_gap_ns), "fault_bytes_per_ns_by_kind": dict(c.fault_bytes_per_ns_by_kind)}
 
 
