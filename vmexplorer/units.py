@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import re
 
+# The most bytes any size may be: a capacity, a footprint, a tensor. A thousand times any GPU's memory,
+# and small enough that sums of sizes over a session's rows stay exact in int64 and float64.
+MAX_BYTES = 2**50
+
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z%]*)\s*$")
