@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-# The most bytes any size may be: a capacity, a footprint, a tensor. A thousand times any GPU's memory,
-# and small enough that sums of sizes over a session's rows stay exact in int64 and float64.
+# The most bytes any size may be (a capacity, a footprint, a tensor): about a thousand times any GPU's
+# memory, so a larger one is a typo or a hostile file, and exact as a float (what --capacity 3e9 goes through).
 MAX_BYTES = 2**50
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
