@@ -6,19 +6,26 @@ session files written by `simulate` open in `info`, `compare` and `export`.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from vmexplorer import cli
 from vmexplorer.cli import main
+from vmexplorer.fileio import OutputError, atomic_write, refuse_unless_replaceable
 from vmexplorer.models import MODELS, build_graph
+from vmexplorer.units import MAX_BYTES, parse_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 VGG = ["--model", "vgg19", "--batch", "64"]
@@ -66,6 +73,8 @@ BAD_INPUTS = {
     "unknown format": ["models", "--format", "xml"],
     "unknown policy": ["plan", *HALF, "--policy", "belady9000"],
     "unparsable capacity": ["plan", *VGG, "--capacity", "lots", "--policy", "uvm"],
+    "a run longer than a session holds": ["run", "--model", "resnet152", "--batch", "8", "--capacity", "50%",
+                                          "--policy", "uvm", "--iterations", "1000", "--out", "{tmp}/big.vms"],
     "capacity unit unknown": ["plan", *VGG, "--capacity", "4 parsecs", "--policy", "uvm"],
     "capacity zero": ["plan", *VGG, "--capacity", "0", "--policy", "uvm"],
     "capacity below minimum": ["plan", *VGG, "--capacity", "1MiB", "--policy", "autovm"],
@@ -110,6 +119,31 @@ BAD_INPUTS = {
                                         "--out", "{tmp}/exists.html"],
     "calibrate in place without --force": ["calibrate", "{sample}/vgg19-b64-device.measured.vms",
                                            "--out", "{sample}/vgg19-b64-device.measured.vms"],
+    # hostile or mistaken input: each of these was a traceback or a silent success
+    "moves file nested 100k deep": ["plan", *HALF, "--policy", "manual", "--moves", "{tmp}/deep.json"],
+    "moves file with a list as an op": ["plan", *HALF, "--policy", "manual", "--moves", "{tmp}/list-op.json"],
+    "moves file with an object as a tensor": ["plan", *HALF, "--policy", "manual", "--moves",
+                                              "{tmp}/object-tensor.json"],
+    "moves file with true as an op": ["plan", *HALF, "--policy", "manual", "--moves", "{tmp}/true-op.json"],
+    "moves file with a 5000-digit op": ["plan", *HALF, "--policy", "manual", "--moves", "{tmp}/long-op.json"],
+    "moves file with NaN": ["plan", *HALF, "--policy", "manual", "--moves", "{tmp}/nan.json"],
+    "moves file over the size limit": ["plan", *HALF, "--policy", "manual", "--moves", "{tmp}/huge.json"],
+    "capacity 1e400": ["plan", *VGG, "--capacity", "1e400", "--policy", "uvm"],
+    "capacity 1e19": ["simulate", *VGG, "--capacity", "1e19", "--policy", "uvm", "--out", "{tmp}/big.vms"],
+    "capacity 2**63-1": ["simulate", *VGG, "--capacity", "9223372036854775807", "--policy", "uvm",
+                         "--out", "{tmp}/big.vms"],
+    "capacity above MAX_BYTES in a unit": ["plan", *VGG, "--capacity", "1025TiB", "--policy", "uvm"],
+    "capacity inf": ["plan", *VGG, "--capacity", "inf", "--policy", "uvm"],
+    "capacity nan": ["plan", *VGG, "--capacity", "nan", "--policy", "uvm"],
+    "compare --top negative": ["compare", "{uvm}", "{uvm}", "--top", "-3"],
+    "models at a batch no model takes": ["models", "--batch", "0"],
+    "simulate --force onto a symbolic link": ["simulate", *HALF, "--policy", "uvm", "--out", "{tmp}/link.vms",
+                                              "--force"],
+    "simulate --force onto a named pipe": ["simulate", *HALF, "--policy", "uvm", "--out", "{tmp}/fifo",
+                                           "--force"],
+    "export --force onto a symbolic link": ["export", "{uvm}", "--html", "{tmp}/link.vms", "--force"],
+    "calibrate --force onto a named pipe": ["calibrate", "{sample}/vgg19-b64-device.measured.vms",
+                                            "--out", "{tmp}/fifo", "--force"],
 }
 SAMPLES = REPO / "sample_sessions"
 
@@ -120,6 +154,16 @@ def _scratch_files(tmp: Path) -> None:
     (tmp / "moves.json").write_text('{"moves": [{"tensor": "features.1.out", "offload_after": 2}]}')
     (tmp / "garbage.vms").write_bytes(b"\x1f\x8b\xff\xfe not really gzip")
     (tmp / "exists.html").write_text("keep me")
+    (tmp / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (tmp / "list-op.json").write_text('{"moves": [{"tensor": "features.1.out", "offload_after": [2]}]}')
+    (tmp / "object-tensor.json").write_text('{"moves": [{"tensor": {"name": "x"}, "offload_after": 2}]}')
+    (tmp / "true-op.json").write_text('{"moves": [{"tensor": "features.1.out", "offload_after": true}]}')
+    (tmp / "long-op.json").write_text('{"moves": [{"tensor": "features.1.out", "offload_after": %s}]}' % ("9" * 5000))
+    (tmp / "nan.json").write_text('{"moves": [{"tensor": "features.1.out", "offload_after": NaN}]}')
+    with open(tmp / "huge.json", "wb") as f:
+        f.truncate(5 << 20)  # sparse: refused by its size, so its bytes are never read
+    (tmp / "link.vms").symlink_to(tmp / "exists.html")
+    os.mkfifo(tmp / "fifo")
 
 
 @pytest.mark.parametrize("case", BAD_INPUTS)
@@ -135,6 +179,9 @@ def test_bad_input_is_one_line_and_exit_2(case: str, tmp_path: Path, sessions: d
     assert lines[0].startswith("vmexplorer: error: ")
     assert "Traceback" not in err
     assert (tmp_path / "exists.html").read_text() == "keep me"
+    assert (tmp_path / "link.vms").is_symlink() and (tmp_path / "fifo").is_fifo()
+    assert not (tmp_path / "big.vms").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".partial")]
 
 
 def test_capacity_below_minimum_names_the_op_and_the_bytes(capsys: pytest.CaptureFixture[str]) -> None:
@@ -142,6 +189,137 @@ def test_capacity_below_minimum_names_the_op_and_the_bytes(capsys: pytest.Captur
     _, _, err = run(capsys, "plan", *VGG, "--capacity", "1MiB", "--policy", "autovm")
     assert build_graph("vgg19", 64).ops[op].name in err
     assert str(need) in err
+
+
+# --- untrusted input: what a shared file, a file name or a typo can hold ----------------------------
+def _moves(tmp_path: Path, *moves: str) -> str:
+    path = tmp_path / "moves.json"
+    path.write_text('{"moves": [' + ", ".join(moves) + "]}")  # as written: 1e400 must reach the parser
+    return str(path)
+
+
+@pytest.mark.parametrize("move,spelled", [
+    ('{"tensor": null, "offload_after": 2}', "not null"),
+    ('{"tensor": true, "offload_after": 2}', "not true"),
+    ('{"tensor": "features.1.out", "offload_after": false}', "not false"),
+    ('{"tensor": "features.1.out", "offload_after": 2, "prefetch_after": true}', "not true"),
+    ('{"tensor": "features.1.out", "offload_after": [2, null]}', "not [2, null]"),
+    ('{"tensor": "features.1.out", "offload_after": 1e400}', "not 1e400"),
+])
+def test_moves_errors_spell_values_as_the_json_file_does(move: str, spelled: str, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "plan", *HALF, "--policy", "manual", "--moves", _moves(tmp_path, move))
+    assert code == 2 and spelled in err, err
+    assert not re.search(r"\b(None|True|False|inf)\b", err)  # Python's spelling, not the file's
+
+
+def test_an_offload_before_the_iteration_start_is_refused_with_the_range_from_minus_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    last = len(build_graph("vgg19", 64).ops) - 1
+    code, _, err = run(capsys, "plan", *HALF, "--policy", "manual", "--moves",
+                       _moves(tmp_path, '{"tensor": "features.1.out", "offload_after": -2}'))
+    assert code == 2 and f"offload_after -2 is not an op (-1..{last}" in err
+
+
+def test_a_moves_file_over_the_limit_is_refused_by_its_size_naming_the_limit(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "huge.json"
+    with open(path, "wb") as f:
+        f.truncate(64 << 20)  # sparse: reading it whole would cost 64 MiB of memory for nothing
+    code, _, err = run(capsys, "plan", *HALF, "--policy", "manual", "--moves", str(path))
+    assert code == 2 and str(64 << 20) in err and "4.00 MiB" in err
+
+
+def test_sizes_are_read_exactly_and_refused_beyond_max_bytes() -> None:
+    assert parse_bytes("4.1GB") == 4_100_000_000  # through a float, 4099999999
+    assert parse_bytes(str(MAX_BYTES)) == parse_bytes("1024TiB") == MAX_BYTES
+    for text in (str(MAX_BYTES + 1), "9223372036854775807", "1e19", "1e400", "1e999999999", "1025TiB"):
+        with pytest.raises(ValueError, match=r"is more than 1024.00 TiB \(1125899906842624 bytes\)"):
+            parse_bytes(text)
+    for text in ("inf", "nan", "Infinity", "-1"):
+        with pytest.raises(ValueError, match="not a size: write a finite number of bytes"):
+            parse_bytes(text)
+
+
+# Characters a terminal acts on, in a note, a path, a name: ESC sequences (OSC retitles the window or
+# writes the clipboard), BEL, one-byte CSI, DEL, bidi overrides and isolates, a line separator, a lone
+# surrogate (which no encoder takes), a tab and a newline (which would break a table's layout).
+HOSTILE = ("osc\x1b]0;pwned\x07 csi\x9b2J del\x7f rlo\u202e iso\u2066 ls\u2028 lone\ud800 tab\t nl\n "
+           "nel\x85 alm\u061c.")
+ESCAPED = (r"osc\x1b]0;pwned\x07 csi\x9b2J del\x7f rlo\u202e iso\u2066 ls\u2028 lone\ud800 tab\x09 nl\x0a "
+           r"nel\x85 alm\u061c.")
+
+
+def _unsafe(text: str) -> list[str]:
+    """What a terminal would act on: everything below space but the newline, DEL, C1, bidi controls,
+    separators, surrogates (an oracle written apart from the CLI's own list)."""
+    bidi = {0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029}
+    return [c for c in text if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F or ord(c) in bidi
+            or 0xD800 <= ord(c) <= 0xDFFF]
+
+
+def _hostile_docs() -> dict[str, tuple[str, dict]]:
+    config = {"model": HOSTILE, "batch": 1, "image_size": 224, "policy": HOSTILE, "capacity_bytes": 2**30,
+              "options": {HOSTILE: HOSTILE}}
+    summary = {"source": HOSTILE, "iteration_ns": 5, HOSTILE: HOSTILE}
+    rates = {"prefetch_bytes_per_ns": 1.0, "evict_bytes_per_ns": 1.0, "fault_bytes_per_ns": 1.0, "host_block": 1.0,
+             "fault_bytes_per_ns_by_kind": {HOSTILE: 1.0}}
+    return {
+        "info": ("info", {"path": HOSTILE, "config": config, "created": HOSTILE, "cost_model": HOSTILE,
+                          "environment": {HOSTILE: HOSTILE}, "notes": [HOSTILE], "summary": summary}),
+        "environment as a string": ("info", {"path": "s", "config": config, "created": "c", "cost_model": None,
+                                             "environment": HOSTILE, "notes": [], "summary": {}}),
+        "compare": ("compare", {"a": {"path": HOSTILE, "config": config}, "b": {"path": HOSTILE, "config": config},
+                                "summary": {HOSTILE: {"a": HOSTILE, "b": 1, "ratio": None}}, "aligned_by": "op",
+                                "rows": [{"name": HOSTILE, "a_ns": 1, "b_ns": 2, "delta_ns": 1},
+                                         {"name": HOSTILE, "a_ns": None, "b_ns": 2, "delta_ns": None}]}),
+        "simulate": ("simulate", {"path": HOSTILE, "config": config, "summary": summary}),
+        "calibrate": ("calibrate", {"path": HOSTILE, "config": config, "cost_model": HOSTILE, "rates": rates,
+                                    "not_fitted": [], "ops_timed": 3, "measured_iteration_ns": 5,
+                                    "simulated_iteration_ns": 5}),
+        "export": ("export", {"path": HOSTILE, "format": "html", "source": HOSTILE}),
+    }
+
+
+@pytest.mark.parametrize("case", _hostile_docs())
+def test_every_table_shows_control_characters_escaped(case: str, capsys: pytest.CaptureFixture[str]) -> None:
+    command, doc = _hostile_docs()[case]
+    table = {"info": cli.table_info, "simulate": cli.table_simulate, "calibrate": cli.table_calibrate,
+             "export": cli.table_export, "compare": None}[command]
+    cli._emit(argparse.Namespace(format="table", command=command, table=table, top=0), doc)
+    out = capsys.readouterr().out
+    assert not _unsafe(out), _unsafe(out)
+    assert ESCAPED in out or ESCAPED.replace("\\x0a", " ") in out
+
+
+def test_a_session_note_and_file_name_are_shown_escaped_in_info_and_errors(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    note = HOSTILE.replace("\ud800", "")  # a session cannot even be saved with a lone surrogate
+    path = tmp_path / "s\x1b]0;pwned\x07.vms"
+    assert run(capsys, "simulate", *HALF, "--policy", "uvm", "--out", str(path), "--note", note)[0] == 0
+    code, out, err = run(capsys, "info", str(path))
+    assert code == 0 and not _unsafe(out + err)
+    assert ESCAPED.replace("lone\\ud800 ", "lone ") in out and r"s\x1b]0;pwned\x07.vms" in out
+    code, out, err = run(capsys, "info", str(tmp_path / "missing\x1b[2J\u202e.vms"))
+    assert code == 2 and err.count("\n") == 1 and not _unsafe(err)
+    assert r"missing\x1b[2J\u202e.vms" in err
+
+
+def test_force_replaces_only_regular_files(tmp_path: Path) -> None:
+    keep = tmp_path / "keep.txt"
+    keep.write_text("keep me")
+    link, fifo = tmp_path / "link", tmp_path / "fifo"
+    link.symlink_to(keep)
+    os.mkfifo(fifo)
+    for target, kind in ((link, "a symbolic link"), (fifo, "a named pipe"), (tmp_path, "a folder")):
+        with pytest.raises(OutputError, match=kind):
+            atomic_write(target, b"new", force=True)
+    with pytest.raises(OutputError, match=r"/dev/null exists and is a device, not a regular file"):
+        refuse_unless_replaceable("/dev/null", force=True)  # checked without writing: as root it would be replaced
+    assert link.is_symlink() and fifo.is_fifo() and keep.read_text() == "keep me"
+    atomic_write(keep, b"new", force=True)
+    assert keep.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "keep.txt", "link"]  # no .partial left
 
 
 def test_run_with_no_gpu_says_so_and_writes_nothing(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -177,6 +355,22 @@ def test_calibrate_stores_a_fitted_model_in_a_copy_of_a_measured_session(
     assert load_session(out).timeline.iteration_ns().tolist() == load_session(source).timeline.iteration_ns().tolist()
 
 
+def test_calibrating_a_device_run_says_its_transfer_rates_were_not_fitted_and_times_are_integers(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    device = str(SAMPLES / "vgg19-b64-device.measured.vms")
+    doc = run_json(capsys, "calibrate", device, "--out", str(tmp_path / "c.vms"))
+    assert type(doc["measured_iteration_ns"]) is int and type(doc["simulated_iteration_ns"]) is int
+    assert doc["not_fitted"] == ["prefetch_bytes_per_ns", "evict_bytes_per_ns", "fault_bytes_per_ns", "host_block"]
+    code, out, _ = run(capsys, "calibrate", device, "--out", str(tmp_path / "c.vms"), "--force")
+    assert code == 0 and "not fitted: the run moved nothing" in out and "GB/s" not in out
+
+
+def test_help_lists_the_choices_of_policy_options(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "plan", "--help")
+    assert code == 0
+    assert "--offload {needed,all}" in out and "--tensors {activations,all}" in out
+
+
 def test_help_and_version_exit_0(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "--version")
     assert code == 0 and out.startswith("vmexplorer ")
@@ -195,6 +389,16 @@ def test_models_lists_every_model_with_its_sizes(capsys: pytest.CaptureFixture[s
     assert vgg19 == {"name": "vgg19", "param_count": 143_667_240, "ops": len(graph.ops),
                      "tensors": len(graph.tensors), "footprint_bytes": graph.footprint,
                      "min_capacity_bytes": graph.min_capacity[0]}
+
+
+def test_models_at_a_size_some_cannot_take_lists_the_others_and_says_why(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    doc = run_json(capsys, "models", "--image-size", "32", "--batch", "2")
+    assert [m["name"] for m in doc["models"]] == [m for m in MODELS if m != "alexnet"]
+    [(name, reason)] = [(u["name"], u["reason"]) for u in doc["unavailable"]]
+    assert name == "alexnet" and "image size 32 is too small" in reason
+    code, out, _ = run(capsys, "models", "--image-size", "32", "--batch", "2")
+    assert code == 0 and "vgg19" in out and "alexnet: image size 32 is too small" in out
 
 
 def test_models_table_names_every_model(capsys: pytest.CaptureFixture[str]) -> None:
@@ -284,6 +488,12 @@ def test_capacity_in_bytes_and_units(capsys: pytest.CaptureFixture[str]) -> None
     assert doc["config"]["capacity_bytes"] == 3_000_000_000
 
 
+def test_manual_policy_without_moves_notes_that_the_plan_is_uvms(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "plan", *HALF, "--policy", "manual", "--format", "json")
+    assert code == 0 and err.startswith("vmexplorer: note: --policy manual without --moves")
+    assert json.loads(out)["plan"] == run_json(capsys, "plan", *HALF, "--policy", "uvm")["plan"]
+
+
 def test_plan_table_shows_summary_and_memops(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "plan", *HALF, "--policy", "autovm")
     assert code == 0
@@ -361,16 +571,98 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
-def test_closed_stdout_pipe_is_not_a_traceback() -> None:
-    cmd = [*_program(), "graph", "--model", "resnet152", "--batch", "64", "--format", "json"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+@pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "PYTHONUNBUFFERED=1"])
+@pytest.mark.parametrize("format", ["table", "json"])
+def test_a_reader_that_stops_after_one_line_ends_the_run_with_exit_1(unbuffered: bool, format: str) -> None:
+    # several hundred KB, far more than a pipe holds: the writer is still writing when the reader goes
+    cmd = [*_program(), "graph", "--model", "resnet152", "--batch", "1", "--format", format]
+    env = {k: v for k, v in _env().items() if k != "PYTHONUNBUFFERED"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**env, "PYTHONUNBUFFERED": "1"} if unbuffered else env)
     assert proc.stdout is not None and proc.stderr is not None
-    proc.stdout.read(100)
-    proc.stdout.close()  # like `| head -c 100`
+    assert proc.stdout.readline()
+    proc.stdout.close()  # like `| head -1`
     err = proc.stderr.read().decode()
     proc.wait(timeout=60)
-    assert "Traceback" not in err and "BrokenPipe" not in err
-    assert proc.returncode in (0, 1)
+    assert err == ""  # a reader that stops is no error worth a line, but the output was cut short:
+    assert proc.returncode == 1
+
+
+def test_a_closed_stdout_is_one_line_and_exit_1(monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(sys, "stdout", None)  # what Python sets when it starts with `>&-`
+    code = main(["models"])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1 and err.startswith("vmexplorer: error: stdout is closed")
+
+
+def test_a_closed_stdout_as_a_program_is_one_line_and_exit_1() -> None:
+    proc = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", *_program(), "models"], capture_output=True,
+                          text=True, env=_env(), timeout=60)
+    assert proc.returncode == 1 and proc.stderr.startswith("vmexplorer: error: stdout is closed")
+    assert proc.stderr.count("\n") == 1
+
+
+def test_the_entry_point_module_imports_nothing_at_its_top() -> None:
+    # the console script imports vmexplorer.cli before main's handlers exist: a Ctrl-C landing in an
+    # import there would be a traceback, so the heavy imports wait for main
+    code = ("import sys; before = set(sys.modules); import vmexplorer.cli; "
+            "print(sorted(set(sys.modules) - before))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=60)
+    assert proc.returncode == 0 and json.loads(proc.stdout.replace("'", '"')) == ["vmexplorer", "vmexplorer.cli"]
+
+
+INTERRUPTED = (130, -signal.SIGINT)  # 130 from main; death by SIGINT where Python re-raises it at exit
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.002, 0.005, 0.01, 0.02, 0.04, 0.08])
+def test_ctrl_c_in_the_first_instants_is_never_a_traceback(delay: float) -> None:
+    """SIGINT at a delay after Python's own start-up, when `-X importtime` reports vmexplorer.cli
+    imported: from there on every import (argparse, NumPy, the models) is the command's. A Ctrl-C
+    during Python's start-up itself (site's .pth files) is Python's traceback, out of any program's reach."""
+    cmd = [sys.executable, "-X", "importtime", "-m", "vmexplorer", "models"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env(), text=True)
+    assert proc.stderr is not None
+    lines = []
+    while not (line := proc.stderr.readline()).rstrip().endswith("| vmexplorer.cli"):
+        assert line, "".join(lines)  # the command ended before importing its module
+        lines.append(line)
+    time.sleep(delay)
+    sent = proc.poll() is None
+    proc.send_signal(signal.SIGINT)
+    err = "".join(x for x in proc.stderr.read().splitlines(keepends=True) if not x.startswith("import time:"))
+    proc.wait(timeout=60)
+    assert "Traceback" not in err and "Error" not in err.replace("vmexplorer: error: interrupted", ""), err
+    assert proc.returncode in (INTERRUPTED if sent else (0,) + INTERRUPTED)
+
+
+# runs `python -m vmexplorer` with an import hook that sends SIGINT when `target` is first imported
+_INTERRUPT_AT_IMPORT = """
+import os, runpy, signal, sys
+target = sys.argv.pop(1)
+class InterruptAt:
+    fired = False
+    def find_spec(self, name, path=None, module=None):
+        if name == target and not InterruptAt.fired:
+            InterruptAt.fired = True
+            print("interrupting the import of", name, file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, InterruptAt())
+sys.argv[0] = "vmexplorer"
+runpy.run_module("vmexplorer", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("module", ["vmexplorer.cli", "argparse", "vmexplorer.models", "vmexplorer.policies",
+                                    "numpy", "datetime"])
+def test_ctrl_c_during_any_import_of_a_command_is_never_a_traceback(module: str) -> None:
+    # datetime: NumPy's C code imports it and turns the KeyboardInterrupt into an ImportError
+    proc = subprocess.run([sys.executable, "-c", _INTERRUPT_AT_IMPORT, module, "models"], capture_output=True,
+                          text=True, env=_env(), timeout=60)
+    assert f"interrupting the import of {module}" in proc.stderr  # it is imported after start-up
+    assert "Traceback" not in proc.stderr and "Error" not in proc.stderr.replace("error: interrupted", "")
+    assert proc.returncode in INTERRUPTED, proc.stderr
 
 
 def test_bad_input_as_a_program_is_one_line_and_exit_2() -> None:

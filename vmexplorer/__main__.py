@@ -2,6 +2,9 @@
 
 import sys
 
-from .cli import main
+try:
+    from .cli import main
 
-sys.exit(main())
+    sys.exit(main())
+except KeyboardInterrupt:  # Ctrl-C before main's handlers exist (cli.EXIT_INTERRUPTED, not yet imported)
+    sys.exit(130)

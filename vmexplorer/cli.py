@@ -2,25 +2,32 @@
 
 Every command prints a table for people or, with `--format json`, one JSON document with sorted keys for
 scripts (docs/cli.md gives each shape). Bad input of any kind ends in one line on stderr,
-`vmexplorer: error: ...`, and exit status 2, never a traceback. Commands import the heavy modules
-(Bokeh, sessions, the simulator) themselves, so `vmexplorer models` starts fast on a laptop.
+`vmexplorer: error: ...`, and exit status 2, never a traceback; Ctrl-C ends with 130, and a stdout that
+is closed (or a pipe whose reader stopped) with 1. Strings from files are shown with their control
+characters escaped, as a session someone shared could otherwise drive the terminal.
+
+This module imports nothing at its top that Python has not loaded already (`sys`, `os`): the entry
+point imports it before `main` runs, and a Ctrl-C landing in an import there would be a traceback.
+Commands import what they need (argparse, the models, Bokeh, sessions, the simulator) themselves,
+inside main's handlers, which also keeps `vmexplorer models` fast on a laptop.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
-from typing import Any, NoReturn
 
 from . import __version__
-from .graph import Graph
-from .models import DEFAULT_IMAGE_SIZE, MODELS, build_graph
-from .plan import Plan
-from .units import format_bytes, format_ns, parse_bytes
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable, Iterable, Sequence
+    from pathlib import Path
+    from typing import Any, NoReturn
+
+    from .graph import Graph
+    from .plan import Plan
 
 EXIT_OK, EXIT_PIPE_CLOSED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 _OPTION_DEST = "policy_option_"  # argparse dest prefix of policy options, so they cannot clash
@@ -30,25 +37,48 @@ class UsageError(Exception):
     """Bad arguments or input: reported as one line, exit status 2."""
 
 
-class _Parser(argparse.ArgumentParser):
-    # argparse prints the usage block and exits; scripts want one parseable line, and main() decides
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message} (see `{self.prog} --help`)")
+class StdoutClosed(Exception):
+    """stdout is closed (`>&-`): there is nowhere to write the output; exit status 1."""
+
+
+def _parser_class() -> type[argparse.ArgumentParser]:
+    import argparse
+
+    class _Parser(argparse.ArgumentParser):
+        # argparse prints the usage block and exits; scripts want one parseable line, and main() decides
+        def error(self, message: str) -> NoReturn:
+            raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+    return _Parser
 
 
 # --- commands -------------------------------------------------------------------------------------
 def cmd_models(args: argparse.Namespace) -> dict[str, Any]:
-    rows = []
+    from .layers import GraphError
+    from .models import MODELS, build_graph
+
+    rows, unavailable = [], []
     for name in MODELS:
-        graph = build_graph(name, args.batch, args.image_size)
+        try:  # AlexNet cannot take 32 px images while the others can: say so per model
+            graph = build_graph(name, args.batch, args.image_size)
+        except GraphError as e:
+            unavailable.append({"name": name, "reason": str(e)})
+            continue
         need, _ = graph.min_capacity
         rows.append({"name": name, "param_count": graph.param_count, "ops": len(graph.ops),
                      "tensors": len(graph.tensors), "footprint_bytes": graph.footprint,
                      "min_capacity_bytes": need})
-    return {"batch": args.batch, "image_size": args.image_size, "models": rows}
+    if not rows:
+        reasons = list(dict.fromkeys(u["reason"] for u in unavailable))
+        raise UsageError(reasons[0] if len(reasons) == 1 else
+                         f"no model can be built at batch {args.batch} with {args.image_size}px images: "
+                         + "; ".join(reasons))
+    return {"batch": args.batch, "image_size": args.image_size, "models": rows, "unavailable": unavailable}
 
 
 def cmd_graph(args: argparse.Namespace) -> dict[str, Any]:
+    from .models import build_graph
+
     return graph_doc(build_graph(args.model, args.batch, args.image_size))
 
 
@@ -88,7 +118,7 @@ def cmd_calibrate(args: argparse.Namespace) -> dict[str, Any]:
 
     import numpy as np
 
-    from .costmodel import calibrate
+    from .costmodel import H100_DEFAULT, calibrate
     from .session import save_session
     from .simulator import simulate
 
@@ -111,30 +141,58 @@ def cmd_calibrate(args: argparse.Namespace) -> dict[str, Any]:
     cost = calibrate(session.graph, session.plan, session.timeline, **({"base": base} if base else {}),
                      name=f"calibrated on {args.file.name}" + (f" and {args.device.name}" if base else ""))
     save_session(dataclasses.replace(session, cost_model=cost), args.out, force=True)
-    measured = float(np.median(session.timeline.timed_ns()))
-    predicted = float(np.median(simulate(session.graph, session.plan, cost).iteration_ns()))
+    measured = round(float(np.median(session.timeline.timed_ns())))
+    predicted = round(float(np.median(simulate(session.graph, session.plan, cost).iteration_ns())))
     return {"path": str(args.out), "config": _config(session.plan), "cost_model": cost.name,
-            "rates": {**{k: getattr(cost, k) for k in ("prefetch_bytes_per_ns", "evict_bytes_per_ns",
-                                                      "fault_bytes_per_ns", "host_block")},
+            "rates": {**{k: getattr(cost, k) for k in _TRANSFER_RATES},
                       "fault_bytes_per_ns_by_kind": dict(cost.fault_bytes_per_ns_by_kind)},
+            "not_fitted": _not_fitted(session.plan, cost, base or H100_DEFAULT),
             "ops_timed": len(cost.op_ns), "measured_iteration_ns": measured,
             "simulated_iteration_ns": predicted}
+
+
+_TRANSFER_RATES = ("prefetch_bytes_per_ns", "evict_bytes_per_ns", "fault_bytes_per_ns", "host_block")
+
+
+def _not_fitted(plan: Plan, cost: Any, base: Any) -> list[str]:
+    """The transfer rates calibration left as they were: all of them for a run that moved nothing
+    (a device run), else those its memory operations gave no measurement of."""
+    from .plan import Mode
+
+    if not any(m.nbytes for m in plan.memops):
+        return list(_TRANSFER_RATES)
+    # host blocking is fitted on a grid whose points include the default, so equality says nothing
+    kept = [k for k in _TRANSFER_RATES[:3] if getattr(cost, k) == getattr(base, k)]
+    return kept + ([] if any(m.mode is Mode.ASYNC for m in plan.memops) else ["host_block"])
 
 
 def table_calibrate(doc: dict[str, Any]) -> str:
     from .costmodel import fault_rates_by_kind_text
 
-    r = doc["rates"]
+    r, kept = doc["rates"], set(doc["not_fitted"])
     kinds = fault_rates_by_kind_text(r["fault_bytes_per_ns_by_kind"])
-    return (f"wrote {doc['path']} with the cost model {doc['cost_model']!r}: prefetch "
-            f"{r['prefetch_bytes_per_ns']:.1f} GB/s, eviction {r['evict_bytes_per_ns']:.1f} GB/s, demand faults "
-            f"{r['fault_bytes_per_ns']:.1f} GB/s" + (f" (by op kind: {kinds})" if kinds else "")
-            + f", host blocking {r['host_block']:.2f}, {doc['ops_timed']} op times; "
+
+    def rate(key: str, text: str) -> str:
+        return text + (" (the default: not fitted)" if key in kept else "")
+
+    if kept == set(_TRANSFER_RATES):
+        rates = ("its prefetch, eviction, demand-fault and host-blocking rates are the defaults, not fitted: "
+                 "the run moved nothing")
+    else:
+        rates = ", ".join([rate("prefetch_bytes_per_ns", f"prefetch {r['prefetch_bytes_per_ns']:.1f} GB/s"),
+                           rate("evict_bytes_per_ns", f"eviction {r['evict_bytes_per_ns']:.1f} GB/s"),
+                           rate("fault_bytes_per_ns", f"demand faults {r['fault_bytes_per_ns']:.1f} GB/s"
+                                + (f" (by op kind: {kinds})" if kinds else "")),
+                           rate("host_block", f"host blocking {r['host_block']:.2f}")])
+    return (f"wrote {_safe(doc['path'])} with the cost model {_safe(repr(doc['cost_model']))}: "
+            f"{doc['ops_timed']} op times; {rates}; "
             f"it simulates the session's own plan in {doc['simulated_iteration_ns'] / 1e6:.1f} ms per iteration "
             f"(measured {doc['measured_iteration_ns'] / 1e6:.1f} ms)")
 
 
 def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
+    if args.top < 0:
+        raise UsageError(f"--top takes how many rows to show, 0 for all, not {args.top}")
     a, b = _load(args.a), _load(args.b)
     sa, sb = a.summary, b.summary  # a property that recomputes: take it once
     summary = {k: {"a": sa.get(k), "b": sb.get(k), "ratio": _ratio(sa.get(k), sb.get(k))}
@@ -161,13 +219,17 @@ def cmd_export(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     from .engine.executor import RunSettings, execute, measured_session
     from .engine.gpu import cupy
-    from .session import save_session
+    from .session import iterations_that_fit, save_session
 
     if args.iterations < 1 or args.warmup < 0 or args.counted < 0:
         raise UsageError("--iterations must be at least 1, and --warmup and --counted at least 0")
     parts = _collector_parts(args.collectors)
     _refuse_existing(args.out, args.force)
     graph, plan = _compile(args)
+    fit = iterations_that_fit(graph, plan)
+    if args.iterations + args.counted > fit:  # refused before the GPU works, not when its session is saved
+        raise UsageError(f"{args.iterations} iterations (and {args.counted} counted) of this plan would not fit "
+                         f"in one session: at most {fit} in all")
     cupy()  # says plainly when there is no GPU, before anything is allocated
     settings = RunSettings(iterations=args.iterations, warmup=args.warmup, seed=args.seed,
                            allow_tf32=not args.no_tf32, autotune=args.autotune, collect=not args.no_collectors,
@@ -202,7 +264,9 @@ class RunFailed(RuntimeError):
 
 # --- shared steps ---------------------------------------------------------------------------------
 def _compile(args: argparse.Namespace) -> tuple[Graph, Plan]:
+    from .models import build_graph
     from .policies import compile_plan
+    from .units import format_bytes, parse_bytes
 
     graph = build_graph(args.model, args.batch, args.image_size)
     try:
@@ -212,6 +276,9 @@ def _compile(args: argparse.Namespace) -> tuple[Graph, Plan]:
     options = _policy_options(args)
     moves = _read_moves(graph, args.moves) if args.moves is not None else ()
     plan = compile_plan(graph, capacity, args.policy, options, moves)
+    if args.policy == "manual" and args.moves is None:
+        _note("--policy manual without --moves has no moves to plan: the plan is what uvm gives (demand "
+              "faults, LRU eviction); give your moves with --moves FILE")
     if capacity >= graph.footprint:
         _note(f"capacity {format_bytes(capacity)} holds the whole footprint of "
               f"{format_bytes(graph.footprint)}: nothing will page")
@@ -230,17 +297,21 @@ def _policy_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _read_moves(graph: Graph, path: Path) -> list[Any]:
-    from .plan import PlanError
-    from .policies import load_moves
+    import stat
 
+    from .plan import PlanError
+    from .policies import MAX_MOVES_FILE_BYTES, parse_moves
+    from .units import format_bytes
+
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno())
+        if stat.S_ISREG(size.st_mode) and size.st_size > MAX_MOVES_FILE_BYTES:  # refused before it is read
+            raise UsageError(f"{path}: {size.st_size} bytes is more than a moves file may hold "
+                             f"({format_bytes(MAX_MOVES_FILE_BYTES)}); a manual plan of the largest model takes "
+                             "well under 1 MiB")
+        raw = f.read(MAX_MOVES_FILE_BYTES + 1)  # a pipe has no size: read one byte past the limit at most
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise UsageError(f"{path}: not a text file; --moves wants a JSON manual plan") from None
-    except json.JSONDecodeError as e:
-        raise UsageError(f"{path}: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
-    try:
-        return load_moves(graph, data)
+        return parse_moves(graph, raw)
     except PlanError as e:
         raise PlanError(f"{path}: {e}") from None
 
@@ -252,8 +323,10 @@ def _load(path: Path) -> Any:
 
 
 def _refuse_existing(path: Path, force: bool) -> None:
-    if not force and (path.exists() or path.is_symlink()):
-        raise UsageError(f"{path} exists; pass --force to replace it")
+    # the writer checks again as it writes; this check comes before the work, so none is wasted
+    from .fileio import refuse_unless_replaceable
+
+    refuse_unless_replaceable(path, force)
 
 
 def _ratio(a: Any, b: Any) -> float | None:
@@ -314,6 +387,26 @@ def _op_ref(graph: Graph, index: int) -> str | int:
 
 
 # --- tables ---------------------------------------------------------------------------------------
+# Characters a terminal acts on instead of showing, or that make text read in another order than it
+# is stored: C0 and C1 controls (ESC starts sequences that retitle the window or write the clipboard;
+# \x9b is a one-byte CSI), DEL, bidi marks, embeddings, overrides and isolates, line and paragraph
+# separators, and lone surrogates (which no encoder takes).
+_UNSAFE = "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+
+
+def _safe(text: Any, keep: str = "") -> str:
+    """`text` with the characters in _UNSAFE, but those in `keep`, written as escapes (\\x1b, \\u202e)."""
+    import re
+
+    def escape(m: re.Match[str]) -> str:
+        c = m.group()
+        if c in keep:
+            return c
+        return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+
+    return re.sub(_UNSAFE, escape, str(text))
+
+
 def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     cells = [[_cell(h, v) for h, v in zip(headers, row)] for row in rows]
     raw_numeric = [True] * len(headers)
@@ -330,10 +423,12 @@ def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 
 def _cell(header: str, value: Any) -> str:
+    from .units import format_bytes, format_ns
+
     if value is None:
         return "-"
     if isinstance(value, bool) or not isinstance(value, int | float):
-        return str(value)
+        return _safe(value)  # a string from a file: a newline or an escape sequence would break the table
     if header.endswith("_ns") or header in ("time", "delta"):
         return format_ns(value)
     if "bytes" in header.split("_") or header in ("footprint", "min capacity"):
@@ -350,16 +445,19 @@ def _title(text: str) -> str:
 
 
 def _config_line(c: dict[str, Any]) -> str:
-    opts = "".join(f" {_flag(k)} {v}" for k, v in sorted(c["options"].items()))
-    return (f"{c['model']} batch {c['batch']} at {c['image_size']}px, {c['policy']}{opts}, "
+    from .units import format_bytes
+
+    opts = "".join(f" {_flag(_safe(k))} {_safe(v)}" for k, v in sorted(c["options"].items()))
+    return (f"{_safe(c['model'])} batch {c['batch']} at {c['image_size']}px, {_safe(c['policy'])}{opts}, "
             f"capacity {format_bytes(c['capacity_bytes'])}")
 
 
 def table_models(doc: dict[str, Any]) -> str:
     rows = [(m["name"], f"{m['param_count']:,}", m["ops"], m["tensors"], m["footprint_bytes"],
              m["min_capacity_bytes"]) for m in doc["models"]]
+    skipped = "".join(f"\nnot at this size: {u['reason']}" for u in doc["unavailable"])
     return (f"models at batch {doc['batch']}, {doc['image_size']}x{doc['image_size']} images\n"
-            + _table(("model", "params", "ops", "tensors", "footprint", "min capacity"), rows))
+            + _table(("model", "params", "ops", "tensors", "footprint", "min capacity"), rows) + skipped)
 
 
 def table_graph(doc: dict[str, Any]) -> str:
@@ -379,11 +477,13 @@ def table_graph(doc: dict[str, Any]) -> str:
 
 
 def table_plan(doc: dict[str, Any]) -> str:
+    from .units import format_bytes
+
     p = doc["plan"]
     memops = ((m["tensor"], m["nbytes"], m["direction"], m["mode"], m["origin"],
                f"{m['issue_after_op'] or 'start'} ({m['issue_after']})",
                f"{m['complete_before_op'] or 'end'} ({m['complete_before']})") for m in p["memops"])
-    head = (f"{_config_line(doc['config'])}; cost model {doc['cost_model']}\n"
+    head = (f"{_config_line(doc['config'])}; cost model {_safe(doc['cost_model'])}\n"
             f"{len(p['memops'])} memory operations, {len(p['moves'])} planned round trips, "
             f"{len(p['resident_at_start'])} tensors resident at start, "
             f"peak resident {format_bytes(p['peak_resident_bytes'])}")
@@ -393,16 +493,18 @@ def table_plan(doc: dict[str, Any]) -> str:
 
 
 def table_simulate(doc: dict[str, Any]) -> str:
+    from .units import format_ns
+
     s = doc["summary"]
-    return (f"wrote {doc['path']}: {_config_line(doc['config'])}; "
-            f"iteration {format_ns(s.get('iteration_ns', 0))} ({s.get('source', '?')})")
+    return (f"wrote {_safe(doc['path'])}: {_config_line(doc['config'])}; "
+            f"iteration {format_ns(s.get('iteration_ns', 0))} ({_safe(s.get('source', '?'))})")
 
 
 def table_info(doc: dict[str, Any]) -> str:
     env = doc["environment"] if isinstance(doc["environment"], dict) else {"environment": doc["environment"]}
-    notes = "\n".join(f"- {n}" for n in doc["notes"]) or "(none)"
-    return "\n".join([doc["path"], f"{_config_line(doc['config'])}",
-                      f"created {doc['created']}; cost model {doc['cost_model'] or '-'}",
+    notes = "\n".join(f"- {_safe(n)}" for n in doc["notes"]) or "(none)"
+    return "\n".join([_safe(doc["path"]), f"{_config_line(doc['config'])}",
+                      f"created {_safe(doc['created'])}; cost model {_safe(doc['cost_model'] or '-')}",
                       _title("summary"), _pairs(doc["summary"]), _title("environment"), _pairs(env),
                       _title("notes"), notes])
 
@@ -414,25 +516,29 @@ def table_compare(doc: dict[str, Any], top: int) -> str:
     rows.sort(key=lambda r: -abs(r["delta_ns"]))
     shown = rows if top <= 0 else rows[:top]
     missing = [r["name"] for r in doc["rows"] if r["delta_ns"] is None]
-    out = [f"A: {doc['a']['path']}: {_config_line(doc['a']['config'])}",
-           f"B: {doc['b']['path']}: {_config_line(doc['b']['config'])}",
+    out = [f"A: {_safe(doc['a']['path'])}: {_config_line(doc['a']['config'])}",
+           f"B: {_safe(doc['b']['path'])}: {_config_line(doc['b']['config'])}",
            _title("summary"), _table(("key", "A", "B", "B/A"), summary),
            _title(f"largest per-iteration time changes by {doc['aligned_by']} "
                   f"({len(shown)} of {len(rows)})"),
            _table((doc["aligned_by"], "a_ns", "b_ns", "delta_ns"),
                   ((r["name"], r["a_ns"], r["b_ns"], r["delta_ns"]) for r in shown))]
     if missing:
-        out.append(f"\nin only one of them: {', '.join(missing)}")
+        out.append(f"\nin only one of them: {', '.join(map(_safe, missing))}")
     return "\n".join(out)
 
 
 def table_export(doc: dict[str, Any]) -> str:
-    return f"wrote {doc['path']} ({doc['format'].replace('_', ' ')} of {doc['source']})"
+    return f"wrote {_safe(doc['path'])} ({doc['format'].replace('_', ' ')} of {_safe(doc['source'])})"
 
 
 # --- the parser -----------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="vmexplorer", description="Profile, simulate and compare GPU unified-memory "
+    from pathlib import Path
+
+    from .models import DEFAULT_IMAGE_SIZE
+
+    parser = _parser_class()(prog="vmexplorer", description="Profile, simulate and compare GPU unified-memory "
                      "paging policies for CNN training. docs/cli.md documents every command.")
     parser.add_argument("--version", action="version", version=f"vmexplorer {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -509,6 +615,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _graph_args(p: argparse.ArgumentParser) -> None:
+    from .models import DEFAULT_IMAGE_SIZE, MODELS
+
     p.add_argument("--model", required=True, choices=list(MODELS), metavar="MODEL",
                    help=f"one of: {', '.join(MODELS)}")
     p.add_argument("--batch", type=int, required=True, help="batch size")
@@ -517,7 +625,11 @@ def _graph_args(p: argparse.ArgumentParser) -> None:
 
 
 def _plan_args(p: argparse.ArgumentParser) -> None:
-    from .policies import POLICIES
+    import argparse
+    from pathlib import Path
+
+    from .policies import MAX_MOVES_FILE_BYTES, POLICIES
+    from .units import format_bytes
 
     _graph_args(p)
     p.add_argument("--capacity", required=True, metavar="C",
@@ -527,7 +639,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                    help="; ".join(f"{n}: {s.summary}" for n, s in POLICIES.items()).replace("%", "%%"))
     p.add_argument("--moves", type=Path, metavar="FILE",
                    help='manual plan, JSON {"moves": [{"tensor", "offload_after", "prefetch_after"}]} '
-                        "(--policy manual)")
+                        f"(--policy manual; at most {format_bytes(MAX_MOVES_FILE_BYTES)})")
     group = p.add_argument_group("policy options (each belongs to the policy named in its help)")
     seen: set[str] = set()
     for policy, spec in POLICIES.items():
@@ -535,14 +647,15 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
             if name in seen:  # shared by several policies: one flag, checked against --policy later
                 continue
             seen.add(name)
-            text = f"[{policy}] {opt.help} (default {opt.default})".replace("%", "%%")
+            choices = f"one of {', '.join(map(str, opt.choices))}; " if opt.choices else ""
+            text = f"[{policy}] {opt.help} ({choices}default {opt.default})".replace("%", "%%")
             if opt.type is bool:
                 group.add_argument(_flag(name), dest=_OPTION_DEST + name, default=argparse.SUPPRESS,
                                    action=argparse.BooleanOptionalAction, help=text)
-            else:
+            else:  # with choices, argparse's metavar is {needed,all}: the usage line lists them too
                 group.add_argument(_flag(name), dest=_OPTION_DEST + name, default=argparse.SUPPRESS,
-                                   type=opt.type, choices=getattr(opt, "choices", None) or None,
-                                   metavar=opt.type.__name__.upper(), help=text)
+                                   type=opt.type, choices=opt.choices or None,
+                                   metavar=None if opt.choices else opt.type.__name__.upper(), help=text)
 
 
 def _flag(option: str) -> str:
@@ -552,13 +665,52 @@ def _flag(option: str) -> str:
 # --- output and errors ----------------------------------------------------------------------------
 def _emit(args: argparse.Namespace, doc: dict[str, Any]) -> None:
     if getattr(args, "format", "table") == "json":
+        import json
+
+        # json.dumps escapes every control character (and all non-ASCII): nothing to make safe
         text = json.dumps(doc, sort_keys=True, indent=2, default=_json_default, allow_nan=False)
     elif args.command == "compare":
-        text = table_compare(doc, args.top)
+        text = _safe(table_compare(doc, args.top), keep="\n")
     else:
-        text = args.table(doc)
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()  # a closed pipe should fail here, inside main's handler, not at exit
+        text = _safe(args.table(doc), keep="\n")  # the tables escape cells; this is the net under them
+    _write_stdout(text + "\n")
+
+
+def _write_stdout(text: str) -> None:
+    """Write all of `text` to stdout, or raise: BrokenPipeError when the reader has gone.
+
+    The bytes go through stdout's binary layer in a loop: unbuffered (PYTHONUNBUFFERED=1) the text layer
+    drops the rest of a short write to a pipe whose reader is closing, and the run would end with 0 as
+    if everything had been read."""
+    stream = sys.stdout
+    if stream is None:
+        raise StdoutClosed(_STDOUT_CLOSED)
+    buffer = getattr(stream, "buffer", None)
+    try:
+        if buffer is None:  # a text-only stream (io.StringIO): it takes all of it or raises
+            stream.write(text)
+            stream.flush()
+            return
+        stream.flush()  # anything printed before goes first
+        view = memoryview(text.encode(stream.encoding or "utf-8", "backslashreplace"))
+        while view:
+            written = buffer.write(view)
+            if written is None:  # a non-blocking stdout that is full: wait until it drains
+                import select
+
+                select.select([], [buffer], [])
+                continue
+            view = view[written:]
+        buffer.flush()
+    except OSError as e:
+        import errno
+
+        if e.errno == errno.EBADF:  # the descriptor was closed under Python's stdout
+            raise StdoutClosed(_STDOUT_CLOSED) from None
+        raise
+
+
+_STDOUT_CLOSED = "stdout is closed, so there is nowhere to write the output; redirect it to /dev/null to discard it"
 
 
 def _json_default(value: Any) -> Any:
@@ -570,31 +722,46 @@ def _json_default(value: Any) -> Any:
 
 
 def _note(message: str) -> None:
-    print(f"vmexplorer: note: {message}", file=sys.stderr)
+    _stderr(f"vmexplorer: note: {_safe(message)}")
+
+
+def _stderr(line: str) -> None:
+    # stderr can be closed too (2>&-); a message with nowhere to go is dropped, not a second error
+    try:
+        if sys.stderr is not None:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """The project's error classes: each means bad input, told in its message, not a bug."""
     from .engine.gpu import NoGPU
     from .engine.memory import ResourceError
+    from .fileio import OutputError
     from .layers import GraphError
     from .plan import PlanError
 
     found: list[type[BaseException]] = [UsageError, GraphError, PlanError, OSError, NoGPU, ResourceError,
-                                        RunFailed]
-    for module, name in (("session", "SessionError"), ("fileio", "OutputError")):
-        try:
-            found.append(getattr(__import__(f"vmexplorer.{module}", fromlist=[name]), name))
-        except (ImportError, AttributeError):
-            pass
+                                        RunFailed, OutputError]
+    try:
+        from .session import SessionError
+
+        found.append(SessionError)
+    except ImportError:  # NumPy missing: its own error says so
+        pass
     return tuple(found)
 
 
 def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split()) if str(error) else type(error).__name__
+    text = str(error) or type(error).__name__
     if isinstance(error, OSError) and error.filename is not None and error.strerror:
         text = f"{error.filename}: {error.strerror}"
-    return text
+    # one line whatever the message holds: wrapped text joined, and a file name's controls escaped
+    import re
+
+    return _safe(re.sub(r"[ \t\r\n]+", " ", text).strip())
 
 
 def _quiet_stdout() -> None:
@@ -607,8 +774,55 @@ def _quiet_stdout() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; returns the exit status (0 ok, 1 stdout closed early, 2 bad usage or input)."""
+    """Run one command; returns the exit status: 0 ok, 1 stdout closed (or its reader gone) before all
+    the output was written, 2 bad usage or input, 130 interrupted (Ctrl-C)."""
+    restore = None
     try:
+        restore = _watch_interrupts()
+        return _run(argv)
+    except KeyboardInterrupt:  # also one that lands while an error is being reported
+        _stderr("vmexplorer: error: interrupted")
+        return EXIT_INTERRUPTED
+    finally:
+        if restore is not None:
+            restore()
+
+
+_interrupted = False
+
+
+def _watch_interrupts() -> Callable[[], None]:
+    """Note each Ctrl-C as well as raising KeyboardInterrupt: an import that catches it turns it into
+    another error (NumPy's import says "could not import module datetime"), which is then reported
+    as the interruption it was. Returns what puts the previous handler back."""
+    global _interrupted
+    _interrupted = False
+    import signal
+
+    def interrupt(signum: int, frame: Any) -> None:
+        global _interrupted
+        _interrupted = True
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGINT, interrupt)
+    except ValueError:  # not the main thread: only the main thread gets signals anyway
+        return lambda: None
+    if previous is signal.SIG_IGN:  # started in the background (`cmd &`): Ctrl-C is not ours to take
+        signal.signal(signal.SIGINT, previous)
+        return lambda: None
+
+    def restore() -> None:
+        if previous is not None:  # None: a handler not set from Python, which cannot be put back
+            signal.signal(signal.SIGINT, previous)
+
+    return restore
+
+
+def _run(argv: list[str] | None) -> int:
+    try:
+        if sys.stdout is None:  # `>&-`: refused before any work, as none of it could be reported
+            raise StdoutClosed(_STDOUT_CLOSED)
         parser = build_parser()
         args, extra = parser.parse_known_args(argv)
         if extra:
@@ -618,11 +832,16 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     except SystemExit as e:  # --help and --version print and exit on their own
         return e.code if isinstance(e.code, int) else EXIT_OK
-    except BrokenPipeError:
+    except BrokenPipeError:  # the reader stopped early (`| head`): like any Unix tool, no message
         _quiet_stdout()
         return EXIT_PIPE_CLOSED
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
-    except _user_errors() as e:
-        print(f"vmexplorer: error: {_one_line(e)}", file=sys.stderr)
+    except StdoutClosed as e:
+        _stderr(f"vmexplorer: error: {_one_line(e)}")
+        return EXIT_PIPE_CLOSED
+    except Exception as e:
+        if _interrupted:  # a Ctrl-C that some import turned into another error
+            raise KeyboardInterrupt from None
+        if not isinstance(e, _user_errors()):
+            raise  # a bug: its traceback is what a report needs
+        _stderr(f"vmexplorer: error: {_one_line(e)}")
         return EXIT_USAGE

@@ -2,13 +2,17 @@
 
 Every file vmexplorer writes (sessions, traces, HTML pages) goes through `atomic_write`: the bytes go
 to a temporary file beside the target, which then replaces the target in one rename. A crash, a full
-disk or a Ctrl-C leaves either the old file or the new one, never a mixture.
+disk or a Ctrl-C leaves either the old file or the new one, never a mixture. Only a regular file is
+ever replaced: `--out /dev/null --force` run as root must not rename a file over the device node, and
+a symbolic link or a named pipe in the way is more likely a mistake (or a trap) than a target.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -16,13 +20,11 @@ class OutputError(ValueError):
     """An output file cannot be written: the message names the path and the fix."""
 
 
-def atomic_write(path: str | os.PathLike[str], data: bytes, force: bool = False) -> None:
-    """Write `data` to `path`; an existing file is refused unless `force`, and kept on any failure."""
+def atomic_write(path: str | os.PathLike[str], data: bytes | Iterable[bytes], force: bool = False) -> None:
+    """Write `data` (bytes, or pieces of them, so a large export need not be in memory at once) to
+    `path`; an existing file is refused unless `force`, and kept on any failure."""
     target = Path(path)
-    if target.is_dir():
-        raise OutputError(f"{target} is a folder; give the name of a file to write")
-    if not force and (target.exists() or target.is_symlink()):
-        raise OutputError(f"{target} exists; pass --force to replace it")
+    refuse_unless_replaceable(target, force)
     folder = target.parent
     if not folder.is_dir():
         raise OutputError(f"cannot write {target}: the folder {folder} does not exist")
@@ -32,13 +34,15 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, force: bool = False)
         raise OutputError(f"cannot write {target}: {e.strerror or e} (in {folder})") from None
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for piece in (data,) if isinstance(data, bytes) else data:
+                f.write(piece)
             f.flush()
             os.fsync(f.fileno())
         # mkstemp makes the file private (0600); a shared session or trace should read like any other
         # file, and a replaced file keeps the permissions its owner gave it.
         os.chmod(tmp, _mode_of(target))
         if force:
+            refuse_unless_replaceable(target, force)  # again: something else may have taken the name
             os.replace(tmp, target)
         else:
             _place_without_clobbering(tmp, target)
@@ -52,6 +56,31 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, force: bool = False)
         if isinstance(e, OSError):
             raise OutputError(f"cannot write {target}: {e.strerror or e}") from None
         raise
+
+
+def refuse_unless_replaceable(path: str | os.PathLike[str], force: bool) -> None:
+    """Raise OutputError unless `path` is free to write: missing, or (with `force`) a regular file.
+    The link itself is examined (lstat), so a symbolic link is refused even where it points to a file."""
+    target = Path(path)
+    try:
+        mode = os.lstat(target).st_mode
+    except OSError:  # missing, or a path through a file ("afile/s.vms"): writing it will say why
+        return
+    if stat.S_ISDIR(mode):
+        raise OutputError(f"{target} is a folder; give the name of a file to write")
+    if not stat.S_ISREG(mode):
+        raise OutputError(f"{target} exists and is {_kind_of(mode)}, not a regular file; vmexplorer replaces only "
+                          "regular files, even with --force: give the name of a file to write")
+    if not force:
+        raise OutputError(f"{target} exists; pass --force to replace it")
+
+
+def _kind_of(mode: int) -> str:
+    for test, kind in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a named pipe"),
+                       (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "something else"
 
 
 def _mode_of(target: Path) -> int:

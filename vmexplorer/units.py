@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from decimal import Decimal
+from fractions import Fraction
 
 # The most bytes any size may be (a capacity, a footprint, a tensor): about a thousand times any GPU's
 # memory, so a larger one is a typo or a hostile file, and exact as a float (what --capacity 3e9 goes through).
@@ -11,27 +13,54 @@ MAX_BYTES = 2**50
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z%]*)\s*$")
+# Below this a number is no byte of any unit; checked before exact arithmetic, as 1e-999999999 as a
+# fraction would need a denominator of a billion digits.
+_TINY = Decimal("1e-30")
 
 
 def parse_bytes(text: str, footprint: int | None = None) -> int:
-    """Parse a capacity; `%` needs the footprint it is a share of. Raises ValueError with the fix."""
+    """Parse a size; `%` needs the footprint it is a share of. Raises ValueError with the fix.
+
+    Numbers are read exactly, not through a float, and the result is a whole number of bytes from 1 to
+    MAX_BYTES; `inf`, `nan` and anything larger are refused."""
     match = _PATTERN.match(str(text))
     if not match:
-        raise ValueError(f"capacity {text!r} is not a size: write bytes, e.g. 4GiB, 512MiB, 3e9 or 50%")
-    value, unit = float(match.group(1)), match.group(2).lower()
+        raise ValueError(f"capacity {_shown(text)} is not a size: write a finite number of bytes, e.g. 4GiB, "
+                         "512MiB, 3e9 or 50%")
+    value, unit = Decimal(match.group(1)), match.group(2).lower()  # a Decimal is exact at any exponent
     if unit == "%":
         if footprint is None:
-            raise ValueError(f"capacity {text!r} is a share, but no footprint is known to take it of")
+            raise ValueError(f"capacity {_shown(text)} is a share, but no footprint is known to take it of")
         if not 0 < value <= 1000:
-            raise ValueError(f"capacity {text!r}: a share must be above 0% (and at most 1000%)")
-        return int(footprint * value / 100)
-    if unit not in _UNITS:
-        raise ValueError(f"capacity {text!r}: unknown unit {match.group(2)!r}; use B, KB, MB, GB, "
+            raise ValueError(f"capacity {_shown(text)}: a share must be above 0% (and at most 1000%)")
+        nbytes = int(footprint * _exact(value) / 100)
+    elif unit not in _UNITS:
+        raise ValueError(f"capacity {_shown(text)}: unknown unit {match.group(2)!r}; use B, KB, MB, GB, "
                          "KiB, MiB, GiB, TiB or %")
-    nbytes = int(value * _UNITS[unit])
+    elif value > MAX_BYTES:  # compared before multiplying: 1e400 must not be turned into an integer
+        raise _too_large(text)
+    else:
+        nbytes = int(_exact(value) * _UNITS[unit])
     if nbytes <= 0:
-        raise ValueError(f"capacity {text!r} must be more than 0 bytes")
+        raise ValueError(f"capacity {_shown(text)} must be more than 0 bytes")
+    if nbytes > MAX_BYTES:
+        raise _too_large(text)
     return nbytes
+
+
+def _shown(text: str) -> str:
+    # an argument can be a hundred thousand digits long; the message needs only its start
+    text = str(text)
+    return repr(text) if len(text) <= 40 else repr(text[:37] + "...")
+
+
+def _exact(value: Decimal) -> Fraction:
+    return Fraction(0) if value < _TINY else Fraction(value)
+
+
+def _too_large(text: str) -> ValueError:
+    return ValueError(f"capacity {_shown(text)} is more than {format_bytes(MAX_BYTES)} ({MAX_BYTES} bytes), the most "
+                      "any size may be; give the device memory to emulate, e.g. 80GiB or 50%")
 
 
 def format_bytes(n: float) -> str:
