@@ -7,19 +7,24 @@ import dataclasses
 import gzip
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from vmexplorer import session as session_module
+from vmexplorer.cli import main
 from vmexplorer.collected import MEMCPY_KINDS, UM_KINDS, Collected, CollectorStatus, thin
 from vmexplorer.costmodel import H100_DEFAULT
 from vmexplorer.fileio import OutputError, atomic_write
 from vmexplorer.models import build_graph
-from vmexplorer.policies import compile_plan
+from vmexplorer.policies import POLICIES, compile_plan
 from vmexplorer.records import Timeline
 from vmexplorer.session import (
     SCHEMA_VERSION,
@@ -142,8 +147,24 @@ def test_a_plan_for_another_graph_is_refused(session: Session) -> None:
 
 def test_numbers_json_cannot_hold_are_refused_when_saving(session: Session) -> None:
     tl = dataclasses.replace(session.timeline, op_start_ns=session.timeline.op_start_ns * np.nan)
-    with pytest.raises(SessionError, match="NaN or infinite"):
+    with pytest.raises(SessionError,
+                       match=r"cannot save this session: timeline.ops column 'start_ns' row 0 .* not NaN"):
         session_to_bytes(dataclasses.replace(session, timeline=tl))
+
+
+
+def test_a_lone_surrogate_is_refused_when_saving_as_it_would_be_when_loading(session: Session) -> None:
+    with pytest.raises(SessionError, match="cannot save this session: a text in it holds a lone UTF-16 surrogate"):
+        session_to_bytes(dataclasses.replace(session, notes=("half a pair: \ud800",)))
+    assert session_from_bytes(session_to_bytes(dataclasses.replace(session, notes=("a pair: \U0001F600",))))
+
+
+def test_a_session_with_more_values_than_the_loader_takes_is_refused_when_saving(
+        session: Session, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(session_module, "MAX_VALUES", 1000)
+    with pytest.raises(SessionError, match=r"cannot save this session: its JSON holds up to [\d,]+ values, more "
+                                           r"than the 1,000 a session may hold"):
+        session_to_bytes(session)
 
 
 # --- bad files ------------------------------------------------------------------------------------
@@ -199,7 +220,9 @@ BAD_FILES: list[tuple[str, Callable[[bytes], bytes], str]] = [
     ("gzip of binary", lambda good: gzip.compress(b"\x00\xff\xfe garbage"), "is not UTF-8 text"),
     ("gzip of text", lambda good: gzip.compress(b"format: vmexplorer"), "not valid JSON (Expecting value at line 1"),
     ("gzip of nan", lambda good: gzip.compress(b'{"format": NaN}'), "is not valid JSON"),
-    ("deep nesting", lambda good: gzip.compress(b"[" * 200_000 + b"]" * 200_000), "nested too deeply"),
+    ("deep nesting", lambda good: gzip.compress(b"[" * 5_000 + b"]" * 5_000), "nested too deeply"),
+    ("a bomb of lists", lambda good: gzip.compress(b"[" * 200_000 + b"]" * 200_000),
+     "opens 200,000 objects and lists, where a session has about a hundred (at most 10,000)"),
     ("other json", lambda good: gzip.compress(b'{"traceEvents": []}'), "is not a vmexplorer session"),
     ("json list", lambda good: gzip.compress(b"[1, 2]"), "is not a vmexplorer session"),
     ("truncated", lambda good: good[: len(good) // 2], "is truncated"),
@@ -207,16 +230,17 @@ BAD_FILES: list[tuple[str, Callable[[bytes], bytes], str]] = [
     ("newer schema", rewrite(set_in("schema_version", 7)),
      "written by a newer vmexplorer (schema 7, this reads up to 6); upgrade"),
     ("a rate of zero", rewrite(set_in("cost_model.evict_bytes_per_ns", 0)),
-     "cost_model.evict_bytes_per_ns is 0.0: expected a number above 0"),
-    ("a negative gap", rewrite(set_in("cost_model.op_gap_ns", {"conv1": -5})), "op_gap_ns.conv1 is -5.0"),
+     "cost_model.evict_bytes_per_ns is 0: expected a rate from 0.001 to 1e+09 per ns"),
+    ("a negative gap", rewrite(set_in("cost_model.op_gap_ns", {"conv1": -5})),
+     "op_gap_ns.conv1 is -5: expected a time from 0"),
     ("a fault rate of zero for a kind", rewrite(set_in("cost_model.fault_bytes_per_ns_by_kind", {"sgd_momentum": 0})),
-     "cost_model.fault_bytes_per_ns_by_kind.sgd_momentum is 0.0: expected a number above 0"),
+     "cost_model.fault_bytes_per_ns_by_kind.sgd_momentum is 0: expected a rate from 0.001"),
     ("fault rates by kind in a schema 5 cost model",
-     rewrite(lambda doc: doc.update(schema_version=5)), "unexpected field 'fault_bytes_per_ns_by_kind'"),
-    ("schema 3 fields in a schema 2 cost model", rewrite(as_version(2)), "unexpected field 'call_ns'"),
-    ("collected in a schema 1 file", rewrite(as_version(1)), "unexpected field 'collected'"),
+     rewrite(lambda doc: doc.update(schema_version=5)), 'unexpected field "fault_bytes_per_ns_by_kind"'),
+    ("schema 3 fields in a schema 2 cost model", rewrite(as_version(2)), 'unexpected field "call_ns"'),
+    ("collected in a schema 1 file", rewrite(as_version(1)), 'unexpected field "collected"'),
     ("counted iterations in a schema 4 timeline", rewrite(set_in("schema_version", 4)),
-     "unexpected field 'counted_iterations'"),
+     'unexpected field "counted_iterations"'),
     ("every iteration counted", rewrite(set_in("timeline.counted_iterations", lambda _: 10_000)),
      "timeline.counted_iterations is 10000, but the timeline records"),
     ("counted iterations as a fraction", rewrite(set_in("timeline.counted_iterations", 0.5)),
@@ -225,7 +249,7 @@ BAD_FILES: list[tuple[str, Callable[[bytes], bytes], str]] = [
     ("collected in a simulated session", rewrite(set_in("collected", {})), "collected has no 'kernel_names'"),
     ("schema as text", rewrite(set_in("schema_version", "1")), "schema_version"),
     ("missing plan", rewrite(delete("plan")), "the file has no 'plan' field"),
-    ("extra field", rewrite(set_in("surprise", 1)), "unexpected field 'surprise'"),
+    ("extra field", rewrite(set_in("surprise", 1)), 'unexpected field "surprise"'),
     ("batch as text", rewrite(set_in("config.batch", "64")), "config.batch should be a whole number"),
     ("batch as bool", rewrite(set_in("config.batch", True)), "config.batch should be a whole number"),
     ("zero capacity", rewrite(set_in("config.capacity_bytes", 0)), "config.capacity_bytes is 0"),
@@ -250,7 +274,11 @@ BAD_FILES: list[tuple[str, Callable[[bytes], bytes], str]] = [
      "is more than its tensor's"),
     ("offsets out of order", rewrite(set_in("graph.ops.ragged.read_tensors.offsets.1", 10**6)),
      "offsets of 'read_tensors' do not index"),
-    ("ends before it starts", rewrite(set_in("timeline.ops.columns.end_ns.0", -5)), "ends (end_ns) before"),
+    ("ends before it starts", rewrite(set_in("timeline.ops.columns.start_ns.0", 10**12)), "ends (end_ns) before"),
+    ("a negative time", rewrite(set_in("timeline.ops.columns.end_ns.0", -5)),
+     "timeline.ops row 0, end_ns: -5 is not a time in ns from the first iteration's start"),
+    ("a time beyond 104 days", rewrite(set_in("timeline.memops.columns.end_ns.0", 2**60)),
+     "timeline.memops row 0, end_ns: 1152921504606846976 is not a time"),
     ("infinite time", rewrite(set_in("timeline.ops.columns.start_ns.0", "INFINITE")), "an infinite number"),
     ("huge integer", rewrite(set_in("timeline.ops.columns.fault_bytes.0", 2**80)), "beyond 64 bits"),
     ("no ops run", rewrite(set_in("timeline.ops", {"rows": 0, "columns": {c: [] for c in (
@@ -262,7 +290,37 @@ BAD_FILES: list[tuple[str, Callable[[bytes], bytes], str]] = [
     ("unknown source", rewrite(set_in("timeline.source", "guessed")), "expected one of simulated"),
     ("cost model field missing", rewrite(delete("cost_model.host_block")), "no 'host_block' field"),
     ("option as list", rewrite(set_in("config.options.offload", [1])),
-     "config.options.offload should be text or a number"),
+     "config.options.offload should be text, not a list"),
+    # what loads must make sense: the configured model's graph, a valid plan, a known policy and its options
+    ("an op name that is not the model's", rewrite(set_in("graph.ops.columns.name.3", "<img src=x onerror=alert(1)>")),
+     'graph.ops row 3, name: "<img src=x onerror=alert(1)>" is not resnet18 batch 64 at 224px\'s "maxpool"'),
+    ("a tensor the model does not have", rewrite(set_in("graph.tensors.columns.nbytes.7", 12)),
+     "graph.tensors row 7, nbytes: 12 is not resnet18 batch 64 at 224px's"),
+    ("an op too many", rewrite(set_in("graph.ops.rows", lambda n: n - 1)),
+     "graph.ops column 'name' has 178 values for 177 rows"),
+    ("a model vmexplorer does not know", rewrite(set_in("config.model", "resnet1000")),
+     'config.model is "resnet1000", not a model this vmexplorer knows (alexnet, vgg11'),
+    ("a batch no graph can be built for", rewrite(set_in("config.batch", 2**40)),
+     "config: batch 1099511627776 is beyond any sensible run"),
+    ("a capacity beyond any GPU", rewrite(set_in("config.capacity_bytes", 2**51)),
+     "config.capacity_bytes is 2251799813685248, more than the 1125899906842624 bytes (1 PiB)"),
+    ("a policy vmexplorer does not know", rewrite(set_in("config.policy", "belady")),
+     'config.policy is "belady", not a policy this vmexplorer knows (device, uvm, autovm, manual)'),
+    ("an option the policy does not have", rewrite(set_in("config.options.speed", 11)),
+     'config.options.speed: the autovm policy has no option "speed"'),
+    ("an option of the wrong type", rewrite(set_in("config.options.prefetch_distance", "3")),
+     'config.options.prefetch_distance should be a whole number, not the text "3"'),
+    ("an option below its minimum", rewrite(set_in("config.options.prefetch_distance", 0)),
+     "config.options.prefetch_distance is 0, expected at least 1"),
+    ("an option that is not one of its choices", rewrite(set_in("config.options.offload", "some")),
+     'config.options.offload is "some", expected one of "needed", "all"'),
+    ("a plan that breaks the capacity", rewrite(set_in("config.capacity_bytes", 2**20)),
+     "plan: invalid plan: "),
+    ("a memory operation due before it is issued",
+     rewrite(set_in("plan.memops.columns.complete_before_op", lambda v: [0] * len(v))),
+     "plan: memory operation 0 (conv1.out) is issued after op 1 and due before op 0: not in order"),
+    ("a lone surrogate in a note", lambda good: gzip.compress(gzip.decompress(good).replace(
+        b'"second note"', b'"second \\ud800 note"')), "holds half of a UTF-16 surrogate pair"),
 ]
 
 
@@ -284,7 +342,7 @@ def test_a_file_too_large_to_be_a_session_is_refused_before_reading(
         session: Session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     save_session(session, tmp_path / "s.vms")
     monkeypatch.setattr(session_module, "MAX_FILE_BYTES", 1000)
-    with pytest.raises(SessionError, match="more than the 0 MB a session file may be"):
+    with pytest.raises(SessionError, match=r"is [\d.]+ KiB, more than the 1000 B a session file may be"):
         load_session(tmp_path / "s.vms")
 
 
@@ -333,14 +391,29 @@ def test_a_missing_folder_or_a_folder_as_target_is_refused(tmp_path: Path) -> No
         atomic_write(tmp_path, b"x", force=True)
 
 
-@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes anywhere")
-def test_an_unwritable_folder_is_refused_and_left_empty(tmp_path: Path) -> None:
+def test_an_unwritable_folder_is_refused_and_left_empty(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = tmp_path / "ro"
     folder.mkdir()
     folder.chmod(0o500)
+    # Root may create files in a folder without write permission, so chmod alone tests nothing there:
+    # creating a file in this folder is refused as the kernel refuses it to anyone else (EACCES), for
+    # every user alike. Opening anything elsewhere goes to the real os.open.
+    import errno
+
+    real_open = os.open
+    refused: list[str] = []
+
+    def open_as_the_kernel_would_for_others(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & os.O_CREAT and Path(os.fsdecode(path)).parent == folder:
+            refused.append(os.fsdecode(path))
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fsdecode(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_as_the_kernel_would_for_others)
     try:
         with pytest.raises(OutputError, match="cannot write"):
             atomic_write(folder / "s.vms", b"x")
+        assert refused  # the write was refused by the folder, not by a check before it
         assert list(folder.iterdir()) == []
     finally:
         folder.chmod(0o700)
@@ -512,7 +585,7 @@ BAD_COLLECTED: list[tuple[str, Callable[[bytes], bytes], str]] = [
     ("missing table", rewrite(delete("collected.nvml")), "collected has no 'nvml' field"),
     ("not an object", rewrite(set_in("collected", [1])), "collected should be an object, not a list"),
     ("unknown kind", rewrite(set_in("collected.um.columns.kind.3", "page_fault")),
-     "collected.um column 'kind' row 3 is 'page_fault', expected one of bytes_dtoh"),
+     "collected.um column 'kind' row 3 is \"page_fault\", expected one of bytes_dtoh"),
     ("kind as number", rewrite(set_in("collected.um.columns.kind.0", 2)), "row 0 should be text"),
     ("name index past the end", rewrite(set_in("collected.kernels.columns.name.4", 3)),
      "collected.kernels row 4, name: 3 is not an index into collected.kernel_names; expected 0 to 2"),
@@ -521,9 +594,11 @@ BAD_COLLECTED: list[tuple[str, Callable[[bytes], bytes], str]] = [
      "collected.um column 'value' row 2 should be a whole number"),
     ("zero records", rewrite(set_in("collected.um.columns.records.0", 0)), "collected.um row 0, records: 0"),
     ("negative time", rewrite(set_in("collected.kernels.columns.start_ns.0", -1)),
-     "collected.kernels row 0, start_ns: -1 is not a time on the timeline"),
+     "collected.kernels row 0, start_ns: -1 is not a time in ns"),
     ("ends before it starts", rewrite(set_in("collected.um.columns.end_ns.1", 0)),
      "collected.um row 1: it ends (end_ns) before it starts"),
+    ("a column adding up past int64", rewrite(set_in("collected.um.columns.records", lambda v: [2**61] * len(v))),
+     "collected.um column 'records': its values add up to more than 2**62"),
     ("iteration not recorded", rewrite(set_in("collected.kernels.columns.iteration.0", 3)),
      "collected.kernels row 0, iteration: 3 is not an iteration with ops; expected 0 to 2"),
     ("short column", rewrite(set_in("collected.kernels.columns.stream", lambda v: v[:-1])),
@@ -532,10 +607,10 @@ BAD_COLLECTED: list[tuple[str, Callable[[bytes], bytes], str]] = [
     ("utilisation over 100", rewrite(set_in("collected.nvml.columns.gpu_util_pct.0", 100.5)),
      "gpu_util_pct: 100.5 is more than 100%"),
     ("available as text", rewrite(set_in("collected.status.columns.available.0", "yes")),
-     "collected.status column 'available' row 0 should be true or false, not the text 'yes'"),
+     "collected.status column 'available' row 0 should be true or false, not the text \"yes\""),
     ("unavailable without reason", rewrite(set_in("collected.status.columns.reason.2", "")),
-     "collector 'nvtx' is unavailable but gives no reason"),
-    ("collector twice", rewrite(set_in("collected.status.columns.name.1", "cupti")), "'cupti' is there twice"),
+     "collector \"nvtx\" is unavailable but gives no reason"),
+    ("collector twice", rewrite(set_in("collected.status.columns.name.1", "cupti")), "\"cupti\" is there twice"),
     ("negative overhead", rewrite(set_in("collected.status.columns.overhead_ns.0", -3)), "overhead_ns: -3"),
     ("simulated timeline", rewrite(set_in("timeline.source", "simulated")),
      "collected holds collector records, but the timeline is simulated"),
@@ -562,3 +637,92 @@ def test_a_long_run_of_records_stays_small_on_disk(recorded: Session) -> None:
                             um_value=rng.choice([4096, 65536, 2 << 20], n), um_records=np.ones(n, np.int64))
     size = len(session_to_bytes(dataclasses.replace(recorded, collected=c)))
     assert size / n < 25, f"{size / n:.1f} bytes per record"  # 1M rows: under 25 MB
+
+
+# --- what vmexplorer writes, it reads -------------------------------------------------------------
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # one folder, a fresh file per example
+@given(data=st.data())
+def test_every_session_simulate_writes_loads_back_equal(tmp_path: Path, data: st.DataObject,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    model = data.draw(st.sampled_from(["alexnet", "resnet18", "vgg11"]))
+    policy = data.draw(st.sampled_from(list(POLICIES)))
+    capacity = data.draw(st.integers(1, 150).map(lambda p: f"{p}%") | st.sampled_from(
+        ["1e19", "9223372036854775807", "1PiB", "2PiB", "3GiB", "1e400", "0.5GiB", "1"]))
+    argv = ["simulate", "--model", model, "--batch", str(data.draw(st.integers(1, 16))), "--capacity", capacity,
+            "--policy", policy, "--note", data.draw(st.text(max_size=30))]
+    if policy == "autovm":
+        argv += ["--prefetch-distance", str(data.draw(st.integers(1, 12))),
+                 "--offload", data.draw(st.sampled_from(["needed", "all"])),
+                 "--tensors", data.draw(st.sampled_from(["activations", "all"]))]
+    out = tmp_path / "written.vms"
+    out.unlink(missing_ok=True)
+    status = main([*argv, "--out", str(out)])
+    capsys.readouterr()
+    assert status in (0, 2), (argv, status)
+    if status == 2:  # refused up front: nothing written
+        assert not out.exists(), argv
+        return
+    written = out.read_bytes()
+    assert session_to_bytes(load_session(out)) == written, argv
+
+
+# --- memory: bounded by what a file can make ------------------------------------------------------
+
+# Runs argv[1:] and prints its peak RSS (KiB) and exit status: started from this small process, the
+# child's ru_maxrss counts nothing of the test process's memory at the fork.
+_PEAK = """
+import json, os, subprocess, sys
+p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+err = p.stderr.read().decode(errors="replace")
+_, status, usage = os.wait4(p.pid, 0)
+print(json.dumps({"rss_kib": usage.ru_maxrss, "status": os.waitstatus_to_exitcode(status), "stderr": err}))
+"""
+_UPLOAD = """
+import sys, types
+from pathlib import Path
+import vmexplorer.app as app
+view = app.AppView()
+view.upload.filename = Path(sys.argv[1]).name
+view._on_upload(types.SimpleNamespace(new=Path(sys.argv[1]).read_bytes()))
+sys.exit(2 if view.state.message else 0)
+"""
+_HEAD = b'{"format":"vmexplorer-session","schema_version":6,"created":"2026-01-01T00:00:00Z","x":['
+
+
+def _hostile(path: Path, unit: bytes, count: int, head: bytes = _HEAD, tail: bytes = b"0]}") -> Path:
+    with gzip.open(path, "wb") as f:  # written in pieces: the test process stays small
+        f.write(head)
+        for _ in range(count // 100_000):
+            f.write(unit * 100_000)
+        f.write(unit * (count % 100_000) + tail)
+    return path
+
+
+HOSTILE = [  # the worst each kind of JSON value can do within the loader's limits, and the issue's bomb
+    ("the issue's 194 KB bomb, 200 MB of {},", b"{},", 66_666_666),
+    ("four million strings of two emoji (4 bytes a character in Python)", '"\U0001F600\U0001F600",'.encode(),
+     session_module.MAX_VALUES - 100),
+    ("four million floats", b"0.5,", session_module.MAX_VALUES - 100),
+]
+
+
+@pytest.mark.parametrize("unit, count", [h[1:] for h in HOSTILE], ids=[h[0] for h in HOSTILE])
+def test_any_file_is_refused_by_vmexplorer_info_within_1_gb(tmp_path: Path, unit: bytes, count: int) -> None:
+    path = _hostile(tmp_path / "hostile.vms", unit, count)
+    done = subprocess.run([sys.executable, "-c", _PEAK, sys.executable, "-m", "vmexplorer", "info", str(path)],
+                          capture_output=True, text=True, check=True)
+    r = json.loads(done.stdout)
+    assert r["status"] == 2 and r["stderr"].startswith("vmexplorer: error: ") and r["stderr"].count("\n") == 1, r
+    assert r["rss_kib"] < 2**20, f"{r['rss_kib'] / 1024:.0f} MB"
+
+
+def test_the_worst_file_uploaded_to_the_app_is_refused_within_1_gb(tmp_path: Path) -> None:
+    _, unit, count = HOSTILE[1]
+    path = _hostile(tmp_path / "hostile.vms", unit, count)
+    done = subprocess.run([sys.executable, "-c", _PEAK, sys.executable, "-c", _UPLOAD, str(path)],
+                          capture_output=True, text=True, check=True)
+    r = json.loads(done.stdout)
+    assert r["status"] == 2, r
+    assert r["rss_kib"] < 2**20, f"{r['rss_kib'] / 1024:.0f} MB"

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from vmexplorer.costmodel import H100_DEFAULT, KIND_FAULT_BYTES, calibrate, pooled
 from vmexplorer.models import build_graph
-from vmexplorer.plan import Direction, Mode
+from vmexplorer.plan import Direction, Mode, PlanError
 from vmexplorer.policies import compile_plan
 from vmexplorer.records import summarize
 from vmexplorer.simulator import simulate
@@ -200,3 +200,11 @@ def test_a_calibrated_op_time_replaces_the_formula():
     model = replace(H100_DEFAULT, op_ns={"conv1": 123.0})
     assert model.compute_ns("conv1", 10**12, 10**9) == 123.0
     assert model.compute_ns("conv2", 10**12, 10**9) > 123.0
+
+
+def test_a_cost_model_too_slow_for_the_plan_is_one_plan_error_not_wrapped_times() -> None:
+    graph = build_graph("vgg19", 64)
+    plan = compile_plan(graph, graph.footprint // 2, "uvm")
+    crawl = replace(H100_DEFAULT, fault_bytes_per_ns=1e-9)  # a byte a second
+    with pytest.raises(PlanError, match=r"would last [\d.e+]+ days, beyond the 104 a timeline holds"):
+        simulate(graph, plan, crawl)

@@ -213,3 +213,15 @@ def test_gpu_check_answers_at_once_and_gives_the_remembered_answer_when_known() 
     while gpu_check() is None and time.monotonic() < end:
         time.sleep(0.05)
     assert gpu_check() == gpu_available()
+
+
+def test_a_gpu_run_longer_than_a_session_holds_is_refused_before_the_gpu_works() -> None:
+    from vmexplorer.session import iterations_that_fit
+    from vmexplorer.worker import run_on_gpu
+
+    config = RunConfig("resnet152", 8, 224, 2**30, "uvm", {}, [], 10_000)
+    graph, plan = build_plan(config)
+    fit = iterations_that_fit(graph, plan)
+    assert 0 < fit < config.iterations
+    with pytest.raises(ValueError, match=f"would not fit in one session: ask for at most {fit - 1}"):
+        run_on_gpu(config, lambda *_: None, lambda: False)  # raises before CuPy is imported: no GPU here

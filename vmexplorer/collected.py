@@ -56,7 +56,7 @@ BYTES_HTOD, BYTES_DTOH, GPU_PAGE_FAULT_GROUPS, THRASHING, THROTTLING, REMOTE_MAP
 # CUPTI's memcpy directions, lower-cased (H host, D device, A array, P peer); anything else is "unknown"
 MEMCPY_KINDS: tuple[str, ...] = ("unknown", "htod", "dtoh", "htoa", "atoh", "atoa", "atod", "dtoa", "dtod", "htoh",
                                  "ptop")
-MAX_UM_ROWS = 1_000_000  # thin()'s default: keeps a 20-iteration VGG-19 session far under 50 MB
+MAX_UM_ROWS = 250_000  # thin()'s default: its six columns take at most 1.5M of the 4M values a session may hold
 THIN_GAP_NS = 1000.0  # thin() merges records of one kind and iteration less than 1 µs apart
 
 # Which collectors feed which table: a table's summary figures are left out when one of its collectors

@@ -9,6 +9,8 @@ import numpy as np
 from .graph import Graph
 from .plan import Direction, Mode, Plan
 
+MAX_NS = 2**53  # the latest time, and the longest duration, a timeline holds: 104 days, exact as a float
+
 
 @dataclass(frozen=True, eq=False)
 class Timeline:

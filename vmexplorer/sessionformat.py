@@ -3,12 +3,18 @@
 `vmexplorer.session` is the interface; this module is the schema of docs/session-format.md. A table
 is {"rows": N, "columns": {name: [N values]}}, and lists of varying length (an op's reads, a tensor's
 shape) are CSR pairs {"offsets": [N + 1], "values": [...]} under "ragged". The reader checks every
-value as it turns it back into objects, so a bad file fails at the first wrong value with its place.
+value as it turns it back into objects, so a bad file fails at the first wrong value with its place,
+and it checks that what loads makes sense: the graph is the configured model's, the plan is valid
+for it, times and sizes lie in ranges whose sums cannot overflow (every column's values add up to
+less than 2**62), so whatever loads can be summarised, compared, drawn and exported.
 """
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Sequence
+from dataclasses import fields as dataclass_fields
 from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -18,13 +24,24 @@ import numpy as np
 from .collected import MEMCPY_KINDS, UM_KINDS, Collected, CollectedError, CollectorStatus, UmKind, check_against
 from .costmodel import RATES, CostModel
 from .graph import PERSISTENT, Graph, Kind, Op, Phase, Tensor
-from .plan import Direction, MemOp, Mode, Origin, Plan
-from .records import Timeline
+from .layers import GraphError
+from .models import MODELS, build_graph
+from .plan import Direction, MemOp, Mode, Origin, Plan, PlanError
+from .policies import POLICIES, validate_plan
+from .records import MAX_NS, Timeline
+from .units import MAX_BYTES
 
 if TYPE_CHECKING:
     from .session import Session
 
-MAX_ROWS = 10_000_000  # per table: far beyond any real session (ResNet-152 x 100 iterations is ~1M)
+MAX_ROWS = 10_000_000  # per table; the loader's count of values (vmexplorer.session) binds first
+MAX_TOTAL = 2**62  # what the values of one column may add up to: int64 sums never wrap
+# A cost model's numbers: rates in bytes (or flops) per ns from 1 MB/s to 1 EB/s, fixed costs up to a
+# second, op times up to 1000 s. Anything outside is a typo or a hostile file, and would make the
+# simulator's times overflow.
+RATE_RANGE = (1e-3, 1e9)
+FIXED_NS_MAX = 1e9
+OP_NS_MAX = 1e12
 SOURCES = ("simulated", "measured")
 INT, NUM, STR, BOOL = "int", "num", "str", "bool"
 ColType = str | type[StrEnum]
@@ -59,7 +76,7 @@ def encode(s: Session) -> dict[str, Any]:
                               "nbytes": [m.nbytes for m in p.memops]}),
             "resident_at_start": _table({"tensor": [t for t, _ in p.resident_at_start],
                                          "nbytes": [b for _, b in p.resident_at_start]}),
-            "peak_resident_bytes": p.peak_resident,
+            "peak_resident_bytes": int(p.peak_resident),
         },
         "timeline": {
             "source": tl.source,
@@ -104,8 +121,10 @@ def _table(columns: dict[str, list[Any]], ragged: dict[str, list[tuple[int, ...]
 
 
 def _cost_model(c: CostModel) -> dict[str, Any]:
-    return {"name": c.name, **{f: getattr(c, f) for f in RATES}, "op_ns": dict(c.op_ns),
-            "op_gap_ns": dict(c.op_gap_ns), "fault_bytes_per_ns_by_kind": dict(c.fault_bytes_per_ns_by_kind)}
+    # float(): calibration computes with numpy, and the file holds plain JSON numbers
+    return {"name": c.name, **{f: float(getattr(c, f)) for f in RATES},
+            **{table: {k: float(v) for k, v in getattr(c, table).items()}
+               for table in ("op_ns", "op_gap_ns", "fault_bytes_per_ns_by_kind")}}
 
 
 def _collected(c: Collected) -> dict[str, Any]:
@@ -141,21 +160,27 @@ def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
     r.fields(doc, "the file", TOP_LEVEL if version >= 2 else TOP_LEVEL_V1)
     created = r.scalar(doc["created"], "created", STR)
     if not _is_iso_time(created):
-        r.fail(f"created is {created!r}, not an ISO-8601 date and time")
+        r.fail(f"created is {quote(created)}, not an ISO-8601 date and time")
     env = r.fields(doc["environment"], "environment", None)
     for key, value in env.items():
-        r.scalar(value, f"environment.{key}", STR)
+        r.scalar(value, f"environment.{_key(key)}", STR)
     notes = r.column(doc["notes"], "notes", STR, None)
     config = r.fields(doc["config"], "config", ("model", "batch", "image_size", "policy", "capacity_bytes",
                                                 "options"))
     model, policy = (r.scalar(config[k], f"config.{k}", STR) for k in ("model", "policy"))
     batch, size, capacity = (r.scalar(config[k], f"config.{k}", INT, 1)
                              for k in ("batch", "image_size", "capacity_bytes"))
-    options = r.fields(config["options"], "config.options", None)
-    for key, value in options.items():
-        if not (_is(value, STR) or _is(value, NUM)):
-            r.fail(f"config.options.{key} should be text or a number, not {_describe(value)}")
-    graph = _graph(r, r.fields(doc["graph"], "graph", ("tensors", "ops")), model, batch, size)
+    if capacity > MAX_BYTES:
+        r.fail(f"config.capacity_bytes is {capacity}, more than the {MAX_BYTES} bytes (1 PiB) any capacity may be")
+    options = _options(r, policy, r.fields(config["options"], "config.options", None))
+    if model not in MODELS:
+        r.fail(f"config.model is {quote(model)}, not a model this vmexplorer knows ({', '.join(MODELS)})")
+    try:
+        expected = build_graph(model, batch, size)
+    except GraphError as e:
+        r.fail(f"config: {e}")
+    _same_graph(r, _graph(r, r.fields(doc["graph"], "graph", ("tensors", "ops")), model, batch, size), expected)
+    graph = expected  # equal, and it carries what the engine needs beyond the file (op attributes)
     plan = _plan(r, doc["plan"], graph, policy, capacity, options)
     timeline = _timeline(r, doc["timeline"], graph, plan, version)
     cost = None if doc["cost_model"] is None else _read_cost_model(r, doc["cost_model"], version)
@@ -163,6 +188,42 @@ def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
     collected = None if raw is None else _read_collected(r, raw, timeline, version)
     return dict(graph=graph, plan=plan, timeline=timeline, cost_model=cost, environment=dict(env),
                 notes=tuple(notes), created=created, collected=collected)
+
+
+def _options(r: Reader, policy: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The policy must be one this vmexplorer has, and each option one of its own, of its type: the app
+    draws a policy's knobs from them, and re-plans with them."""
+    spec = POLICIES.get(policy)
+    if spec is None:
+        r.fail(f"config.policy is {quote(policy)}, not a policy this vmexplorer knows ({', '.join(POLICIES)}); "
+               "a newer vmexplorer may open it")
+    for key, value in options.items():
+        opt = spec.options.get(key)
+        where = f"config.options.{_key(key)}"
+        if opt is None:
+            known = ", ".join(spec.options) or "none"
+            r.fail(f"{where}: the {policy} policy has no option {quote(key)} (its options: {known})")
+        kind = {int: INT, float: NUM, str: STR, bool: BOOL}.get(opt.type, STR)
+        r.scalar(value, where, kind, opt.minimum)
+        if opt.choices and value not in opt.choices:
+            r.fail(f"{where} is {quote(value)}, expected one of {', '.join(quote(c) for c in opt.choices)}")
+    return options
+
+
+def _same_graph(r: Reader, graph: Graph, expected: Graph) -> None:
+    """The file's graph must be the one vmexplorer builds for its configuration: a plan, a timeline and
+    a cost model are only meaningful on that graph, and no name in it is anyone's free text."""
+    what = f"{expected.model} batch {expected.batch} at {expected.image_size}px"
+    tables: tuple[tuple[str, Sequence[Tensor | Op], Sequence[Tensor | Op]], ...] = (
+        ("graph.tensors", graph.tensors, expected.tensors), ("graph.ops", graph.ops, expected.ops))
+    for table, got, want in tables:
+        if len(got) != len(want):
+            r.fail(f"{table} has {len(got)} rows, but {what} has {len(want)}")
+        for i, (a, b) in enumerate(zip(got, want)):
+            if a != b:
+                name = next(f.name for f in dataclass_fields(a)
+                            if f.compare and getattr(a, f.name) != getattr(b, f.name))
+                r.fail(f"{table} row {i}, {name}: {quote(getattr(a, name))} is not {what}'s {quote(getattr(b, name))}")
 
 
 def _graph(r: Reader, d: dict[str, Any], model: str, batch: int, size: int) -> Graph:
@@ -217,8 +278,13 @@ def _plan(r: Reader, value: Any, graph: Graph, policy: str, capacity: int,
         m["tensor"].tolist(), m["direction"], m["mode"], m["origin"], m["issue_after_op"].tolist(),
         m["complete_before_op"].tolist(), m["nbytes"].tolist()))
     resident = tuple(zip(start["tensor"].tolist(), start["nbytes"].tolist()))
-    return Plan(graph.model, graph.batch, graph.image_size, policy, capacity, memops, resident, peak,
+    plan = Plan(graph.model, graph.batch, graph.image_size, policy, capacity, memops, resident, peak,
                 dict(options))
+    try:
+        validate_plan(graph, plan)  # what `vmexplorer plan` and the executor hold every plan to
+    except PlanError as e:
+        r.fail(f"plan: {e}")
+    return plan
 
 
 def _timeline(r: Reader, value: Any, graph: Graph, plan: Plan, version: int) -> Timeline:
@@ -227,30 +293,29 @@ def _timeline(r: Reader, value: Any, graph: Graph, plan: Plan, version: int) -> 
                  + (("counted_iterations",) if version >= 5 else ()))
     source = r.scalar(d["source"], "timeline.source", STR)
     if source not in SOURCES:
-        r.fail(f"timeline.source is {source!r}, expected one of {', '.join(SOURCES)}")
+        r.fail(f"timeline.source is {quote(source)}, expected one of {', '.join(SOURCES)}")
     o = r.table(d["ops"], "timeline.ops", {"iteration": INT, "op": INT, "start_ns": NUM, "end_ns": NUM,
                                            "stall_ns": NUM, "fault_bytes": INT})
     m = r.table(d["memops"], "timeline.memops", {"iteration": INT, "memop": INT, "start_ns": NUM,
                                                  "end_ns": NUM})
     res = r.table(d["resident"], "timeline.resident", {"t_ns": NUM, "bytes": INT})
-    for table, what in ((o, "timeline.ops"), (m, "timeline.memops")):
+    for table in (o, m):
         r.within(table, "iteration", 0, MAX_ROWS, "an iteration number")
-        late = np.flatnonzero(table["end_ns"] < table["start_ns"])
-        if late.size:
-            r.fail(f"{what} row {late[0]}: it ends (end_ns) before it starts (start_ns)")
+        r.spans(table)
+    r.times(res, "t_ns")
+    r.times(o, "stall_ns")
     # every recorded iteration has op rows, numbered from 0 without gaps: summaries take each one's span
     iterations = np.unique(o["iteration"])
     if not iterations.size:
         r.fail("timeline.ops has no rows; a session records at least one iteration")
     if iterations[-1] != iterations.size - 1:
-        missing = int(np.setdiff1d(np.arange(iterations[-1] + 1), iterations)[0])
+        missing = int(np.flatnonzero(iterations != np.arange(iterations.size))[0])
         r.fail(f"timeline.ops has no row for iteration {missing} (iterations are numbered from 0, no gaps)")
     r.within(m, "iteration", 0, int(iterations.size), "an iteration with ops")
     r.within(o, "op", 0, len(graph.ops), "an op id")
-    r.within(o, "stall_ns", 0, None, "a duration")
-    r.within(o, "fault_bytes", 0, None, "a size in bytes")
+    r.within(o, "fault_bytes", 0, MAX_BYTES + 1, "a size in bytes")
     r.within(m, "memop", 0, len(plan.memops), "an index into plan.memops")
-    r.within(res, "bytes", 0, None, "a size in bytes")
+    r.within(res, "bytes", 0, MAX_BYTES + 1, "a size in bytes")
     counted = r.scalar(d["counted_iterations"], "timeline.counted_iterations", INT, 0) if version >= 5 else 0
     if counted >= iterations.size:
         r.fail(f"timeline.counted_iterations is {counted}, but the timeline records {iterations.size} iteration(s); "
@@ -268,24 +333,26 @@ def _read_cost_model(r: Reader, value: Any, version: int) -> CostModel:
     newer = (("call_ns", "op_gap_ns") if version >= 3 else ()) + (
         ("fault_bytes_per_ns_by_kind",) if version >= 6 else ())
     d = r.fields(value, "cost_model", ("name", *_COST_FIELDS, "op_ns", *newer))
-    fields = (*_COST_FIELDS, "call_ns") if version >= 3 else _COST_FIELDS
-    rates = {f: float(r.scalar(d[f], f"cost_model.{f}", NUM)) for f in fields}
-    for f in fields:
-        if rates[f] < 0 or (f.endswith("_per_ns") and rates[f] == 0):
-            r.fail(f"cost_model.{f} is {rates[f]}: expected a number above 0" if f.endswith("_per_ns")
-                   else f"cost_model.{f} is {rates[f]}: expected a number >= 0")
+
+    def number(v: Any, where: str, lo: float, hi: float, what: str) -> float:
+        x = float(r.scalar(v, where, NUM))
+        if not lo <= x <= hi:
+            r.fail(f"{where} is {x:g}: expected {what}")
+        return x
+
+    rate = (*RATE_RANGE, f"a rate from {RATE_RANGE[0]:g} to {RATE_RANGE[1]:g} per ns")
+    limits = {"host_block": (0.0, 1.0, "a share from 0 to 1"),
+              "launch_ns": (0.0, FIXED_NS_MAX, f"a time from 0 to {FIXED_NS_MAX:g} ns"),
+              "call_ns": (0.0, FIXED_NS_MAX, f"a time from 0 to {FIXED_NS_MAX:g} ns")}
+    names = (*_COST_FIELDS, "call_ns") if version >= 3 else _COST_FIELDS
+    rates = {f: number(d[f], f"cost_model.{f}", *limits.get(f, rate)) for f in names}
+    op_time = (0.0, OP_NS_MAX, f"a time from 0 to {OP_NS_MAX:g} ns")
     by_op = {}
-    for key in ("op_ns", "op_gap_ns"):
-        values = r.fields(d.get(key, {}), f"cost_model.{key}", None)
-        by_op[key] = {k: float(r.scalar(v, f"cost_model.{key}.{k}", NUM)) for k, v in values.items()}
-        bad = next((k for k, v in by_op[key].items() if v < 0), None)
-        if bad is not None:
-            r.fail(f"cost_model.{key}.{bad} is {by_op[key][bad]}: expected a number >= 0")
+    for table in ("op_ns", "op_gap_ns"):
+        values = r.fields(d.get(table, {}), f"cost_model.{table}", None)
+        by_op[table] = {k: number(v, f"cost_model.{table}.{_key(k)}", *op_time) for k, v in values.items()}
     kinds = r.fields(d.get("fault_bytes_per_ns_by_kind", {}), "cost_model.fault_bytes_per_ns_by_kind", None)
-    by_kind = {k: float(r.scalar(v, f"cost_model.fault_bytes_per_ns_by_kind.{k}", NUM)) for k, v in kinds.items()}
-    bad = next((k for k, v in by_kind.items() if not v > 0), None)
-    if bad is not None:
-        r.fail(f"cost_model.fault_bytes_per_ns_by_kind.{bad} is {by_kind[bad]}: expected a number above 0")
+    by_kind = {k: number(v, f"cost_model.fault_bytes_per_ns_by_kind.{_key(k)}", *rate) for k, v in kinds.items()}
     return CostModel(r.scalar(d["name"], "cost_model.name", STR), **rates, op_ns=by_op["op_ns"],
                      op_gap_ns=by_op["op_gap_ns"], fault_bytes_per_ns_by_kind=by_kind)
 
@@ -309,24 +376,21 @@ def _read_collected(r: Reader, value: Any, timeline: Timeline, version: int) -> 
     n = timeline.iterations
     for table in (k, u) if m is None else (k, u, m):
         r.within(table, "iteration", 0, n, "an iteration with ops")
-        r.within(table, "start_ns", 0, None, "a time on the timeline (records before it are dropped)")
-        late = np.flatnonzero(table["end_ns"] < table["start_ns"])
-        if late.size:
-            r.fail(f"{table['where']} row {late[0]}: it ends (end_ns) before it starts (start_ns)")
+        r.spans(table)
     r.within(k, "stream", 0, None, "a stream id")
     r.within(k, "name", 0, names["rows"], "an index into collected.kernel_names")
-    r.within(u, "value", 0, None, "a count or a size in bytes")
+    r.within(u, "value", 0, MAX_BYTES + 1, "a count or a size in bytes")
     r.within(u, "records", 1, None, "a number of records")
     if m is not None:
         r.within(m, "stream", 0, None, "a stream id")
-        r.within(m, "bytes", 0, None, "a size in bytes")
+        r.within(m, "bytes", 0, MAX_BYTES + 1, "a size in bytes")
         odd = [i for i, kind in enumerate(m["kind"]) if kind not in MEMCPY_KINDS]
         if odd:
-            r.fail(f"collected.memcpy row {odd[0]}, kind: {m['kind'][odd[0]]!r} is not one of "
+            r.fail(f"collected.memcpy row {odd[0]}, kind: {quote(m['kind'][odd[0]])} is not one of "
                    f"{', '.join(MEMCPY_KINDS)}")
-    r.within(v, "t_ns", 0, None, "a time on the timeline")
+    r.times(v, "t_ns")
     for name in ("memory_used_bytes", "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s"):
-        r.within(v, name, 0, None, "a size or a rate in bytes")
+        r.within(v, name, 0, MAX_BYTES + 1, "a size or a rate in bytes")
     r.within(v, "gpu_util_pct", 0, 101, "a percentage")
     over = np.flatnonzero(v["gpu_util_pct"] > 100)
     if over.size:
@@ -336,11 +400,11 @@ def _read_collected(r: Reader, value: Any, timeline: Timeline, version: int) -> 
     seen: set[str] = set()
     for i, (name, available, reason) in enumerate(zip(st["name"], st["available"], st["reason"])):
         if not name or name in seen:
-            r.fail(f"collected.status row {i}: the collector's name {name!r} is "
+            r.fail(f"collected.status row {i}: the collector's name {quote(name)} is "
                    f"{'empty' if not name else 'there twice'}")
         seen.add(name)
         if not available and not reason.strip():
-            r.fail(f"collected.status row {i}: collector {name!r} is unavailable but gives no reason")
+            r.fail(f"collected.status row {i}: collector {quote(name)} is unavailable but gives no reason")
     index = {kind: i for i, kind in enumerate(UM_KINDS)}
     status = [CollectorStatus(*row) for row in zip(st["name"], st["available"], st["reason"],
                                                    st["dropped_records"].tolist(), st["overhead_ns"].tolist())]
@@ -368,11 +432,12 @@ def _read_collected(r: Reader, value: Any, timeline: Timeline, version: int) -> 
 class Reader:
     """Checks values against the schema; every failure names the file and the place in it."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, lead: str | None = None) -> None:
         self.source = source
+        self.lead = lead or f"{source} is not a valid session"
 
     def fail(self, problem: str) -> NoReturn:
-        raise SessionError(f"{self.source} is not a valid session: {problem}")
+        raise SessionError(f"{self.lead}: {problem}") from None  # the message says it all
 
     def fields(self, value: Any, where: str, keys: tuple[str, ...] | None) -> dict[str, Any]:
         """An object with exactly `keys` (any text keys when None)."""
@@ -384,7 +449,7 @@ class Reader:
                 self.fail(f"{where} has no {missing[0]!r} field")
             extra = sorted(set(value) - set(keys))
             if extra:
-                self.fail(f"{where} has an unexpected field {extra[0]!r}")
+                self.fail(f"{where} has an unexpected field {quote(extra[0])}")
         return value
 
     def scalar(self, value: Any, where: str, kind: str, minimum: int | None = None) -> Any:
@@ -413,7 +478,7 @@ class Reader:
             allowed = {e.value for e in kind}
             bad = next((i for i, v in enumerate(values) if v not in allowed), None)
             if bad is not None:
-                self.fail(f"{where} row {bad} is {values[bad]!r}, expected one of "
+                self.fail(f"{where} row {bad} is {quote(values[bad])}, expected one of "
                           f"{', '.join(sorted(allowed))}")
         return values
 
@@ -423,9 +488,12 @@ class Reader:
         bad = next((i for i, v in enumerate(values) if not _is(v, kind)), None)
         if bad is not None:
             self.fail(f"{where} row {bad} should be {_NAMES[kind]}, not {_describe(values[bad])}")
-        if all(type(v) is int for v in values):
-            return np.array(values, dtype=np.int64)
-        return np.array(values, dtype=np.float64)
+        array = np.array(values, dtype=np.int64 if all(type(v) is int for v in values) else np.float64)
+        # every figure derived from a column is a sum over some of its rows: bounding the whole
+        # column's sum keeps each of them inside int64 (floats keep their precision well past it)
+        if array.size and float(np.abs(array, dtype=np.float64).sum()) >= MAX_TOTAL:
+            self.fail(f"{where}: its values add up to more than 2**62, more than any session can hold")
+        return array
 
     def table(self, value: Any, where: str, columns: dict[str, ColType],
               ragged: dict[str, ColType] | None = None) -> dict[str, Any]:
@@ -449,6 +517,18 @@ class Reader:
                           f"rows (expected {rows + 1} rising offsets from 0 to {len(values)})")
             out[name] = (values, offsets)
         return out
+
+    def times(self, table: dict[str, Any], name: str) -> None:
+        """A time on the timeline, or a duration: from 0 to MAX_NS."""
+        self.within(table, name, 0, MAX_NS + 1, "a time in ns from the first iteration's start (0 to 104 days)")
+
+    def spans(self, table: dict[str, Any]) -> None:
+        """`start_ns` and `end_ns` are times, and every span ends when or after it starts."""
+        self.times(table, "start_ns")
+        self.times(table, "end_ns")
+        late = np.flatnonzero(table["end_ns"] < table["start_ns"])
+        if late.size:
+            self.fail(f"{table['where']} row {late[0]}: it ends (end_ns) before it starts (start_ns)")
 
     def within(self, table: dict[str, Any], name: str, lo: int, hi: int | None, what: str) -> None:
         """Every value of a column (or of a ragged column's lists) lies in [lo, hi)."""
@@ -483,6 +563,20 @@ def _is(value: Any, kind: str) -> bool:
     return kind == NUM and type(value) is float and math.isfinite(value)
 
 
+def quote(value: Any) -> str:
+    """A value from a file as JSON spells it (`null`, `true`, "text"), every control character and
+    everything beyond ASCII escaped, and cut short: safe in a message, a terminal or a page."""
+    text = json.dumps(value, ensure_ascii=True) if isinstance(value, str | int | float | bool | None) \
+        else _describe(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _key(name: str) -> str:
+    """A key from a file as part of a place in a message: as it is when it is a plain name, else quoted."""
+    return name if name.replace("_", "").replace("-", "").replace(".", "").isalnum() and name.isascii() \
+        else quote(name)
+
+
 def _is_iso_time(text: str) -> bool:
     try:
         datetime.fromisoformat(text)
@@ -498,9 +592,11 @@ def _describe(value: Any) -> str:
         return f"{str(value).lower()}"
     if isinstance(value, int) and not _INT64[0] <= value <= _INT64[1]:
         return "a number beyond 64 bits"
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
     if isinstance(value, (int, float)):
         return f"the number {value}" if not isinstance(value, float) or math.isfinite(value) else \
             "an infinite number"
     if isinstance(value, str):
-        return f"the text {value[:40]!r}"
+        return f"the text {quote(value)}"
     return "a list" if isinstance(value, list) else "an object"

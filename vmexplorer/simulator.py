@@ -15,8 +15,8 @@ import numpy as np
 
 from .costmodel import H100_DEFAULT, CostModel
 from .graph import Graph
-from .plan import Direction, Mode, Plan
-from .records import Timeline
+from .plan import Direction, Mode, Plan, PlanError
+from .records import MAX_NS, Timeline
 
 
 def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timeline:
@@ -65,6 +65,10 @@ def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timelin
         for i in faults[k]:
             mem_start[i], mem_end[i] = t, gpu
         host += cost.launch_ns
+    last = max(gpu, host, float(mem_end.max(initial=0.0)))
+    if not last < MAX_NS:  # a cost model far too slow for the plan: say so rather than wrap around
+        raise PlanError(f"with this cost model the plan's iteration would last {last / 8.64e13:.3g} days, "
+                        "beyond the 104 a timeline holds; check the cost model's rates")
     resident_t, resident = resident_curve(graph, plan, op_start, op_end, mem_start, mem_end)
     i64 = lambda a: np.rint(a).astype(np.int64)  # noqa: E731
     return Timeline(

@@ -81,10 +81,15 @@ def build_plan(config: RunConfig) -> tuple[Any, Any]:
 def run_on_gpu(config: RunConfig, progress: Progress, should_stop: Callable[[], bool]) -> bytes:
     """Build, compile, execute, and return the session file's bytes."""
     from .engine.executor import RunSettings, execute, measured_session
-    from .session import session_to_bytes
+    from .session import iterations_that_fit, session_to_bytes
 
     graph, plan = build_plan(config)
-    result = execute(graph, plan, RunSettings(iterations=config.iterations), progress=progress,
+    settings = RunSettings(iterations=config.iterations)
+    fit = iterations_that_fit(graph, plan)
+    if config.iterations + settings.counted > fit:  # refused before the GPU works, not after
+        raise ValueError(f"{config.iterations} iterations of this plan would not fit in one session: ask for at "
+                         f"most {fit - settings.counted}")
+    result = execute(graph, plan, settings, progress=progress,
                      should_stop=should_stop)
     if not result.losses:
         raise RuntimeError("the run stopped before it recorded an iteration")
