@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
+import html
+import json
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import panel as pn
+import param
 import pytest
 
 from vmexplorer.appstate import DEFAULT_SAMPLE, SAMPLES, AppState
@@ -391,7 +396,7 @@ def test_a_measured_session_is_drawn_one_iteration_at_a_time_the_median_first_an
     from bokeh.models import Plot
 
     view.iteration.value = str(n)  # the counted iteration says in its title that it ran slower
-    titles = [p.title.text for p in view.timeline.object.select({"type": Plot}) if p.title is not None]
+    titles = [p.title.text.text for p in view.timeline.object.select({"type": Plot}) if p.title.text]
     assert any("(unified memory counted: slower than the timed ones)" in t for t in titles)
     assert list(view.timeline.object.select({"name": "measured_htod"}))
     ops = next(iter(view.timeline.object.select({"name": "ops"}))).data_source.data
@@ -408,3 +413,142 @@ def test_a_measured_session_is_drawn_one_iteration_at_a_time_the_median_first_an
     assert not view.iteration.visible  # the simulated edit has one iteration
     counting = "iterations counting unified memory (after the timed ones, slower)"
     assert counting not in [r["figure"] for r in view.state.summary_rows()]  # a simulation counts nothing
+
+
+# --- messages: several parameters changing at once, an error never beside an old status
+def test_comparing_while_an_error_is_shown_compares_and_clears_the_error() -> None:
+    from vmexplorer.app import AppView
+
+    view = AppView()
+    view.capacity.value = "nonsense"
+    view._on_simulate(None)
+    assert view.alert.visible
+    view.compare_go.clicks += 1  # clears the message and sets the status in one batch
+    assert view.state.message == "" and not view.alert.visible
+    assert view.state.comparison is not None and "comparing with" in view.state.status
+
+
+def test_every_watcher_of_several_parameters_takes_one_event_per_parameter_changed_in_a_batch() -> None:
+    from vmexplorer.app import AppView
+
+    view = AppView()
+    watched = [view.state, *(v for v in vars(view).values() if isinstance(v, param.Parameterized))]
+    several = [w for obj in watched for by_what in obj.param.watchers.values() for ws in by_what.values()
+               for w in ws if getattr(w.fn, "__qualname__", "").startswith("AppView.") and len(w.parameter_names) > 1]
+    assert several
+    for w in several:
+        w.fn(*[None] * len(w.parameter_names))  # what param passes when all of them changed together
+
+
+def test_a_failing_action_takes_the_last_actions_status_away(state: AppState) -> None:
+    assert state.status.startswith("opened")
+    assert not state.simulate_config("vgg19", 64, "nonsense", "autovm")
+    assert "not a size" in state.message and state.status == ""
+
+
+def test_a_problem_the_page_finds_also_takes_the_last_status_away() -> None:
+    from vmexplorer.app import AppView
+
+    view = AppView()
+    assert view.state.status
+    view.toggle.clicks += 1  # no tensor selected
+    assert "select a tensor" in view.alert.object and view.state.status == "" and view.info.object == ""
+
+
+# --- sessions the page cannot draw as they are: opened fully with a note, or refused with the page as it was
+def opening(monkeypatch: pytest.MonkeyPatch, session: Any) -> None:
+    """Hand the app `session` as if a loader had let it through."""
+    monkeypatch.setattr("vmexplorer.appstate._open", lambda source, name=None: (session, name or "crafted.vms"))
+
+
+def crafted(policy: str = "autovm", options: dict[str, Any] | None = None) -> Any:
+    s = load_session(SAMPLES / DEFAULT_SAMPLE)
+    return dataclasses.replace(s, plan=dataclasses.replace(s.plan, policy=policy,
+                                                           options=s.plan.options if options is None else options))
+
+
+def test_a_session_of_a_policy_the_page_has_no_knobs_for_is_not_half_drawn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loader refuses such a file; a session that reaches the page anyway leaves it as it was."""
+    from vmexplorer.app import AppView
+
+    view = AppView()
+    before = view.state.shown()
+    opening(monkeypatch, crafted("mystery"))
+    view.upload.filename, view.upload.value = "mystery.vms", b"\x1f\x8b"
+    assert view.state.shown() == before and view.alert.visible
+    assert "mystery.vms` cannot be shown" in view.state.message and "unexpected error" not in view.state.message
+    assert view._drawn.plan.policy == view.policy.value == "autovm"
+
+
+def test_a_session_the_page_cannot_draw_leaves_the_one_shown_before_with_a_clear_message(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import vmexplorer.app as app
+
+    view = app.AppView()
+    before = view.state.shown()
+    draw = app.timeline_figure
+
+    def only_autovm(session: Any, *args: Any, **kwargs: Any) -> Any:
+        if session.plan.policy != "autovm":
+            raise ValueError("no glyph for this")
+        return draw(session, *args, **kwargs)
+
+    monkeypatch.setattr(app, "timeline_figure", only_autovm)
+    view.sample.value = UVM_TWIN
+    view.open_sample.clicks += 1
+    assert view.state.shown() == before and view.state.status == ""
+    assert view.alert.visible and "unexpected error" not in view.state.message
+    assert f"{UVM_TWIN}` cannot be shown (ValueError: no glyph for this)" in view.state.message
+    assert view._drawn.plan.policy == view.policy.value == "autovm"  # drawn again, widgets and all
+
+
+# --- text from files, file names and typing reaches the page as text: never markup, Markdown or math
+PAYLOAD = ('<img src=x onerror="window.__pwned=1"> <script>window.__pwned=1</script> '
+           "[click](javascript:window.__pwned=1) **bold** $x^2$ $$y^2$$")
+
+
+def inner_html(pane: Any) -> str:
+    """What the browser sets as the pane's innerHTML (Panel sends it HTML-escaped once more)."""
+    model = pane.get_root()
+    assert model.disable_math, "math must stay off: $x$ from a file would render"
+    return html.unescape(model.text)
+
+
+def shows_as_text(pane: Any, text: str) -> bool:
+    inner = inner_html(pane)
+    return "<" not in inner and text in html.unescape(inner)
+
+
+def test_a_file_name_a_cost_model_name_and_typing_show_as_text_in_every_pane() -> None:
+    from vmexplorer.app import AppView
+    from vmexplorer.session import session_to_bytes
+
+    s = load_session(SAMPLES / DEFAULT_SAMPLE)
+    upload = session_to_bytes(dataclasses.replace(s, cost_model=dataclasses.replace(s.cost_model, name=PAYLOAD)))
+    view = AppView()
+    view.upload.filename, view.upload.value = PAYLOAD, upload
+    assert view.state.message == "" and shows_as_text(view.info, f"opened {PAYLOAD}")
+    view._on_simulate(None)  # the same graph: simulated with the session's own cost model, which says its name
+    assert shows_as_text(view.info, f"with {PAYLOAD}")
+    view.compare_upload.filename, view.compare_upload.value = PAYLOAD, upload
+    assert shows_as_text(view.compare_note, f"B: {PAYLOAD}")
+    view.capacity.value = PAYLOAD
+    view._on_simulate(None)
+    assert view.alert.visible and shows_as_text(view.alert, "capacity '<img src=x")  # quoted, maybe cut short
+    panes = [v for v in vars(view).values() if isinstance(v, pn.pane.PaneBase) and not isinstance(v, pn.pane.Bokeh)]
+    assert len(panes) >= 8 and all("<" not in inner_html(p) for p in panes)
+
+
+def test_a_load_error_quoting_a_name_from_the_file_shows_it_as_text() -> None:
+    from vmexplorer.app import AppView
+
+    doc = json.loads(gzip.decompress((SAMPLES / DEFAULT_SAMPLE).read_bytes()))
+    doc["config"]["policy"] = PAYLOAD  # quoted by the error (an unknown policy), today and after
+    view = AppView()
+    before = view.state.shown()
+    view.upload.filename, view.upload.value = PAYLOAD, gz(json.dumps(doc).encode())
+    if view.state.message:  # refused: the page as it was, the file's name and the policy as text
+        assert view.state.shown() == before and shows_as_text(view.alert, PAYLOAD)
+        assert "<img src=x onerror=" in html.unescape(inner_html(view.alert)).split(PAYLOAD, 1)[1]
+    else:  # opened: the policy named as text under the knobs
+        assert shows_as_text(view.policy_help, PAYLOAD)

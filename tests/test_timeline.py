@@ -150,6 +150,35 @@ def test_names_from_a_shared_file_cannot_inject_html(session: Session) -> None:
     assert "<script>" not in text and "&lt;script&gt;" in text
 
 
+def test_every_title_shows_as_written_never_as_tex(session: Session) -> None:
+    from bokeh.models import PlainText, Plot
+
+    named = "$$x^2$$ \\(y\\) <b>from a file's name</b>"
+    measured = two_iterations(session)
+    ok = (CollectorStatus("cupti", True, "", 0, 0), CollectorStatus("nvml", True, "", 0, 0))
+    fig = timeline_figure(dataclasses.replace(measured, collected=_collected(measured, ok)), "op", title=named)
+    titles = [p.title.text for p in fig.select({"type": Plot}) if p.title.text]
+    assert len(titles) == 3 and all(isinstance(t, PlainText) for t in titles)  # lanes, CUPTI, NVML
+    assert named in [t.text for t in titles]
+
+
+def test_hover_shows_names_as_text(session: Session) -> None:
+    from bokeh.models import HoverTool
+
+    tips = [field for tool in timeline_figure(session).select({"type": HoverTool}) for _, field in tool.tooltips]
+    assert tips and not [f for f in tips if "{safe}" in f]  # Bokeh escapes a field unless it says {safe}
+
+
+def test_a_collector_note_from_a_shared_file_shows_as_text(session: Session) -> None:
+    evil = "<img src=x onerror=alert(1)> $$x^2$$"
+    measured = two_iterations(session)
+    off = (CollectorStatus(evil, False, evil, 0, 0), CollectorStatus("nvml", True, "", 0, 0))
+    fig = timeline_figure(dataclasses.replace(measured, collected=_collected(measured, off)), "op")
+    (note,) = fig.select({"name": "collector_notes"})
+    assert note.disable_math and "<img" not in note.text and note.text.count("&lt;img src=x") == 2
+    assert summary_table(session).disable_math
+
+
 def test_a_larger_session_uses_the_same_renderers(session: Session) -> None:
     big = make_session("resnet152", 64, 224)
     counts = [len(list(timeline_figure(s).select({"type": GlyphRenderer}))) for s in (session, big)]
@@ -215,8 +244,8 @@ def test_the_migration_lane_says_how_much_of_the_bytes_moved_cupti_accounted_for
     s = dataclasses.replace(measured, collected=_collected(measured, ok))
     shares = migration_shares(s.plan, s.timeline, s.collected)
     assert 0 < shares["htod_share"] < 1 and shares["dtoh_share"] == 0  # the records hold 3 MiB in, none out
-    titles = [p.title.text for p in timeline_figure(s, "op").select({"type": Plot})
-              if p.title is not None and p.title.text.startswith("CUPTI's migrations per op")]
+    titles = [p.title.text.text for p in timeline_figure(s, "op").select({"type": Plot})
+              if p.title.text and p.title.text.text.startswith("CUPTI's migrations per op")]
     assert len(titles) == 1
     assert f"only {100 * shares['htod_share']:.0f}% in and 0% out of the bytes moved" in titles[0]
 

@@ -15,10 +15,10 @@ import atexit
 import functools
 import importlib
 import io
-import json
 import os
 import sys
 import tempfile
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +37,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(ROOT))
 
 from vmexplorer import worker  # noqa: E402
-from vmexplorer.appstate import SAMPLES, AppState, samples  # noqa: E402
-from vmexplorer.export import chrome_trace, export_html  # noqa: E402
+from vmexplorer.appstate import SAMPLES, AppState, Shown, samples  # noqa: E402
+from vmexplorer.export import chrome_trace_chunks, export_html  # noqa: E402
 from vmexplorer.graph import Graph  # noqa: E402
 from vmexplorer.layers import GraphError  # noqa: E402
 from vmexplorer.models import MODELS, build_graph  # noqa: E402
@@ -83,6 +83,30 @@ def _fake_queue(spec: str) -> worker.RunQueue:
     return queue
 
 
+class Text(pn.pane.HTML):
+    """A pane whose `object` is text, shown as it is. What the page says holds names from session files,
+    file names and what people type, and Markdown or HTML panes would render them: `<img onerror=...>`
+    in an op name would run, `**x**` turn bold, `$x$` become math. Here every character stays one (the
+    HTML pane's math is off by default)."""
+
+    def _transform_object(self, obj: Any) -> dict[str, Any]:
+        result: dict[str, Any] = super()._transform_object(escape("" if obj is None else str(obj)))
+        return result
+
+
+class TextAlert(Text):
+    """Panel's danger Alert to look at (its stylesheet and classes), a `Text` inside: Alert renders Markdown."""
+
+    _stylesheets = pn.pane.Alert._stylesheets
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(css_classes=["alert", "alert-danger"], **params)
+
+
+class DrawError(Exception):
+    """The page could not draw what the state holds now; `AppView._act` puts back what it showed."""
+
+
 class AppView:
     """The widgets of one browser session over one AppState."""
 
@@ -92,8 +116,8 @@ class AppView:
             self.state.simulate_config("vgg19", 64, "50%", "autovm")
         s = self.state
         # --- messages
-        self.alert = pn.pane.Alert("", alert_type="danger", visible=False, sizing_mode="stretch_width")
-        self.info = pn.pane.Markdown("", sizing_mode="stretch_width")
+        self.alert = TextAlert(visible=False, sizing_mode="stretch_width")
+        self.info = Text(sizing_mode="stretch_width", styles={"font-style": "italic"})
         # --- session: open, save, export
         self.sample = _w(pn.widgets.Select, "Sample session", options=samples())
         self.open_sample = _w(pn.widgets.Button, "Open sample", button_type="primary")
@@ -109,18 +133,18 @@ class AppView:
         self.batch = _w(pn.widgets.IntInput, "Batch", start=1, value=64)
         self.capacity = _w(pn.widgets.TextInput, "Capacity (bytes, e.g. 3GiB, or % of the footprint)",
                                              value="50%")
-        self.capacity_help = pn.pane.Markdown("", styles={"font-size": "0.85em"})
+        self.capacity_help = Text(styles={"font-size": "0.85em"})
         self.policy = _w(pn.widgets.Select, "Policy", options=list(POLICIES), value="autovm")
-        self.policy_help = pn.pane.Markdown("", styles={"font-size": "0.85em"})
+        self.policy_help = Text(styles={"font-size": "0.85em"})
         self.knobs = pn.Column()
         self.knob_widgets: dict[str, Any] = {}
         self.simulate = _w(pn.widgets.Button, "Simulate", button_type="primary")
         self.run_iterations = _w(pn.widgets.IntInput, "GPU run: iterations", start=1, end=1000, value=5)
         self.run_gpu = _w(pn.widgets.Button, "Run on GPU", button_type="primary")
-        self.run_reason = pn.pane.Markdown("", styles={"font-size": "0.85em"})
+        self.run_reason = Text(styles={"font-size": "0.85em", "font-style": "italic"})
         self._gpu_waiter: Any = None
         self.run_progress = pn.indicators.Progress(value=0, max=1, visible=False, sizing_mode="stretch_width")
-        self.run_note = pn.pane.Markdown("", styles={"font-size": "0.85em"})
+        self.run_note = Text(styles={"font-size": "0.85em"})
         self.run_cancel = _w(pn.widgets.Button, "Cancel the run", visible=False)
         self.job: int | None = None  # the GPU run this page waits for
         self._poller: Any = None
@@ -136,7 +160,7 @@ class AppView:
         self.marker_kind = _w(pn.widgets.Select, "Marker", options=["prefetch", "offload"], width=110)
         self.marker_tensor = _w(pn.widgets.Select, "Tensor", options={}, width=220)
         self.marker_op = _w(pn.widgets.IntInput, "Issue after op", start=-1, width=120)
-        self.marker_range = pn.pane.Markdown("", styles={"font-size": "0.85em"})
+        self.marker_range = Text(styles={"font-size": "0.85em"})
         self.move = _w(pn.widgets.Button, "Move marker", button_type="primary", align="end")
         self.reset = _w(pn.widgets.Button, "Undo all edits", align="end")
         self.tensors = pn.widgets.Tabulator(disabled=True, show_index=False, selectable=1, height=300,
@@ -153,42 +177,64 @@ class AppView:
                                                     layout="fit_data_stretch")
         self.deltas = pn.widgets.Tabulator(disabled=True, show_index=False, height=300, sizing_mode="stretch_width",
                                            pagination=None)
-        self.compare_note = pn.pane.Markdown("")
+        self.compare_note = Text()
         self.tabs = pn.Tabs(dynamic=False, sizing_mode="stretch_width")
         self.compare_twin = _w(pn.widgets.Button, "Compare with the measured uvm run", button_type="primary")
 
-        self.open_sample.on_click(lambda _: self._act(s.load_sample, self.sample.value))
+        self.open_sample.on_click(lambda *_: self._act(s.load_sample, self.sample.value))
         self.upload.param.watch(self._on_upload, "value")
         self.simulate.on_click(self._on_simulate)
         self.run_gpu.on_click(self._on_run)
         self.run_cancel.on_click(self._on_cancel_run)
-        self.policy.param.watch(lambda _: self._draw_knobs(), "value")
-        self.model.param.watch(lambda _: self._draw_capacity_help(), "value")
-        self.batch.param.watch(lambda _: self._draw_capacity_help(), "value")
-        self.x_axis.param.watch(lambda _: self._draw_timeline(), "value")
-        self.iteration.param.watch(lambda _: self._draw_timeline(), "value")
+        self.policy.param.watch(lambda *_: self._draw_knobs(), "value")
+        self.model.param.watch(lambda *_: self._draw_capacity_help(), "value")
+        self.batch.param.watch(lambda *_: self._draw_capacity_help(), "value")
+        self.x_axis.param.watch(lambda *_: self._draw_timeline(), "value")
+        self.iteration.param.watch(lambda *_: self._draw_timeline(), "value")
         self.move.on_click(self._on_move)
-        self.reset.on_click(lambda _: self._act(s.reset_edits))
-        self.marker_kind.param.watch(lambda _: self._draw_marker_range(), "value")
-        self.marker_tensor.param.watch(lambda _: self._draw_marker_range(), "value")
+        self.reset.on_click(lambda *_: self._act(s.reset_edits))
+        self.marker_kind.param.watch(lambda *_: self._draw_marker_range(), "value")
+        self.marker_tensor.param.watch(lambda *_: self._draw_marker_range(), "value")
         self.toggle.on_click(self._on_toggle)
         self.compare_go.on_click(self._on_compare)
-        self.compare_clear.on_click(lambda _: self._act(s.compare_with, None))
+        self.compare_clear.on_click(lambda *_: self._act(s.compare_with, None))
         self.compare_twin.on_click(self._on_compare_twin)
         self.compare_upload.param.watch(self._on_compare_upload, "value")
-        s.param.watch(lambda _: self._draw_session(), "session")
-        s.param.watch(lambda _: self._draw_comparison(), ["comparison", "session"])
-        s.param.watch(lambda _: self._draw_messages(), ["message", "status"])
+        # param calls a watcher of several parameters with one event per parameter a batch changed, so
+        # every watcher here takes any number (`lambda _:` fails once two change together)
+        s.param.watch(lambda *_: self._drawing(self._draw_session), "session")
+        s.param.watch(lambda *_: self._drawing(self._draw_comparison), ["comparison", "session"])
+        s.param.watch(lambda *_: self._draw_messages(), ["message", "status"])
         self._draw_session()
         self._draw_comparison()
         self._draw_messages()
 
     # --- actions: each goes through the state, which turns problems into `message`
     def _act(self, method: Any, *args: Any) -> None:
+        """Run a state method; if it, or drawing what it opened, raises, the page goes back to what it
+        showed before and says why: never half of one session and half of another."""
+        before = self.state.shown()
         try:
             method(*args)
+        except DrawError as e:
+            self._put_back(before, str(e))
         except Exception as e:  # a bug must not blank the page: say it, keep the state
-            self.state.message = f"unexpected error ({type(e).__name__}): {e}"
+            self._put_back(before, f"unexpected error ({type(e).__name__}): {e}")
+
+    def _put_back(self, before: Shown, why: str) -> None:
+        try:
+            self.state.restore(before, why)
+        except DrawError as e:  # what drew a moment ago cannot be drawn again: keep what is there
+            self.state.fail(f"{why}; and the page could not draw what it showed before: {e}")
+
+    def _drawing(self, draw: Any) -> None:
+        """Draw after the state changed; a failure becomes a DrawError naming what could not be shown."""
+        try:
+            draw()
+        except Exception as e:
+            what = self.state.origin or "the session"
+            raise DrawError(f"{what} cannot be shown ({type(e).__name__}: {e}); the page shows what it "
+                            "showed before") from e
 
     def _on_upload(self, event: Any) -> None:
         if event.new:
@@ -211,7 +257,7 @@ class AppView:
         self.run_gpu.disabled = reason is not None or self.job is not None
         self.run_iterations.disabled = reason is not None
         self.run_gpu.description = reason or "run the shown plan on the GPU and open the measured session"
-        self.run_reason.object = f"*Run on GPU: {reason}{'…' if reason == CHECKING else '.'}*" if reason else ""
+        self.run_reason.object = f"Run on GPU: {reason}{'…' if reason == CHECKING else '.'}" if reason else ""
         if reason == CHECKING and self._gpu_waiter is None:
             self._gpu_waiter = _every(self._draw_gpu_reason, 1000)
         elif reason != CHECKING:
@@ -247,16 +293,16 @@ class AppView:
 
     def _on_run(self, _: Any) -> None:
         if self.job is not None:
-            self.state.message = "a GPU run of this page is under way: wait for it or cancel it"
+            self.state.fail("a GPU run of this page is under way: wait for it or cancel it")
             return
         config = self.run_config()
         if config is None:
-            self.state.message = "nothing to run: load or simulate a session first"
+            self.state.fail("nothing to run: load or simulate a session first")
             return
         try:
             self.job = run_queue().submit(config)
         except Exception as e:  # a closed queue, a bad iteration count: say it, keep the state
-            self.state.message = f"the GPU run could not be queued ({type(e).__name__}): {e}"
+            self.state.fail(f"the GPU run could not be queued ({type(e).__name__}): {e}")
             return
         self.state.message = ""
         self.run_gpu.disabled = True
@@ -278,7 +324,7 @@ class AppView:
             self.poll_run()
         except Exception as e:  # a bug must not leave the callback failing every half second
             self._end_run()
-            self.state.message = f"unexpected error while following the GPU run ({type(e).__name__}): {e}"
+            self.state.fail(f"unexpected error while following the GPU run ({type(e).__name__}): {e}")
 
     def _on_cancel_run(self, _: Any) -> None:
         if self.job is None:
@@ -299,7 +345,7 @@ class AppView:
             st = run_queue().status(self.job)
         except Exception as e:  # the job was forgotten, the queue closed
             self._end_run()
-            self.state.message = f"the GPU run was lost ({type(e).__name__}): {e}"
+            self.state.fail(f"the GPU run was lost ({type(e).__name__}): {e}")
             return None
         if st.state == "queued":
             self.run_note.object = f"queued: number {st.queue_position} in line for the GPU"
@@ -322,7 +368,7 @@ class AppView:
             self.state.status = "the GPU run was cancelled; the page is as it was"
         else:
             self.run_note.object = "failed"
-            self.state.message = f"the GPU run failed: {st.message}"
+            self.state.fail(f"the GPU run failed: {st.message}")
         try:
             run_queue().forget(st.job_id)
         except Exception:
@@ -338,14 +384,14 @@ class AppView:
 
     def _on_move(self, _: Any) -> None:
         if self.marker_tensor.value is None:
-            self.state.message = "pick a tensor with a planned round trip (the tensor table adds one)"
+            self.state.fail("pick a tensor with a planned round trip (the tensor table adds one)")
             return
         self._act(self.state.drag, self.marker_kind.value, self.marker_tensor.value, self.marker_op.value)
 
     def _on_toggle(self, _: Any) -> None:
         rows = self.tensors.selection
         if not rows:
-            self.state.message = "select a tensor in the table first"
+            self.state.fail("select a tensor in the table first")
             return
         self._act(self.state.toggle_offload, int(self.tensors.value.iloc[rows[0]]["id"]))
 
@@ -384,7 +430,7 @@ class AppView:
     def _draw_messages(self) -> None:
         self.alert.object = self.state.message
         self.alert.visible = bool(self.state.message)
-        self.info.object = f"*{self.state.status}*" if self.state.status else ""
+        self.info.object = self.state.status
 
     def _draw_session(self) -> None:
         s = self.state.session
@@ -455,7 +501,7 @@ class AppView:
         self.marker_range.object = f"now after op {now}; it may go from {lo} to {hi}"
 
     def _draw_knobs(self, values: dict[str, Any] | None = None) -> None:
-        spec = POLICIES[self.policy.value]
+        spec = POLICIES[self.policy.value]  # the loader holds a session's policy and options to the registry
         self.policy_help.object = spec.summary
         values = values or {}
         self.knob_widgets = {name: _knob(name, opt, values.get(name, opt.default))
@@ -499,8 +545,7 @@ class AppView:
         s = self._shown()
         if s is None:
             return None
-        text = json.dumps(chrome_trace(s), sort_keys=True, separators=(",", ":"), allow_nan=False)
-        return io.BytesIO(text.encode())
+        return io.BytesIO(b"".join(chrome_trace_chunks(s)))
 
     def _html_bytes(self) -> io.BytesIO | None:
         s = self._shown()
@@ -514,7 +559,7 @@ class AppView:
     def _shown(self) -> Session | None:
         s: Session | None = self.state.session
         if s is None:
-            self.state.message = "nothing to save: load or simulate a session first"
+            self.state.fail("nothing to save: load or simulate a session first")
         return s
 
     # --- layout

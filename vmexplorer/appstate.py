@@ -2,9 +2,11 @@
 
 The page (app.py) only draws this state and calls its methods; tests drive it directly. Every method
 that takes input from a person returns normally: a problem becomes `message` (shown in place on the
-page) and leaves the state as it was. Editing follows the plan's own model: a plan-origin round trip
-is a `Move`; a drag changes one move's `offload_after` or `prefetch_after`, clamped to where it can
-work, and the edited moves are compiled as a `manual` plan and simulated at once (a few ms).
+page, with the last action's `status` cleared) and leaves the state as it was; and should the page fail
+to draw what an action opened, it puts back what it showed (`shown`, `restore`). Editing follows the
+plan's own model: a plan-origin round trip is a `Move`; a drag changes one move's `offload_after` or
+`prefetch_after`, clamped to where it can work, and the edited moves are compiled as a `manual` plan
+and simulated at once (a few ms).
 """
 
 from __future__ import annotations
@@ -44,6 +46,19 @@ class _Baseline:
     source: str  # "measured" (a session on disk) or "simulated" (just now)
 
 
+@dataclass(frozen=True)
+class Shown:
+    """Everything of an AppState that a page draws, but its messages."""
+
+    session: Session | None
+    loaded: Session | None
+    cost_model: CostModel | None
+    moves: tuple[Move, ...]
+    origin: str
+    comparison: Session | None
+    comparison_origin: str
+
+
 class AppState(param.Parameterized):
     session = param.Parameter(default=None, doc="the Session shown (loaded, or simulated after an edit)")
     origin = param.String(default="", doc="where the shown session came from, in words")
@@ -66,14 +81,14 @@ class AppState(param.Parameterized):
             session, label = _open(source, name)
             cost = self._cost_for(session)
         except (SessionError, PlanError, ValueError) as e:
-            return self._fail(str(e))
+            return self.fail(str(e))
         self._show(session, f"{session.timeline.source} session `{label}`", loaded=session, cost=cost)
         self.status = f"opened {label}"
         return True
 
     def load_sample(self, name: str = DEFAULT_SAMPLE) -> bool:
         if Path(name).name != name or not (SAMPLES / name).is_file():
-            return self._fail(f"there is no sample session {name!r}; the samples are: {', '.join(samples())}")
+            return self.fail(f"there is no sample session {name!r}; the samples are: {', '.join(samples())}")
         return self.load(SAMPLES / name)
 
     def simulate_config(self, model: str, batch: int, capacity_text: str, policy: str,
@@ -91,7 +106,7 @@ class AppState(param.Parameterized):
             session = new_session(graph, plan, simulate(graph, plan, cost), cost,
                                   notes=[f"simulated in the app with {cost.name}"])
         except (GraphError, PlanError, SessionError, ValueError, TypeError) as e:
-            return self._fail(str(e))
+            return self.fail(str(e))
         self._show(session, f"simulated: {model} batch {batch}, {policy} at {format_bytes(capacity)}",
                    loaded=session, cost=cost)
         self.status = f"simulated {policy} with {cost.name}"
@@ -121,7 +136,7 @@ class AppState(param.Parameterized):
             moves[i] = edited
             self._replan(moves)
         except (PlanError, KeyError, ValueError, TypeError) as e:
-            return self._fail(_text(e))
+            return self.fail(_text(e))
         name = graph.tensors[move.tensor].name
         clamp = "" if snapped == to else f" (clamped from {to}: it may go from {lo} to {hi})"
         self.status = f"{marker_kind} of {name} now issued after {_op(graph, snapped)}{clamp}"
@@ -141,14 +156,14 @@ class AppState(param.Parameterized):
             move = _new_move(graph, t)
             self._replan(sorted([*self.moves, move], key=lambda mv: (mv.offload_after, mv.tensor)))
         except (PlanError, KeyError, ValueError) as e:
-            return self._fail(_text(e))
+            return self.fail(_text(e))
         self.status = (f"{name} offloaded after {_op(graph, move.offload_after)}, prefetched after "
                        f"{_op(graph, move.prefetch_after if move.prefetch_after is not None else -1)}")
         return True
 
     def reset_edits(self) -> bool:
         if self.loaded is None:
-            return self._fail("nothing is loaded")
+            return self.fail("nothing is loaded")
         self._show(self.loaded, self.origin.split(" (edited)")[0], loaded=self.loaded, cost=self.cost_model)
         self.status = "edits undone"
         return True
@@ -162,7 +177,7 @@ class AppState(param.Parameterized):
             else:
                 session, label = _open(other, name)
         except SessionError as e:
-            return self._fail(str(e))
+            return self.fail(str(e))
         with param.parameterized.batch_call_watchers(self):
             self.comparison_origin = label
             self.comparison = session
@@ -181,7 +196,7 @@ class AppState(param.Parameterized):
         """Compare the shown session with its measured twin of `policy` (one click in the app)."""
         name = self.twin(policy)
         if name is None:
-            return self._fail(f"no measured {policy} sample of this model, batch and capacity to compare with")
+            return self.fail(f"no measured {policy} sample of this model, batch and capacity to compare with")
         return self.compare_with(SAMPLES / name, name)
 
     # --- tables -----------------------------------------------------------------------------------
@@ -248,10 +263,28 @@ class AppState(param.Parameterized):
             del r["_nbytes"]
         return rows
 
-    # --- internals --------------------------------------------------------------------------------
-    def _fail(self, text: str) -> bool:
-        self.message = text
+    # --- what the page shows, as one value --------------------------------------------------------
+    def fail(self, text: str) -> bool:
+        """Say what went wrong (False, for `return self.fail(...)`); the status of an earlier action goes,
+        so it never reads as the outcome of this one."""
+        with param.parameterized.batch_call_watchers(self):
+            self.message, self.status = text, ""
         return False
+
+    def shown(self) -> Shown:
+        """What is shown now, to put back with `restore` if showing something else fails."""
+        return Shown(self.session, self.loaded, self.cost_model, tuple(self.moves), self.origin, self.comparison,
+                     self.comparison_origin)
+
+    def restore(self, shown: Shown, why: str) -> None:
+        """Show `shown` again and say `why`: the page could not draw what an action opened."""
+        with param.parameterized.batch_call_watchers(self):
+            self.session, self.loaded, self.cost_model = shown.session, shown.loaded, shown.cost_model
+            self.moves, self.origin = list(shown.moves), shown.origin
+            self.comparison, self.comparison_origin = shown.comparison, shown.comparison_origin
+            self.message, self.status = why, ""
+
+    # --- internals --------------------------------------------------------------------------------
 
     def _graph(self) -> Graph:
         if self.session is None:

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 from bokeh.layouts import column
-from bokeh.models import BasicTicker, ColumnDataSource, CustomJS, HoverTool, PointDrawTool, Range1d
-from bokeh.models.annotations import Label, Legend, LegendItem, Span
+from bokeh.models import BasicTicker, ColumnDataSource, CustomJS, HoverTool, PlainText, PointDrawTool, Range1d
+from bokeh.models.annotations import Label, Legend, LegendItem, Span, Title
 from bokeh.models.widgets import Div
 from bokeh.plotting import figure
 
@@ -67,7 +67,8 @@ def timeline_figure(session: Session, x_axis: str = "time", editable: bool = Fal
                    **({"x_range": x_range} if x_range is not None else {}),
                    active_scroll="xwheel_zoom", sizing_mode="stretch_width",
                    y_range=Range1d(start=-0.2, end=3.2),
-                   title=title or f"{session.plan.policy} on {session.graph.model}: {session.timeline.source}")
+                   title=_plain_title(title or f"{session.plan.policy} on {session.graph.model}: "
+                                               f"{session.timeline.source}"))
     lanes.yaxis.ticker = [v + _BAR / 2 for v in LANES.values()]
     lanes.yaxis.major_label_overrides = {v + _BAR / 2: k for k, v in LANES.items()}
     lanes.ygrid.grid_line_color = None
@@ -106,6 +107,12 @@ def timeline_figure(session: Session, x_axis: str = "time", editable: bool = Fal
     lanes.add_layout(_legend(ops, memops, markers), "above")
     return column(lanes, _faults(session, axis, lanes), _resident(session, axis, lanes),
                   *_measured(session, axis, lanes), sizing_mode="stretch_width")
+
+
+def _plain_title(text: str) -> Title:
+    """A title shown as written: Bokeh reads $$...$$, \\[...\\] and \\(...\\) in a plain string as TeX,
+    and a title names where a session came from (a file's name). Every title is one, so all read alike."""
+    return Title(text=PlainText(text=text))
 
 
 # Keep a dragged marker on its lane (y never changes) and, on the op axis, on an op boundary.
@@ -179,10 +186,10 @@ def summary_table(session: Session) -> Div:
     rows = [(label, value) for _, label, value in summary_items(s)]
     body = "".join(f"<tr><td>{k}</td><td style='text-align:right'>{v}</td></tr>" for k, v in rows)
     p = session.plan
-    # names come from session files people share: escape them, a Div renders HTML
+    # names come from session files people share: escape them, a Div renders HTML (and TeX, unless told not to)
     title = escape(f"{p.model} batch {p.batch}, {p.policy}: {s['source']}")
     return Div(text=f"<h3>{title}</h3><p>per iteration, {escape(str(s['source']))}</p><table>{body}</table>",
-               name="summary")
+               name="summary", disable_math=True)
 
 
 SUMMARY_ROWS = (
@@ -315,12 +322,15 @@ def _measured(session: Session, axis: _Axis, lanes: Any) -> list[Any]:
     if session.timeline.source != "measured":
         return []
     if c is None:
-        return [Div(text="<i>Recorded without collectors: no CUPTI or NVML lanes.</i>", name="collector_notes")]
+        return [Div(text="<i>Recorded without collectors: no CUPTI or NVML lanes.</i>", name="collector_notes",
+                    disable_math=True)]
     out: list[Any] = []
+    # a status's name and reason come from the file: escaped, and no TeX (a Div renders both)
     missing = [f"<b>{escape(COLLECTOR_LABELS.get(st.name, st.name))}</b>: {escape(st.reason)}"
                for st in c.status if not st.available]
     if missing:
-        out.append(Div(text="<i>Not recorded here</i> " + "; ".join(missing), name="collector_notes"))
+        out.append(Div(text="<i>Not recorded here</i> " + "; ".join(missing), name="collector_notes",
+                       disable_math=True))
     if c.available("um"):
         out.append(_migrations(session, axis, lanes))
     if c.available("nvml") and len(c.nvml_t_ns):
@@ -360,7 +370,7 @@ def _migrations(session: Session, axis: _Axis, lanes: Any) -> Any:
     scale, unit = _byte_unit(int(max(htod.max(initial=0), dtoh.max(initial=0))))
     title = "CUPTI's migrations per op, to device up, to host down" + _coverage(session)
     fig = figure(height=140, x_range=lanes.x_range, sizing_mode="stretch_width", tools="", toolbar_location=None,
-                 y_axis_label=f"CUPTI ({unit})", title=title)
+                 y_axis_label=f"CUPTI ({unit})", title=_plain_title(title))
     def shown(table: str, texts: Any) -> Any:  # a column, or "not recorded" where its collector was off
         return texts() if c.available(table) else np.full(len(htod), "not recorded", dtype=object)
 
@@ -390,7 +400,7 @@ def _pcie(session: Session, axis: _Axis, lanes: Any) -> Any:
     assert c is not None
     x = axis.x(c.nvml_t_ns)
     fig = figure(height=120, x_range=lanes.x_range, sizing_mode="stretch_width", tools="", toolbar_location=None,
-                 y_axis_label="PCIe (GB/s)", title="PCIe throughput (NVML samples)")
+                 y_axis_label="PCIe (GB/s)", title=_plain_title("PCIe throughput (NVML samples)"))
     for name, values, color, label in (("nvml_rx", c.nvml_pcie_rx_bytes_per_s, MEMOP_COLORS["prefetch"], "to device"),
                                        ("nvml_tx", c.nvml_pcie_tx_bytes_per_s, MEMOP_COLORS["offload"], "to host")):
         fig.step(x=x, y=np.asarray(values, dtype=np.float64) / 1e9, mode="after", color=color, name=name,
