@@ -142,7 +142,7 @@ def gz(data: bytes) -> bytes:
     (b"not a session at all", "not gzip-compressed"),
     (gz(b'{"format": "something else"}'), "not a vmexplorer session"),
     ((SAMPLES / DEFAULT_SAMPLE).read_bytes()[:200], "truncated"),
-    (b"\x1f\x8b" + b"\0" * (50 * 10**6 + 1), "upload may be"),
+    (b"\x1f\x8b" + b"\0" * (48 * 2**20), "more than the 48.00 MiB a session file may be"),
 ])
 def test_a_bad_upload_says_why_and_keeps_the_state(state: AppState, upload: bytes, says: str) -> None:
     kept = snapshot(state)

@@ -36,7 +36,6 @@ from .units import format_bytes, format_ns, parse_bytes
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_sessions"
 DEFAULT_SAMPLE = "vgg19-b64-autovm-50pct.measured.vms"
-MAX_UPLOAD_BYTES = 50 * 10**6  # an upload travels through the browser: a session is a few MB at most
 MARKER_KINDS = ("offload", "prefetch")
 
 
@@ -374,11 +373,7 @@ def _open(source: str | os.PathLike[str] | bytes, name: str | None) -> tuple[Ses
     """A session file (a path) or an upload (bytes), and its label; SessionError if it is not one."""
     if isinstance(source, bytes | bytearray):
         label = name or "the uploaded file"
-        if len(source) > MAX_UPLOAD_BYTES:
-            raise SessionError(f"{label} is {len(source) / 1e6:.0f} MB, more than the "
-                               f"{MAX_UPLOAD_BYTES // 10**6} MB an upload may be; open it with "
-                               "`vmexplorer info` to check it is a session")
-        return session_from_bytes(bytes(source), label), label
+        return session_from_bytes(bytes(source), label), label  # which holds it to the loader's limits
     return load_session(source), name or Path(source).name
 
 
