@@ -20,7 +20,7 @@ import numpy as np
 from .graph import Graph, Kind, Phase
 from .plan import Move, Plan, PlanError
 from .residency import check, next_use, repair, transfers_for_moves
-from .units import format_bytes
+from .units import format_bytes, quoted, typed
 
 
 @dataclass(frozen=True)
@@ -302,7 +302,7 @@ def load_moves(graph: Graph, data: Any) -> list[Move]:
         tensor = item["tensor"]
         if isinstance(tensor, str):
             if tensor not in tensor_ids:
-                raise PlanError(f"move {i}: no tensor named {_name(tensor)} in the {graph.model} graph")
+                raise PlanError(f"move {i}: no tensor named {typed(tensor)} in the {graph.model} graph")
             tensor = tensor_ids[tensor]
         elif not _is_int(tensor):
             raise PlanError(f"move {i}: tensor must be a tensor's name or index (0..{len(graph.tensors) - 1}), "
@@ -341,20 +341,10 @@ def _nesting(text: str) -> int:
 
 
 def _json(value: Any) -> str:
-    """A value in a message as the file spelled it (null, true, [1, 2]), cut short."""
+    """A value in a message as the file spelled it; a number no index can be, as its digits."""
     if isinstance(value, _Number):
-        text = value.text
-    else:
-        try:
-            text = json.dumps(value, default=repr)
-        except (ValueError, RecursionError):  # a cycle, from a caller of the Python API
-            text = type(value).__name__
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _name(text: str) -> str:
-    # quoted like every name in a message (repr escapes control characters), cut short
-    return repr(text) if len(text) <= 60 else repr(text[:57]) + "..."
+        return value.text if len(value.text) <= 60 else value.text[:57] + "..."
+    return quoted(value, 60)
 
 
 def validate_plan(graph: Graph, plan: Plan) -> None:
@@ -408,7 +398,7 @@ def _op_id(value: Any, op_ids: dict[str, int], i: int, key: str) -> int:
         raise PlanError(f"move {i}: {key} must be an op's name or index (-1..{len(op_ids) - 1}, -1 being the "
                         f"iteration start), not {_json(value)}")
     if value not in op_ids:
-        raise PlanError(f"move {i}: no op named {_name(value)} ({key})")
+        raise PlanError(f"move {i}: no op named {typed(value)} ({key})")
     return op_ids[value]
 
 

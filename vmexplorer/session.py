@@ -37,7 +37,7 @@ from .graph import Graph
 from .plan import Plan
 from .records import Timeline, summarize
 from .sessionformat import SessionError
-from .units import format_bytes
+from .units import format_bytes, quoted
 
 FORMAT = "vmexplorer-session"
 # 2 added "collected" (the GPU collectors' records), 3 the cost model's "op_gap_ns" and "call_ns", 4
@@ -160,7 +160,7 @@ def session_from_bytes(data: bytes, name: str = "the file") -> Session:
                            "(an escape such as \\ud800 alone), which is not a character")
     version = doc.get("schema_version")
     if type(version) is not int or version < 1:
-        raise SessionError(f"{name} is not a valid session: schema_version is {schema.quote(version)}, "
+        raise SessionError(f"{name} is not a valid session: schema_version is {quoted(version)}, "
                            "expected a whole number from 1")
     if version > SCHEMA_VERSION:
         raise SessionError(f"{name} was written by a newer vmexplorer (schema {version}, this reads up "

@@ -11,7 +11,6 @@ less than 2**62), so whatever loads can be summarised, compared, drawn and expor
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import fields as dataclass_fields
@@ -29,7 +28,7 @@ from .models import MODELS, build_graph
 from .plan import Direction, MemOp, Mode, Origin, Plan, PlanError
 from .policies import POLICIES, validate_plan
 from .records import MAX_NS, Timeline
-from .units import MAX_BYTES
+from .units import MAX_BYTES, quoted
 
 if TYPE_CHECKING:
     from .session import Session
@@ -160,7 +159,7 @@ def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
     r.fields(doc, "the file", TOP_LEVEL if version >= 2 else TOP_LEVEL_V1)
     created = r.scalar(doc["created"], "created", STR)
     if not _is_iso_time(created):
-        r.fail(f"created is {quote(created)}, not an ISO-8601 date and time")
+        r.fail(f"created is {quoted(created)}, not an ISO-8601 date and time")
     env = r.fields(doc["environment"], "environment", None)
     for key, value in env.items():
         r.scalar(value, f"environment.{_key(key)}", STR)
@@ -174,7 +173,7 @@ def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
         r.fail(f"config.capacity_bytes is {capacity}, more than the {MAX_BYTES} bytes (1 PiB) any capacity may be")
     options = _options(r, policy, r.fields(config["options"], "config.options", None))
     if model not in MODELS:
-        r.fail(f"config.model is {quote(model)}, not a model this vmexplorer knows ({', '.join(MODELS)})")
+        r.fail(f"config.model is {quoted(model)}, not a model this vmexplorer knows ({', '.join(MODELS)})")
     try:
         expected = build_graph(model, batch, size)
     except GraphError as e:
@@ -195,18 +194,18 @@ def _options(r: Reader, policy: str, options: dict[str, Any]) -> dict[str, Any]:
     draws a policy's knobs from them, and re-plans with them."""
     spec = POLICIES.get(policy)
     if spec is None:
-        r.fail(f"config.policy is {quote(policy)}, not a policy this vmexplorer knows ({', '.join(POLICIES)}); "
+        r.fail(f"config.policy is {quoted(policy)}, not a policy this vmexplorer knows ({', '.join(POLICIES)}); "
                "a newer vmexplorer may open it")
     for key, value in options.items():
         opt = spec.options.get(key)
         where = f"config.options.{_key(key)}"
         if opt is None:
             known = ", ".join(spec.options) or "none"
-            r.fail(f"{where}: the {policy} policy has no option {quote(key)} (its options: {known})")
+            r.fail(f"{where}: the {policy} policy has no option {quoted(key)} (its options: {known})")
         kind = {int: INT, float: NUM, str: STR, bool: BOOL}.get(opt.type, STR)
         r.scalar(value, where, kind, opt.minimum)
         if opt.choices and value not in opt.choices:
-            r.fail(f"{where} is {quote(value)}, expected one of {', '.join(quote(c) for c in opt.choices)}")
+            r.fail(f"{where} is {quoted(value)}, expected one of {', '.join(quoted(c) for c in opt.choices)}")
     return options
 
 
@@ -223,7 +222,8 @@ def _same_graph(r: Reader, graph: Graph, expected: Graph) -> None:
             if a != b:
                 name = next(f.name for f in dataclass_fields(a)
                             if f.compare and getattr(a, f.name) != getattr(b, f.name))
-                r.fail(f"{table} row {i}, {name}: {quote(getattr(a, name))} is not {what}'s {quote(getattr(b, name))}")
+                r.fail(f"{table} row {i}, {name}: {quoted(getattr(a, name))} is not {what}'s "
+                       f"{quoted(getattr(b, name))}")
 
 
 def _graph(r: Reader, d: dict[str, Any], model: str, batch: int, size: int) -> Graph:
@@ -293,7 +293,7 @@ def _timeline(r: Reader, value: Any, graph: Graph, plan: Plan, version: int) -> 
                  + (("counted_iterations",) if version >= 5 else ()))
     source = r.scalar(d["source"], "timeline.source", STR)
     if source not in SOURCES:
-        r.fail(f"timeline.source is {quote(source)}, expected one of {', '.join(SOURCES)}")
+        r.fail(f"timeline.source is {quoted(source)}, expected one of {', '.join(SOURCES)}")
     o = r.table(d["ops"], "timeline.ops", {"iteration": INT, "op": INT, "start_ns": NUM, "end_ns": NUM,
                                            "stall_ns": NUM, "fault_bytes": INT})
     m = r.table(d["memops"], "timeline.memops", {"iteration": INT, "memop": INT, "start_ns": NUM,
@@ -386,7 +386,7 @@ def _read_collected(r: Reader, value: Any, timeline: Timeline, version: int) -> 
         r.within(m, "bytes", 0, MAX_BYTES + 1, "a size in bytes")
         odd = [i for i, kind in enumerate(m["kind"]) if kind not in MEMCPY_KINDS]
         if odd:
-            r.fail(f"collected.memcpy row {odd[0]}, kind: {quote(m['kind'][odd[0]])} is not one of "
+            r.fail(f"collected.memcpy row {odd[0]}, kind: {quoted(m['kind'][odd[0]])} is not one of "
                    f"{', '.join(MEMCPY_KINDS)}")
     r.times(v, "t_ns")
     for name in ("memory_used_bytes", "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s"):
@@ -400,11 +400,11 @@ def _read_collected(r: Reader, value: Any, timeline: Timeline, version: int) -> 
     seen: set[str] = set()
     for i, (name, available, reason) in enumerate(zip(st["name"], st["available"], st["reason"])):
         if not name or name in seen:
-            r.fail(f"collected.status row {i}: the collector's name {quote(name)} is "
+            r.fail(f"collected.status row {i}: the collector's name {quoted(name)} is "
                    f"{'empty' if not name else 'there twice'}")
         seen.add(name)
         if not available and not reason.strip():
-            r.fail(f"collected.status row {i}: collector {quote(name)} is unavailable but gives no reason")
+            r.fail(f"collected.status row {i}: collector {quoted(name)} is unavailable but gives no reason")
     index = {kind: i for i, kind in enumerate(UM_KINDS)}
     status = [CollectorStatus(*row) for row in zip(st["name"], st["available"], st["reason"],
                                                    st["dropped_records"].tolist(), st["overhead_ns"].tolist())]
@@ -449,7 +449,7 @@ class Reader:
                 self.fail(f"{where} has no {missing[0]!r} field")
             extra = sorted(set(value) - set(keys))
             if extra:
-                self.fail(f"{where} has an unexpected field {quote(extra[0])}")
+                self.fail(f"{where} has an unexpected field {quoted(extra[0])}")
         return value
 
     def scalar(self, value: Any, where: str, kind: str, minimum: int | None = None) -> Any:
@@ -478,7 +478,7 @@ class Reader:
             allowed = {e.value for e in kind}
             bad = next((i for i, v in enumerate(values) if v not in allowed), None)
             if bad is not None:
-                self.fail(f"{where} row {bad} is {quote(values[bad])}, expected one of "
+                self.fail(f"{where} row {bad} is {quoted(values[bad])}, expected one of "
                           f"{', '.join(sorted(allowed))}")
         return values
 
@@ -563,18 +563,10 @@ def _is(value: Any, kind: str) -> bool:
     return kind == NUM and type(value) is float and math.isfinite(value)
 
 
-def quote(value: Any) -> str:
-    """A value from a file as JSON spells it (`null`, `true`, "text"), every control character and
-    everything beyond ASCII escaped, and cut short: safe in a message, a terminal or a page."""
-    text = json.dumps(value, ensure_ascii=True) if isinstance(value, str | int | float | bool | None) \
-        else _describe(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def _key(name: str) -> str:
     """A key from a file as part of a place in a message: as it is when it is a plain name, else quoted."""
     return name if name.replace("_", "").replace("-", "").replace(".", "").isalnum() and name.isascii() \
-        else quote(name)
+        else quoted(name)
 
 
 def _is_iso_time(text: str) -> bool:
@@ -598,5 +590,5 @@ def _describe(value: Any) -> str:
         return f"the number {value}" if not isinstance(value, float) or math.isfinite(value) else \
             "an infinite number"
     if isinstance(value, str):
-        return f"the text {quote(value)}"
+        return f"the text {quoted(value)}"
     return "a list" if isinstance(value, list) else "an object"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 from decimal import Decimal
 from fractions import Fraction
+from typing import Any
 
 # The most bytes any size may be (a capacity, a footprint, a tensor): about a thousand times any GPU's
 # memory, so a larger one is a typo or a hostile file, and exact as a float (what --capacity 3e9 goes through).
@@ -25,33 +27,44 @@ def parse_bytes(text: str, footprint: int | None = None) -> int:
     MAX_BYTES; `inf`, `nan` and anything larger are refused."""
     match = _PATTERN.match(str(text))
     if not match:
-        raise ValueError(f"capacity {_shown(text)} is not a size: write a finite number of bytes, e.g. 4GiB, "
+        raise ValueError(f"capacity {typed(text, 40)} is not a size: write a finite number of bytes, e.g. 4GiB, "
                          "512MiB, 3e9 or 50%")
     value, unit = Decimal(match.group(1)), match.group(2).lower()  # a Decimal is exact at any exponent
     if unit == "%":
         if footprint is None:
-            raise ValueError(f"capacity {_shown(text)} is a share, but no footprint is known to take it of")
+            raise ValueError(f"capacity {typed(text, 40)} is a share, but no footprint is known to take it of")
         if not 0 < value <= 1000:
-            raise ValueError(f"capacity {_shown(text)}: a share must be above 0% (and at most 1000%)")
+            raise ValueError(f"capacity {typed(text, 40)}: a share must be above 0% (and at most 1000%)")
         nbytes = int(footprint * _exact(value) / 100)
     elif unit not in _UNITS:
-        raise ValueError(f"capacity {_shown(text)}: unknown unit {match.group(2)!r}; use B, KB, MB, GB, "
+        raise ValueError(f"capacity {typed(text, 40)}: unknown unit {match.group(2)!r}; use B, KB, MB, GB, "
                          "KiB, MiB, GiB, TiB or %")
     elif value > MAX_BYTES:  # compared before multiplying: 1e400 must not be turned into an integer
         raise _too_large(text)
     else:
         nbytes = int(_exact(value) * _UNITS[unit])
     if nbytes <= 0:
-        raise ValueError(f"capacity {_shown(text)} must be more than 0 bytes")
+        raise ValueError(f"capacity {typed(text, 40)} must be more than 0 bytes")
     if nbytes > MAX_BYTES:
         raise _too_large(text)
     return nbytes
 
 
-def _shown(text: str) -> str:
-    # an argument can be a hundred thousand digits long; the message needs only its start
+def quoted(value: Any, limit: int = 80) -> str:
+    """A value read from a JSON file, in a message as the file spells it (`null`, `true`, `"text"`,
+    `[1, 2]`), control characters and everything beyond ASCII escaped, cut short: safe to print or show."""
+    try:
+        text = json.dumps(value, ensure_ascii=True, default=repr)
+    except (ValueError, RecursionError):  # a cycle, from a caller of the Python API
+        text = type(value).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def typed(text: Any, limit: int = 60) -> str:
+    """What a person typed, or a name, in a message as Python quotes it (`'lots'`, control characters
+    escaped), cut short: an argument can be a hundred thousand digits long."""
     text = str(text)
-    return repr(text) if len(text) <= 40 else repr(text[:37] + "...")
+    return repr(text) if len(text) <= limit else repr(text[:limit - 3] + "...")
 
 
 def _exact(value: Decimal) -> Fraction:
@@ -59,8 +72,8 @@ def _exact(value: Decimal) -> Fraction:
 
 
 def _too_large(text: str) -> ValueError:
-    return ValueError(f"capacity {_shown(text)} is more than {format_bytes(MAX_BYTES)} ({MAX_BYTES} bytes), the most "
-                      "any size may be; give the device memory to emulate, e.g. 80GiB or 50%")
+    return ValueError(f"capacity {typed(text, 40)} is more than {format_bytes(MAX_BYTES)} ({MAX_BYTES} bytes), "
+                      "the most any size may be; give the device memory to emulate, e.g. 80GiB or 50%")
 
 
 def format_bytes(n: float) -> str:
