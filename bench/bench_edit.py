@@ -13,7 +13,7 @@ import statistics
 import sys
 import time
 
-from vmexplorer.models import build_graph
+from vmexplorer.graph import build_graph
 from vmexplorer.plan import Move
 from vmexplorer.policies import compile_plan
 from vmexplorer.simulator import simulate

@@ -68,7 +68,7 @@ def peak(argv: list[str]) -> dict[str, object]:
 
 def hostile_texts() -> dict[str, bytes]:
     """The JSON texts, before gzip. The limits: 48 MiB of text, 4,000,000 values, 10,000 containers."""
-    from vmexplorer.session import MAX_CONTAINERS, MAX_JSON_BYTES, MAX_VALUES
+    from vmexplorer.session.files import MAX_CONTAINERS, MAX_JSON_BYTES, MAX_VALUES
 
     head, tail = b'{"format":"vmexplorer-session","schema_version":6,"x":[', b"0]}"
     room = MAX_JSON_BYTES - len(head) - len(tail) - 16
@@ -129,7 +129,7 @@ def tiled(sample: Path, target_values: int) -> bytes:
 
 
 def make(folder: Path) -> list[tuple[str, Path]]:
-    from vmexplorer.session import MAX_VALUES
+    from vmexplorer.session.files import MAX_VALUES
 
     files = []
     for i, (name, text) in enumerate(hostile_texts().items()):

@@ -15,11 +15,10 @@ import sys
 import time
 from pathlib import Path
 
-from vmexplorer.costmodel import H100_DEFAULT
-from vmexplorer.models import build_graph
+from vmexplorer.graph import build_graph
 from vmexplorer.policies import compile_plan, validate_plan
 from vmexplorer.records import summarize
-from vmexplorer.simulator import simulate
+from vmexplorer.simulator import H100_DEFAULT, simulate
 from vmexplorer.units import format_bytes, parse_bytes
 
 VARIANTS = [

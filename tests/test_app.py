@@ -244,9 +244,8 @@ def test_an_edited_session_saves_and_exports_from_the_page() -> None:
 # worker processes import them by name, so they are module-level functions
 def fake_gpu(config: Any, progress: Callable[[int, int, float], None], should_stop: Callable[[], bool]) -> bytes:
     """The default runner with the simulator in place of the GPU, 0.05 s an iteration, stopping when asked."""
-    from vmexplorer.costmodel import H100_DEFAULT
     from vmexplorer.session import new_session, session_to_bytes
-    from vmexplorer.simulator import simulate
+    from vmexplorer.simulator import H100_DEFAULT, simulate
     from vmexplorer.worker import build_plan
 
     graph, plan = build_plan(config)

@@ -24,7 +24,7 @@ import pytest
 from vmexplorer import cli
 from vmexplorer.cli import main
 from vmexplorer.fileio import OutputError, atomic_write, refuse_unless_replaceable
-from vmexplorer.models import MODELS, build_graph
+from vmexplorer.graph import MODELS, build_graph
 from vmexplorer.units import MAX_BYTES, parse_bytes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -654,8 +654,8 @@ runpy.run_module("vmexplorer", run_name="__main__", alter_sys=True)
 """
 
 
-@pytest.mark.parametrize("module", ["vmexplorer.cli", "argparse", "vmexplorer.models", "vmexplorer.policies",
-                                    "numpy", "datetime"])
+@pytest.mark.parametrize("module", ["vmexplorer.cli", "argparse", "vmexplorer.graph.models",
+                                    "vmexplorer.policies.registry", "numpy", "datetime"])
 def test_ctrl_c_during_any_import_of_a_command_is_never_a_traceback(module: str) -> None:
     # datetime: NumPy's C code imports it and turns the KeyboardInterrupt into an ImportError
     proc = subprocess.run([sys.executable, "-c", _INTERRUPT_AT_IMPORT, module, "models"], capture_output=True,

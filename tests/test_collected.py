@@ -13,7 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vmexplorer.collected import (
+from vmexplorer.graph import Graph, build_graph
+from vmexplorer.plan import Direction
+from vmexplorer.policies import compile_plan
+from vmexplorer.records import Timeline
+from vmexplorer.records.collected import (
     BYTES_DTOH,
     BYTES_HTOD,
     GPU_PAGE_FAULT_GROUPS,
@@ -29,13 +33,8 @@ from vmexplorer.collected import (
     per_op,
     thin,
 )
-from vmexplorer.export import KERNELS, chrome_trace
-from vmexplorer.graph import Graph
-from vmexplorer.models import build_graph
-from vmexplorer.plan import Direction
-from vmexplorer.policies import compile_plan
-from vmexplorer.records import Timeline
 from vmexplorer.session import new_session
+from vmexplorer.session.trace import KERNELS, chrome_trace
 
 FAULT, HTOD, DTOH = GPU_PAGE_FAULT_GROUPS, BYTES_HTOD, BYTES_DTOH
 COMPUTE, COPY = 7, 13  # stream ids, as CUPTI numbers them
@@ -212,7 +211,7 @@ def test_migration_shares_set_cuptis_bytes_against_the_bytes_the_plan_moved_each
 
 
 def test_memory_copies_give_their_count_and_bytes_per_iteration_and_follow_their_iteration() -> None:
-    from vmexplorer.collected import MEMCPY_KINDS, one_iteration
+    from vmexplorer.records.collected import MEMCPY_KINDS, one_iteration
 
     dtoh, htod = MEMCPY_KINDS.index("dtoh"), MEMCPY_KINDS.index("htod")
     c = make(memcpy_iteration=[0, 1, 1], memcpy_start_ns=[10, 310, 320], memcpy_end_ns=[11, 311, 330],

@@ -2,9 +2,9 @@
 
 import numpy as np
 
-from vmexplorer.collected import MEMCPY_KINDS
 from vmexplorer.collectors import CuptiCollector, NvmlSampler
 from vmexplorer.collectors.placement import place
+from vmexplorer.records.collected import MEMCPY_KINDS
 
 
 def test_records_land_on_the_iteration_that_began_before_them_and_warm_up_is_dropped():
@@ -74,9 +74,9 @@ def test_nvml_samples_taken_between_iterations_are_dropped_since_the_timeline_ha
 
 
 def test_a_part_of_cupti_switched_off_is_named_in_the_session_so_its_zeros_are_not_read_as_none():
-    from vmexplorer.collected import collected_summary
     from vmexplorer.collectors.build import build_collected
     from vmexplorer.records import Timeline
+    from vmexplorer.records.collected import collected_summary
 
     real = CuptiCollector(faults=False)
     assert [name for name, _ in real.switched_off()] == ["cupti_faults"]

@@ -3,7 +3,7 @@
 import pytest
 
 from vmexplorer.engine.memory import ALIGN, ResourceError, check_resources, layout
-from vmexplorer.models import build_graph
+from vmexplorer.graph import build_graph
 
 GiB = 2**30
 

@@ -10,14 +10,14 @@ from typing import Any
 import bokeh
 import pytest
 
-from vmexplorer.costmodel import H100_DEFAULT
-from vmexplorer.export import COMPUTE, FAULTS, TO_DEVICE, TO_HOST, chrome_trace, export_chrome_trace, export_html
 from vmexplorer.fileio import OutputError
-from vmexplorer.models import build_graph
+from vmexplorer.graph import build_graph
 from vmexplorer.plan import Direction, Mode
 from vmexplorer.policies import compile_plan
 from vmexplorer.session import Session, new_session
-from vmexplorer.simulator import simulate
+from vmexplorer.session.trace import COMPUTE, FAULTS, TO_DEVICE, TO_HOST, chrome_trace, export_chrome_trace
+from vmexplorer.simulator import H100_DEFAULT, simulate
+from vmexplorer.timeline import export_html
 
 
 @pytest.fixture(scope="module")

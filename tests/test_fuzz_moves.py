@@ -20,10 +20,9 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from vmexplorer.cli import plan_doc
-from vmexplorer.graph import Graph
-from vmexplorer.models import build_graph
+from vmexplorer.graph import Graph, build_graph
 from vmexplorer.plan import Move, Plan, PlanError
-from vmexplorer.policies import MAX_MOVES_FILE_BYTES, compile_plan, parse_moves
+from vmexplorer.policies.registry import MAX_MOVES_FILE_BYTES, compile_plan, parse_moves
 
 GRAPH = build_graph("alexnet", 8)
 N_OPS, N_TENSORS = len(GRAPH.ops), len(GRAPH.tensors)

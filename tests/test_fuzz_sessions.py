@@ -22,13 +22,19 @@ from hypothesis import strategies as st
 
 from vmexplorer.appstate import SAMPLES, AppState
 from vmexplorer.cli import main
-from vmexplorer.compare import align_op_times
-from vmexplorer.costmodel import H100_DEFAULT
-from vmexplorer.export import chrome_trace_chunks
-from vmexplorer.models import build_graph
+from vmexplorer.graph import build_graph
 from vmexplorer.policies import compile_plan
-from vmexplorer.session import Session, SessionError, load_session, new_session, session_from_bytes, session_to_bytes
-from vmexplorer.simulator import simulate
+from vmexplorer.session import (
+    Session,
+    SessionError,
+    load_session,
+    new_session,
+    session_from_bytes,
+    session_to_bytes,
+)
+from vmexplorer.session.compare import align_op_times
+from vmexplorer.session.trace import chrome_trace_chunks
+from vmexplorer.simulator import H100_DEFAULT, simulate
 from vmexplorer.timeline import iteration_view, timeline_figure
 
 EXAMPLE_PEAK_BYTES = 64 * 2**20  # what one example may allocate; the base files are tens of KB

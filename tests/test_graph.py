@@ -2,9 +2,8 @@
 
 import pytest
 
-from vmexplorer.graph import DTYPE_BYTES, Kind, Phase
-from vmexplorer.layers import GraphError
-from vmexplorer.models import MODELS, build_graph
+from vmexplorer.graph import MODELS, build_graph
+from vmexplorer.graph.graph import DTYPE_BYTES, GraphError, Kind, Phase
 
 # torchvision's published parameter counts (sum of p.numel() for p in model.parameters())
 TORCHVISION_PARAMS = {

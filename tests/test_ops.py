@@ -17,9 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from vmexplorer.engine.ops import OPS, AttrsError, op_attrs
-from vmexplorer.graph import Graph, Kind, Op, Phase, Tensor
-from vmexplorer.models import MODELS, build_graph
+from vmexplorer.graph import MODELS, Graph, Kind, Op, Phase, Tensor, build_graph
+from vmexplorer.graph.ops import OPS, AttrsError, op_attrs
 
 Arrays = list[np.ndarray]
 

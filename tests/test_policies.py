@@ -7,11 +7,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vmexplorer.graph import Kind, Phase
-from vmexplorer.models import build_graph
+from vmexplorer.graph import Kind, Phase, build_graph
 from vmexplorer.plan import Direction, Mode, Move, Origin, PlanError
-from vmexplorer.policies import POLICIES, compile_plan, load_moves, validate_plan
-from vmexplorer.residency import next_use
+from vmexplorer.plan.residency import next_use
+from vmexplorer.policies.registry import POLICIES, compile_plan, load_moves, validate_plan
 
 SMALL = [("alexnet", 96), ("vgg11", 32), ("vgg16", 32), ("resnet18", 32), ("resnet50", 32)]
 

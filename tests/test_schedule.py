@@ -5,7 +5,7 @@ from functools import cache
 import pytest
 
 from vmexplorer.engine.schedule import StepKind, Stream, schedule
-from vmexplorer.models import build_graph
+from vmexplorer.graph import build_graph
 from vmexplorer.plan import Mode
 from vmexplorer.policies import compile_plan
 

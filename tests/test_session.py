@@ -18,16 +18,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vmexplorer import session as session_module
 from vmexplorer.cli import main
-from vmexplorer.collected import MEMCPY_KINDS, UM_KINDS, Collected, CollectorStatus, thin
-from vmexplorer.costmodel import H100_DEFAULT
 from vmexplorer.fileio import OutputError, atomic_write
-from vmexplorer.models import build_graph
+from vmexplorer.graph import build_graph
 from vmexplorer.policies import POLICIES, compile_plan
 from vmexplorer.records import Timeline
+from vmexplorer.records.collected import MEMCPY_KINDS, UM_KINDS, Collected, CollectorStatus, thin
 from vmexplorer.session import (
-    SCHEMA_VERSION,
     Session,
     SessionError,
     load_session,
@@ -36,7 +33,9 @@ from vmexplorer.session import (
     session_from_bytes,
     session_to_bytes,
 )
-from vmexplorer.simulator import simulate
+from vmexplorer.session import files as session_module
+from vmexplorer.session.session import SCHEMA_VERSION
+from vmexplorer.simulator import H100_DEFAULT, simulate
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vmexplorer.costmodel import H100_DEFAULT, KIND_FAULT_BYTES, calibrate, pooled
-from vmexplorer.models import build_graph
+from vmexplorer.graph import build_graph
 from vmexplorer.plan import Direction, Mode, PlanError
 from vmexplorer.policies import compile_plan
 from vmexplorer.records import summarize
 from vmexplorer.simulator import simulate
+from vmexplorer.simulator.calibrate import KIND_FAULT_BYTES, calibrate
+from vmexplorer.simulator.costmodel import H100_DEFAULT, pooled
 
 SMALL = [("alexnet", 96), ("vgg11", 64), ("resnet18", 64), ("resnet50", 32)]
 HYP = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -11,14 +11,13 @@ import pytest
 from bokeh.models import GlyphRenderer, Span
 from bokeh.models.widgets import Div
 
-from vmexplorer.collected import UM_KINDS, Collected, CollectorStatus
-from vmexplorer.costmodel import H100_DEFAULT
-from vmexplorer.models import build_graph
+from vmexplorer.graph import build_graph
 from vmexplorer.plan import Direction, Origin
 from vmexplorer.policies import compile_plan
 from vmexplorer.records import Timeline
+from vmexplorer.records.collected import UM_KINDS, Collected, CollectorStatus
 from vmexplorer.session import Session, new_session
-from vmexplorer.simulator import simulate
+from vmexplorer.simulator import H100_DEFAULT, simulate
 from vmexplorer.timeline import MEMOP_COLORS, PHASE_COLORS, summary_table, timeline_figure
 
 NAMES = ("ops", "memops", "offload_markers", "prefetch_markers", "faults", "resident")
@@ -237,7 +236,7 @@ def test_a_measured_session_shows_what_cupti_and_nvml_recorded_under_the_modelle
 def test_the_migration_lane_says_how_much_of_the_bytes_moved_cupti_accounted_for(session: Session) -> None:
     from bokeh.models import Plot
 
-    from vmexplorer.collected import migration_shares
+    from vmexplorer.records.collected import migration_shares
 
     measured = two_iterations(session)
     ok = (CollectorStatus("cupti", True, "", 0, 0), CollectorStatus("nvml", True, "", 0, 0))

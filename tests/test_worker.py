@@ -20,9 +20,8 @@ CONFIG = RunConfig("alexnet", 2, 64, 0, "uvm", {}, [], 3)  # capacity 0 here: th
 def simulated(config: RunConfig, progress: Callable[[int, int, float], None],
               should_stop: Callable[[], bool]) -> bytes:
     """What the default runner does, with the simulator in place of the GPU."""
-    from vmexplorer.costmodel import H100_DEFAULT
     from vmexplorer.session import new_session, session_to_bytes
-    from vmexplorer.simulator import simulate
+    from vmexplorer.simulator import H100_DEFAULT, simulate
 
     graph, plan = build_plan(config)
     for i in range(config.iterations):
@@ -216,7 +215,7 @@ def test_gpu_check_answers_at_once_and_gives_the_remembered_answer_when_known() 
 
 
 def test_a_gpu_run_longer_than_a_session_holds_is_refused_before_the_gpu_works() -> None:
-    from vmexplorer.session import iterations_that_fit
+    from vmexplorer.session.files import iterations_that_fit
     from vmexplorer.worker import run_on_gpu
 
     config = RunConfig("resnet152", 8, 224, 2**30, "uvm", {}, [], 10_000)

@@ -38,13 +38,11 @@ if __package__ in (None, ""):
 
 from vmexplorer import worker  # noqa: E402
 from vmexplorer.appstate import SAMPLES, AppState, Shown, samples  # noqa: E402
-from vmexplorer.export import chrome_trace_chunks, export_html  # noqa: E402
-from vmexplorer.graph import Graph  # noqa: E402
-from vmexplorer.layers import GraphError  # noqa: E402
-from vmexplorer.models import MODELS, build_graph  # noqa: E402
+from vmexplorer.graph import MODELS, Graph, GraphError, build_graph  # noqa: E402
 from vmexplorer.policies import POLICIES, OptionSpec  # noqa: E402
 from vmexplorer.session import Session, session_to_bytes  # noqa: E402
-from vmexplorer.timeline import comparison_figure, issue_after_at, iteration_view, timeline_figure  # noqa: E402
+from vmexplorer.session.trace import chrome_trace_chunks  # noqa: E402
+from vmexplorer.timeline import comparison_figure, export_html, issue_after_at, iteration_view, timeline_figure  # noqa: E402
 from vmexplorer.units import format_bytes, format_ns  # noqa: E402
 
 pd: Any = importlib.import_module("pandas")  # Panel's own dependency (its tables take DataFrames); no stubs

@@ -21,16 +21,13 @@ from typing import Any
 import numpy as np
 import param
 
-from .compare import align_op_times
-from .costmodel import H100_DEFAULT, CostModel, calibrate
-from .graph import Graph
-from .layers import GraphError
-from .models import build_graph
+from .graph import Graph, GraphError, build_graph
 from .plan import Move, PlanError
-from .policies import POLICIES, compile_plan, non_default_options, reuse_gaps
-from .residency import next_use
+from .plan.residency import next_use
+from .policies.registry import POLICIES, compile_plan, non_default_options, reuse_gaps
 from .session import Session, SessionError, load_session, new_session, session_from_bytes
-from .simulator import simulate
+from .session.compare import align_op_times
+from .simulator import H100_DEFAULT, CostModel, calibrate, simulate
 from .timeline import SUMMARY_ROWS, summary_items
 from .units import format_bytes, format_ns, parse_bytes
 

@@ -54,8 +54,7 @@ def _parser_class() -> type[argparse.ArgumentParser]:
 
 # --- commands -------------------------------------------------------------------------------------
 def cmd_models(args: argparse.Namespace) -> dict[str, Any]:
-    from .layers import GraphError
-    from .models import MODELS, build_graph
+    from .graph import MODELS, GraphError, build_graph
 
     rows, unavailable = [], []
     for name in MODELS:
@@ -77,15 +76,14 @@ def cmd_models(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_graph(args: argparse.Namespace) -> dict[str, Any]:
-    from .models import build_graph
+    from .graph import build_graph
 
     return graph_doc(build_graph(args.model, args.batch, args.image_size))
 
 
 def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
-    from .costmodel import H100_DEFAULT
     from .records import summarize
-    from .simulator import simulate
+    from .simulator import H100_DEFAULT, simulate
 
     graph, plan = _compile(args)
     timeline = simulate(graph, plan, H100_DEFAULT)
@@ -93,9 +91,8 @@ def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_simulate(args: argparse.Namespace) -> dict[str, Any]:
-    from .costmodel import H100_DEFAULT
     from .session import new_session, save_session
-    from .simulator import simulate
+    from .simulator import H100_DEFAULT, simulate
 
     _refuse_existing(args.out, args.force)  # before the work, not after it
     graph, plan = _compile(args)
@@ -118,9 +115,8 @@ def cmd_calibrate(args: argparse.Namespace) -> dict[str, Any]:
 
     import numpy as np
 
-    from .costmodel import H100_DEFAULT, calibrate
     from .session import save_session
-    from .simulator import simulate
+    from .simulator import H100_DEFAULT, calibrate, simulate
 
     _refuse_existing(args.out, args.force)
     session = _load(args.file)
@@ -167,7 +163,7 @@ def _not_fitted(plan: Plan, cost: Any, base: Any) -> list[str]:
 
 
 def table_calibrate(doc: dict[str, Any]) -> str:
-    from .costmodel import fault_rates_by_kind_text
+    from .simulator.costmodel import fault_rates_by_kind_text
 
     r, kept = doc["rates"], set(doc["not_fitted"])
     kinds = fault_rates_by_kind_text(r["fault_bytes_per_ns_by_kind"])
@@ -197,7 +193,7 @@ def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
     sa, sb = a.summary, b.summary  # a property that recomputes: take it once
     summary = {k: {"a": sa.get(k), "b": sb.get(k), "ratio": _ratio(sa.get(k), sb.get(k))}
                for k in sorted(set(sa) | set(sb))}
-    from .compare import align_op_times
+    from .session.compare import align_op_times
 
     aligned_by, aligned = align_op_times(a, b)
     rows = [{k: v for k, v in row.items() if k != "op"} for row in aligned]  # the documented JSON shape
@@ -207,7 +203,8 @@ def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_export(args: argparse.Namespace) -> dict[str, Any]:
-    from .export import export_chrome_trace, export_html
+    from .session.trace import export_chrome_trace
+    from .timeline import export_html
 
     kind, out = ("html", args.html) if args.html is not None else ("chrome_trace", args.chrome_trace)
     _refuse_existing(out, args.force)
@@ -219,7 +216,7 @@ def cmd_export(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     from .engine.executor import RunSettings, execute, measured_session
     from .engine.gpu import cupy
-    from .session import iterations_that_fit, save_session
+    from .session.files import iterations_that_fit, save_session
 
     if args.iterations < 1 or args.warmup < 0 or args.counted < 0:
         raise UsageError("--iterations must be at least 1, and --warmup and --counted at least 0")
@@ -264,7 +261,7 @@ class RunFailed(RuntimeError):
 
 # --- shared steps ---------------------------------------------------------------------------------
 def _compile(args: argparse.Namespace) -> tuple[Graph, Plan]:
-    from .models import build_graph
+    from .graph import build_graph
     from .policies import compile_plan
     from .units import format_bytes, parse_bytes
 
@@ -300,7 +297,7 @@ def _read_moves(graph: Graph, path: Path) -> list[Any]:
     import stat
 
     from .plan import PlanError
-    from .policies import MAX_MOVES_FILE_BYTES, parse_moves
+    from .policies.registry import MAX_MOVES_FILE_BYTES, parse_moves
     from .units import format_bytes
 
     with open(path, "rb") as f:
@@ -536,7 +533,7 @@ def table_export(doc: dict[str, Any]) -> str:
 def build_parser() -> argparse.ArgumentParser:
     from pathlib import Path
 
-    from .models import DEFAULT_IMAGE_SIZE
+    from .graph import DEFAULT_IMAGE_SIZE
 
     parser = _parser_class()(prog="vmexplorer", description="Profile, simulate and compare GPU unified-memory "
                      "paging policies for CNN training. docs/cli.md documents every command.")
@@ -615,7 +612,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _graph_args(p: argparse.ArgumentParser) -> None:
-    from .models import DEFAULT_IMAGE_SIZE, MODELS
+    from .graph import DEFAULT_IMAGE_SIZE, MODELS
 
     p.add_argument("--model", required=True, choices=list(MODELS), metavar="MODEL",
                    help=f"one of: {', '.join(MODELS)}")
@@ -628,7 +625,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     import argparse
     from pathlib import Path
 
-    from .policies import MAX_MOVES_FILE_BYTES, POLICIES
+    from .policies.registry import MAX_MOVES_FILE_BYTES, POLICIES
     from .units import format_bytes
 
     _graph_args(p)
@@ -740,7 +737,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from .engine.gpu import NoGPU
     from .engine.memory import ResourceError
     from .fileio import OutputError
-    from .layers import GraphError
+    from .graph import GraphError
     from .plan import PlanError
 
     found: list[type[BaseException]] = [UsageError, GraphError, PlanError, OSError, NoGPU, ResourceError,

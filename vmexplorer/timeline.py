@@ -10,6 +10,7 @@ A measured session with collector records adds what the GPU itself reported ("me
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from html import escape
 from typing import Any
@@ -21,9 +22,10 @@ from bokeh.models.annotations import Label, Legend, LegendItem, Span, Title
 from bokeh.models.widgets import Div
 from bokeh.plotting import figure
 
-from .collected import CollectorStatus, migration_shares, per_op
-from .collected import one_iteration as collected_iteration
+from .fileio import atomic_write
 from .plan import Direction, Origin
+from .records.collected import CollectorStatus, migration_shares, per_op
+from .records.collected import one_iteration as collected_iteration
 from .session import Session
 from .units import format_bytes, format_ns
 
@@ -143,7 +145,7 @@ def iteration_view(session: Session, iteration: int) -> Session:
     so a long measured session can be drawn an iteration at a time."""
     from dataclasses import replace
 
-    from .records import one_iteration
+    from .records.spans import one_iteration
 
     timeline, origin, end = one_iteration(session.timeline, iteration)
     collected = None if session.collected is None else collected_iteration(session.collected, iteration, origin, end)
@@ -418,3 +420,15 @@ def _byte_unit(n: int) -> tuple[float, str]:
 
 def _texts(fmt: Any, values: np.ndarray) -> np.ndarray:
     return np.array([fmt(v) for v in values.tolist()], dtype=object)
+
+
+def export_html(session: Session, path: str | os.PathLike[str], force: bool = False) -> None:
+    """One HTML file with Bokeh's JavaScript inline, so it opens offline and can be mailed around."""
+    from bokeh.embed import file_html
+    from bokeh.layouts import column
+    from bokeh.resources import INLINE
+
+    p = session.plan
+    title = f"vmexplorer: {p.model} batch {p.batch}, {p.policy} ({session.timeline.source})"
+    layout = column(summary_table(session), timeline_figure(session), sizing_mode="stretch_width")
+    atomic_write(path, file_html(layout, INLINE, title).encode(), force=force)

@@ -69,8 +69,8 @@ class JobStatus:
 # --- the default runner: runs in the worker process ------------------------------------------------
 def build_plan(config: RunConfig) -> tuple[Any, Any]:
     """The graph and plan of a config (CPU only; the app may call it to check a config before queueing)."""
-    from .models import build_graph
-    from .policies import compile_plan, load_moves
+    from .graph import build_graph
+    from .policies.registry import compile_plan, load_moves
 
     graph = build_graph(config.model, config.batch, config.image_size)
     moves = load_moves(graph, [{"tensor": t, "offload_after": o, "prefetch_after": p}
@@ -81,7 +81,7 @@ def build_plan(config: RunConfig) -> tuple[Any, Any]:
 def run_on_gpu(config: RunConfig, progress: Progress, should_stop: Callable[[], bool]) -> bytes:
     """Build, compile, execute, and return the session file's bytes."""
     from .engine.executor import RunSettings, execute, measured_session
-    from .session import iterations_that_fit, session_to_bytes
+    from .session.files import iterations_that_fit, session_to_bytes
 
     graph, plan = build_plan(config)
     settings = RunSettings(iterations=config.iterations)

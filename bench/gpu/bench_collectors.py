@@ -33,12 +33,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vmexplorer.collected import collected_summary, migration_shares, per_op  # noqa: E402
 from vmexplorer.engine.executor import RunSettings, execute, measured_session  # noqa: E402
-from vmexplorer.models import build_graph  # noqa: E402
+from vmexplorer.graph import build_graph  # noqa: E402
 from vmexplorer.plan import Direction, Mode  # noqa: E402
 from vmexplorer.policies import compile_plan  # noqa: E402
 from vmexplorer.records import summarize  # noqa: E402
+from vmexplorer.records.collected import collected_summary, migration_shares, per_op  # noqa: E402
 from vmexplorer.session import save_session  # noqa: E402
 
 WAYS = ("counted after", "none", "counted throughout")  # the first paging run of the process counts after

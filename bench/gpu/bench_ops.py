@@ -25,8 +25,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vmexplorer.engine.ops import OPS, op_attrs  # noqa: E402
-from vmexplorer.models import build_graph  # noqa: E402
+from vmexplorer.graph import build_graph  # noqa: E402
+from vmexplorer.graph.ops import OPS, op_attrs  # noqa: E402
 
 KINDS = ("relu", "relu_backward", "max_pool2d", "max_pool2d_backward", "batch_norm2d", "batch_norm2d_backward",
          "add", "sgd_momentum")

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from vmexplorer.engine.executor import RunSettings, execute  # noqa: E402
-from vmexplorer.models import build_graph  # noqa: E402
+from vmexplorer.graph import build_graph  # noqa: E402
 from vmexplorer.policies import compile_plan  # noqa: E402
 from vmexplorer.records import summarize  # noqa: E402
 from vmexplorer.session import new_session, save_session  # noqa: E402

@@ -24,8 +24,10 @@ from reference import forward_loss  # noqa: E402
 
 from vmexplorer.engine.executor import RunSettings, execute  # noqa: E402
 from vmexplorer.engine.init import initial_value  # noqa: E402
-from vmexplorer.graph import Kind  # noqa: E402
-from vmexplorer.models import build_graph  # noqa: E402
+from vmexplorer.graph import (
+    Kind,  # noqa: E402
+    build_graph,  # noqa: E402
+)
 from vmexplorer.policies import compile_plan  # noqa: E402
 from vmexplorer.records import summarize  # noqa: E402
 

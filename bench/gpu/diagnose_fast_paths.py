@@ -14,8 +14,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vmexplorer.engine.ops import OPS, cuda_kernels, op_attrs  # noqa: E402
-from vmexplorer.models import build_graph  # noqa: E402
+from vmexplorer.graph import build_graph  # noqa: E402
+from vmexplorer.graph.ops import OPS, cuda_kernels, op_attrs  # noqa: E402
 
 
 def main() -> None:

@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "gpu"))
 from reference import reference_gradients  # noqa: E402
 
 from vmexplorer.engine.executor import RunSettings, execute  # noqa: E402
-from vmexplorer.engine.ops import cuda_kernels  # noqa: E402
-from vmexplorer.models import build_graph  # noqa: E402
+from vmexplorer.graph import build_graph  # noqa: E402
+from vmexplorer.graph.ops import cuda_kernels  # noqa: E402
 from vmexplorer.policies import compile_plan  # noqa: E402
 
 

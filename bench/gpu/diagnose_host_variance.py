@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from vmexplorer.engine.executor import RunSettings, execute  # noqa: E402
-from vmexplorer.models import build_graph  # noqa: E402
+from vmexplorer.graph import build_graph  # noqa: E402
 from vmexplorer.policies import compile_plan  # noqa: E402
 
 WAYS = {"none": dict(collect=False), "nvml": dict(collectors=("nvml",)), "kernels": dict(collectors=("kernels",)),

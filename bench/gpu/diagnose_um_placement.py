@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from vmexplorer.collectors import build  # noqa: E402
 from vmexplorer.engine.executor import RunSettings, execute  # noqa: E402
-from vmexplorer.models import build_graph  # noqa: E402
+from vmexplorer.graph import build_graph  # noqa: E402
 from vmexplorer.plan import Direction  # noqa: E402
 from vmexplorer.policies import compile_plan  # noqa: E402
 

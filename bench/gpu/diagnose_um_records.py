@@ -21,13 +21,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vmexplorer.collected import UM_KINDS  # noqa: E402
 from vmexplorer.engine import executor  # noqa: E402
 from vmexplorer.engine.executor import RunSettings, execute  # noqa: E402
-from vmexplorer.models import build_graph  # noqa: E402
+from vmexplorer.graph import build_graph  # noqa: E402
 from vmexplorer.plan import Direction  # noqa: E402
 from vmexplorer.policies import compile_plan  # noqa: E402
 from vmexplorer.records import summarize  # noqa: E402
+from vmexplorer.records.collected import UM_KINDS  # noqa: E402
 
 
 def main() -> int:

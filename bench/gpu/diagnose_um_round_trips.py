@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vmexplorer.collectors.cupti_collector import CuptiCollector  # noqa: E402
+from vmexplorer.collectors import CuptiCollector  # noqa: E402
 from vmexplorer.engine import gpu  # noqa: E402
 
 

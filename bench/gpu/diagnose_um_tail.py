@@ -26,12 +26,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from vmexplorer.collected import BYTES_DTOH, BYTES_HTOD, per_op  # noqa: E402
 from vmexplorer.collectors import cupti_collector  # noqa: E402
 from vmexplorer.engine.executor import RunSettings, execute  # noqa: E402
-from vmexplorer.models import build_graph  # noqa: E402
+from vmexplorer.graph import build_graph  # noqa: E402
 from vmexplorer.plan import Direction, Mode  # noqa: E402
 from vmexplorer.policies import compile_plan  # noqa: E402
+from vmexplorer.records.collected import BYTES_DTOH, BYTES_HTOD, per_op  # noqa: E402
 
 GIB = 2**30
 

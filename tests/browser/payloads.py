@@ -8,7 +8,7 @@ import gzip
 import json
 from pathlib import Path
 
-from vmexplorer.collected import CollectorStatus
+from vmexplorer.records import CollectorStatus
 from vmexplorer.session import load_session, session_to_bytes
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,10 +8,10 @@ import os
 import numpy as np
 import pytest
 
-from vmexplorer.collected import collected_summary
-from vmexplorer.models import build_graph
+from vmexplorer.graph import build_graph
 from vmexplorer.plan import Direction, Mode
 from vmexplorer.policies import compile_plan
+from vmexplorer.records.collected import collected_summary
 from vmexplorer.session import new_session
 from vmexplorer.worker import gpu_available
 
@@ -84,7 +84,7 @@ def test_demand_paging_takes_faults_and_autovm_far_fewer() -> None:
 
 
 def test_a_recorded_run_keeps_its_memory_copies_such_as_the_loss_read_back_after_each_iteration() -> None:
-    from vmexplorer.collected import MEMCPY_KINDS
+    from vmexplorer.records.collected import MEMCPY_KINDS
 
     graph = build_graph("alexnet", 64, 128)
     result = execute(graph, compile_plan(graph, graph.footprint, "device"), RunSettings(iterations=3, warmup=1))

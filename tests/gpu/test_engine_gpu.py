@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vmexplorer.models import build_graph
+from vmexplorer.graph import build_graph
 from vmexplorer.policies import compile_plan
 
 cp = pytest.importorskip("cupy")

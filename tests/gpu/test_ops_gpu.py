@@ -33,7 +33,7 @@ def _gpu_count() -> int:
 if _gpu_count() == 0 or not torch.cuda.is_available():
     pytest.skip("no CUDA device for cupy and torch", allow_module_level=True)
 
-from vmexplorer.engine.ops import OPS  # noqa: E402  (after the skip: importing is fine, running is not)
+from vmexplorer.graph.ops import OPS  # noqa: E402  (after the skip: importing is fine, running is not)
 
 pytestmark = pytest.mark.gpu
 
@@ -488,7 +488,7 @@ def test_fast_kernels_are_deterministic(shape: tuple[int, ...]) -> None:
 
 
 def test_fast_paths_are_taken_on_cupy() -> None:
-    from vmexplorer.engine.ops import cuda_kernels
+    from vmexplorer.graph.ops import cuda_kernels
 
     x = cp.ones((2, 4, 4, 4), cp.float32)
     run("relu", [x], [empty(*x.shape)])

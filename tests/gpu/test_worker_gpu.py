@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from vmexplorer.models import build_graph
+from vmexplorer.graph import build_graph
 from vmexplorer.session import session_from_bytes
 from vmexplorer.worker import RunConfig, RunQueue, gpu_available, run_on_gpu
 

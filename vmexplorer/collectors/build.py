@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ..collected import MEMCPY_KINDS, UM_KINDS, Collected, CollectorStatus, thin
+from ..records.collected import MEMCPY_KINDS, UM_KINDS, Collected, CollectorStatus, thin
 from .placement import place
 
 

@@ -17,14 +17,13 @@ from typing import Any
 import numpy as np
 
 from ..graph import Graph
+from ..graph.ops import OPS, op_attrs
 from ..plan import Direction, Mode, Plan
 from ..policies import validate_plan
-from ..records import Timeline
-from ..simulator import resident_curve
+from ..records.spans import Timeline, resident_curve
 from . import gpu
 from .init import initial_value
 from .memory import Arena
-from .ops import OPS, op_attrs
 from .schedule import Step, StepKind, Stream, schedule
 
 PAGE = 64 << 10  # evict partial ranges on page-group boundaries
@@ -62,7 +61,7 @@ class RunResult:
     losses: tuple[float, ...]
     environment: dict[str, str]
     weights: dict[str, np.ndarray] = field(default_factory=dict)
-    collected: Any = None  # vmexplorer.collected.Collected, when settings.collect
+    collected: Any = None  # vmexplorer.records.collected.Collected, when settings.collect
 
 
 def measured_session(graph: Graph, plan: Plan, result: RunResult, where: str = "",

@@ -13,7 +13,7 @@ import zlib
 import numpy as np
 
 from ..graph import Graph, Kind
-from ..models import NUM_CLASSES
+from ..graph.models import NUM_CLASSES
 
 
 def _rng(seed: int, name: str) -> np.random.Generator:

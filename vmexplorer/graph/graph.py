@@ -12,6 +12,10 @@ from enum import StrEnum
 from functools import cached_property
 
 
+class GraphError(ValueError):
+    """A model cannot be built at the requested size."""
+
+
 class Kind(StrEnum):
     INPUT = "input"  # the batch (images, labels): loaded once, kept for every iteration
     WEIGHT = "weight"  # trainable parameters

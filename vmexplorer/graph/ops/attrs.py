@@ -12,7 +12,7 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-from ...graph import Graph
+from ..graph import Graph
 
 # what each op kind's kernel reads from its attrs; missing recorded attrs are an error, not a guess
 REQUIRED: dict[str, tuple[str, ...]] = {

@@ -19,73 +19,26 @@ import gzip
 import io
 import json
 import os
-import platform
 import re
 import zlib
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
-import numpy as np
+from ..fileio import atomic_write
+from ..graph import Graph
+from ..plan import Plan
+from ..records.collected import (
+    MAX_UM_ROWS,
+)
+from ..units import format_bytes, quoted
+from . import format as schema
+from .session import FORMAT, SCHEMA_VERSION, Session, SessionError, check_collected, check_matches
 
-from . import __version__
-from . import sessionformat as schema
-from .collected import MAX_UM_ROWS, Collected, CollectedError, check_against, collected_summary, migration_shares
-from .costmodel import CostModel
-from .fileio import atomic_write
-from .graph import Graph
-from .plan import Plan
-from .records import Timeline, summarize
-from .sessionformat import SessionError
-from .units import format_bytes, quoted
-
-FORMAT = "vmexplorer-session"
-# 2 added "collected" (the GPU collectors' records), 3 the cost model's "op_gap_ns" and "call_ns", 4
-# "collected.memcpy"; older files still load
-SCHEMA_VERSION = 6
 # The caps, each well above the largest session vmexplorer makes in ordinary use. Their sizes were
 # chosen so that the worst text within them stays under 1 GB while it is parsed (docs/session-format.md).
 MAX_JSON_BYTES = 48 * 2**20  # decompressed; the gzip stream is read with this cap, so a bomb costs no more
 MAX_FILE_BYTES = MAX_JSON_BYTES  # compressed: gzip never makes a JSON text larger
 MAX_VALUES = 4_000_000  # JSON values (numbers, texts): a session's columns hold nearly all of them
 MAX_CONTAINERS = 10_000  # JSON objects and lists: a session has about a hundred
-
-
-@dataclass(frozen=True, eq=False)  # eq=False: the timeline holds numpy arrays
-class Session:
-    graph: Graph
-    plan: Plan
-    timeline: Timeline
-    cost_model: CostModel | None
-    environment: dict[str, str]  # versions, platform, and (from the engine) the GPU and its driver
-    notes: tuple[str, ...]
-    created: str  # ISO-8601 UTC, when the run or simulation was made (not when it was saved)
-    collected: Collected | None = None  # what CUPTI / NVML recorded in a measured run, if they ran
-
-    @property
-    def summary(self) -> dict[str, float | int | str]:
-        """The timeline's figures; with collector records, theirs too, prefixed `measured_`."""
-        figures = summarize(self.graph, self.plan, self.timeline)
-        if self.collected is not None:
-            measured = collected_summary(self.timeline, self.collected)
-            measured.update(migration_shares(self.plan, self.timeline, self.collected, measured))
-            figures.update({f"measured_{k}": v for k, v in measured.items()})
-        return figures
-
-
-def new_session(graph: Graph, plan: Plan, timeline: Timeline, cost_model: CostModel | None = None,
-                notes: tuple[str, ...] | list[str] = (),
-                environment: dict[str, str] | None = None, *, collected: Collected | None = None) -> Session:
-    """A session stamped now, with this machine's software versions; `environment` adds to them
-    (the engine passes the GPU, its driver and CUDA). `collected`: the collectors' records of a
-    measured run (see `vmexplorer.collected`), checked against the timeline."""
-    _check_matches(graph, plan)
-    _check_collected(collected, timeline)
-    env = {"vmexplorer": __version__, "python": platform.python_version(),
-           "platform": platform.platform(), "numpy": np.__version__}
-    env.update(environment or {})
-    created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return Session(graph, plan, timeline, cost_model, env, tuple(notes), created, collected)
 
 
 def iterations_that_fit(graph: Graph, plan: Plan) -> int:
@@ -104,8 +57,8 @@ def iterations_that_fit(graph: Graph, plan: Plan) -> int:
 
 def session_to_bytes(session: Session) -> bytes:
     """The file's bytes: identical for identical sessions."""
-    _check_matches(session.graph, session.plan)
-    _check_collected(session.collected, session.timeline)
+    check_matches(session.graph, session.plan)
+    check_collected(session.collected, session.timeline)
     doc = {"format": FORMAT, "schema_version": SCHEMA_VERSION, **schema.encode(session)}
     # what vmexplorer writes, it can read: the loader's checks, before anything is written
     schema.decode(doc, schema.Reader("the session", lead="cannot save this session"), SCHEMA_VERSION)
@@ -236,20 +189,3 @@ def _parse(data: bytes, name: str) -> Any:
                            f"line {e.lineno} column {e.colno})") from None
     except ValueError as e:
         raise SessionError(f"{name} is not a vmexplorer session: its content is not valid JSON ({e})") from None
-
-
-def _check_matches(graph: Graph, plan: Plan) -> None:
-    if plan.key != graph.key:
-        raise SessionError(f"the plan is for {plan.key} but the graph is {graph.key} "
-                           "(model, batch, image size); compile the plan for this graph")
-
-
-def _check_collected(collected: Collected | None, timeline: Timeline) -> None:
-    if collected is None:
-        return
-    if not isinstance(collected, Collected):
-        raise SessionError(f"collected should be a vmexplorer.collected.Collected, not {type(collected).__name__}")
-    try:
-        check_against(collected, timeline)
-    except CollectedError as e:
-        raise SessionError(f"the collected records do not fit the timeline: {e}") from None

@@ -10,11 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .graph import PERSISTENT, Attrs, Graph, Kind, Op, Phase, Tensor, nbytes_of
-
-
-class GraphError(ValueError):
-    """A model cannot be built at the requested size."""
+from .graph import PERSISTENT, Attrs, Graph, GraphError, Kind, Op, Phase, Tensor, nbytes_of
 
 
 @dataclass

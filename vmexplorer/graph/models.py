@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
-from .graph import Graph
-from .layers import (
+from .builder import (
     GraphBuilder,
     GraphError,
     adaptive_avg_pool2d,
@@ -18,6 +17,7 @@ from .layers import (
     max_pool2d,
     relu,
 )
+from .graph import Graph
 
 NUM_CLASSES = 1000
 DEFAULT_IMAGE_SIZE = 224

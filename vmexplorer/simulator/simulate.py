@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..graph import Graph
+from ..plan import Direction, Mode, Plan, PlanError
+from ..records.spans import MAX_NS, Timeline, resident_curve
 from .costmodel import H100_DEFAULT, CostModel
-from .graph import Graph
-from .plan import Direction, Mode, Plan, PlanError
-from .records import MAX_NS, Timeline
 
 
 def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timeline:
@@ -81,27 +81,3 @@ def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timelin
         memop_start_ns=i64(mem_start), memop_end_ns=i64(mem_end),
         resident_t_ns=i64(resident_t), resident_bytes=resident,
     )
-
-
-def resident_curve(graph: Graph, plan: Plan, op_start: np.ndarray, op_end: np.ndarray,
-              mem_start: np.ndarray, mem_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Device bytes over time as a step function: a tensor counts from its creation, its prefetch's
-    start or its fault, until its release, its offload's end or its eviction's end."""
-    times, deltas = [0.0], [sum(nbytes for _, nbytes in plan.resident_at_start)]
-    last_use = graph.last_use
-    for t, tensor in enumerate(graph.tensors):
-        if not tensor.persistent:
-            times += [op_start[tensor.producer], op_end[last_use[t]]]
-            deltas += [tensor.nbytes, -tensor.nbytes]
-    for i, m in enumerate(plan.memops):
-        if m.direction is Direction.TO_DEVICE:
-            times.append(mem_start[i])
-            deltas.append(m.nbytes)
-        else:
-            times.append(mem_end[i])
-            deltas.append(-m.nbytes)
-    order = np.argsort(np.array(times), kind="stable")
-    t_sorted = np.array(times)[order]
-    level = np.cumsum(np.array(deltas, dtype=np.int64)[order])
-    keep = np.append(t_sorted[1:] != t_sorted[:-1], True)  # one level per instant: the last one
-    return t_sorted[keep], level[keep]

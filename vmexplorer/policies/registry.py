@@ -17,10 +17,10 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from .graph import Graph, Kind, Phase
-from .plan import Move, Plan, PlanError
-from .residency import check, next_use, repair, transfers_for_moves
-from .units import format_bytes, quoted, typed
+from ..graph import Graph, Kind, Phase
+from ..plan import Move, Plan, PlanError
+from ..plan.residency import check, next_use, repair, transfers_for_moves
+from ..units import format_bytes, quoted, typed
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .graph import Graph
-from .plan import Direction, Plan
-from .records import Timeline
+from ..graph import Graph
+from ..plan import Direction, Plan
+from .spans import Timeline
 
 
 class UmKind(StrEnum):

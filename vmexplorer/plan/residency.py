@@ -20,9 +20,9 @@ from bisect import bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from .graph import Graph
+from ..graph import Graph
+from ..units import format_bytes
 from .plan import Direction, MemOp, Mode, Move, Origin, PlanError
-from .units import format_bytes
 
 DEAD, HOST, DEVICE, LEAVING, ARRIVING = "dead", "host", "device", "leaving", "arriving"
 _OCCUPYING = (DEVICE, LEAVING, ARRIVING)

@@ -1,5 +1,5 @@
-"""Sessions as files other tools open: Chrome trace events (Perfetto, chrome://tracing) and a
-standalone HTML page (the timeline and the summary, with Bokeh inline: no server, no network)."""
+"""A session as Chrome trace events, the file Perfetto and chrome://tracing open (the standalone HTML
+page is the timeline's: `vmexplorer.timeline.export_html`)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__
-from .collected import MEMCPY_KINDS, busiest_stream, per_op
-from .fileio import atomic_write
-from .plan import Direction, Mode, Origin
+from .. import __version__
+from ..fileio import atomic_write
+from ..plan import Direction, Mode, Origin
+from ..records.collected import MEMCPY_KINDS, busiest_stream, per_op
+from ..units import format_bytes
 from .session import SCHEMA_VERSION, Session
-from .units import format_bytes
 
 # Threads of the trace, one per stream a person reasons about. Synchronous evictions run on the compute
 # stream between ops (the next op waits for them), so they share its thread; demand faults happen inside
@@ -134,26 +134,12 @@ def _families(session: Session) -> list[_Family]:
     return out
 
 
-def export_html(session: Session, path: str | os.PathLike[str], force: bool = False) -> None:
-    """One HTML file with Bokeh's JavaScript inline, so it opens offline and can be mailed around."""
-    from bokeh.embed import file_html
-    from bokeh.layouts import column
-    from bokeh.resources import INLINE
-
-    from .timeline import summary_table, timeline_figure
-
-    p = session.plan
-    title = f"vmexplorer: {p.model} batch {p.batch}, {p.policy} ({session.timeline.source})"
-    layout = column(summary_table(session), timeline_figure(session), sizing_mode="stretch_width")
-    atomic_write(path, file_html(layout, INLINE, title).encode(), force=force)
-
-
 def _collected_families(session: Session, pid: int) -> list[_Family]:
     """Kernel spans (CUPTI) on threads of their own, one per stream: kernels of different streams
     overlap, and Perfetto drops slices of one thread that are not nested; memory copies on one more
     thread, named by direction and size. The unified-memory counters
     become counter tracks stepping at each op's start to what that op saw (faults and fault groups by
-    the record's start, bytes each way by window: see `vmexplorer.collected.per_op`), and back to 0
+    the record's start, bytes each way by window: see `vmexplorer.records.collected.per_op`), and back to 0
     at the end of the last op."""
     g, tl, c = session.graph, session.timeline, session.collected
     assert c is not None

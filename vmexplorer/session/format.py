@@ -1,6 +1,6 @@
 """The session file's tables, both ways: objects to columns, and columns back to checked objects.
 
-`vmexplorer.session` is the interface; this module is the schema of docs/session-format.md. A table
+`vmexplorer.session.files` is the interface; this module is the schema of docs/session-format.md. A table
 is {"rows": N, "columns": {name: [N values]}}, and lists of varying length (an op's reads, a tensor's
 shape) are CSR pairs {"offsets": [N + 1], "values": [...]} under "ragged". The reader checks every
 value as it turns it back into objects, so a bad file fails at the first wrong value with its place,
@@ -16,24 +16,28 @@ from collections.abc import Sequence
 from dataclasses import fields as dataclass_fields
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 import numpy as np
 
-from .collected import MEMCPY_KINDS, UM_KINDS, Collected, CollectedError, CollectorStatus, UmKind, check_against
-from .costmodel import RATES, CostModel
-from .graph import PERSISTENT, Graph, Kind, Op, Phase, Tensor
-from .layers import GraphError
-from .models import MODELS, build_graph
-from .plan import Direction, MemOp, Mode, Origin, Plan, PlanError
-from .policies import POLICIES, validate_plan
-from .records import MAX_NS, Timeline
-from .units import MAX_BYTES, quoted
+from ..graph import MODELS, PERSISTENT, Graph, GraphError, Kind, Op, Phase, Tensor, build_graph
+from ..plan import Direction, MemOp, Mode, Origin, Plan, PlanError
+from ..policies import POLICIES, validate_plan
+from ..records.collected import (
+    MEMCPY_KINDS,
+    UM_KINDS,
+    Collected,
+    CollectedError,
+    CollectorStatus,
+    UmKind,
+    check_against,
+)
+from ..records.spans import MAX_NS, Timeline
+from ..simulator.costmodel import RATES, CostModel
+from ..units import MAX_BYTES, quoted
+from .session import Session, SessionError
 
-if TYPE_CHECKING:
-    from .session import Session
-
-MAX_ROWS = 10_000_000  # per table; the loader's count of values (vmexplorer.session) binds first
+MAX_ROWS = 10_000_000  # per table; the loader's count of values (vmexplorer.session.files) binds first
 MAX_TOTAL = 2**62  # what the values of one column may add up to: int64 sums never wrap
 # A cost model's numbers: rates in bytes (or flops) per ns from 1 MB/s to 1 EB/s, fixed costs up to a
 # second, op times up to 1000 s. Anything outside is a typo or a hostile file, and would make the
@@ -50,8 +54,6 @@ TOP_LEVEL_V1 = ("format", "schema_version", "created", "environment", "notes", "
 TOP_LEVEL = (*TOP_LEVEL_V1, "collected")  # schema 2 added the collectors' records
 
 
-class SessionError(ValueError):
-    """A session that cannot be saved or loaded; the message names the file and the problem."""
 
 
 # --- writing --------------------------------------------------------------------------------------

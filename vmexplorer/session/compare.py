@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from .records import timed_only
-from .session import Session
+from ..records.spans import timed_only
+from .files import Session
 
 
 def per_op_ns(session: Session) -> np.ndarray:

@@ -1,72 +1,17 @@
-"""How long things take: the simulator's cost model, its uncalibrated defaults and its calibration.
-
-Bandwidths are in bytes per ns, which is the same number as GB/s.
-"""
+"""Fitting a cost model to a measured timeline: per-op compute times, transfer rates, fault rates and
+how much prefetch calls block the host, the last by simulating the plan at each candidate."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
 
-from .graph import Graph
-from .plan import Direction, Mode, Plan
-from .records import Timeline, timed_only
-
-
-@dataclass(frozen=True)
-class CostModel:
-    name: str
-    flops_per_ns: float  # sustained arithmetic rate of compute-bound ops
-    bytes_per_ns: float  # sustained device-memory rate of memory-bound ops
-    launch_ns: float  # fixed cost of one op (launches, tails of small kernels)
-    prefetch_bytes_per_ns: float  # cudaMemPrefetchAsync, managed -> device
-    evict_bytes_per_ns: float  # cudaMemPrefetchAsync, managed -> host
-    fault_bytes_per_ns: float  # kernels touching host-resident managed pages
-    host_block: float  # share of a prefetch call's transfer the calling host thread is blocked
-    op_ns: dict[str, float] = field(default_factory=dict)  # measured compute time by op name
-    # measured idle time of the compute stream before each op when nothing was paging: the host
-    # (Python, launches) falling behind the GPU; by op name
-    op_gap_ns: dict[str, float] = field(default_factory=dict)
-    call_ns: float = 0.0  # fixed cost of one memory call (cudaMemPrefetchAsync), on top of its bytes
-    # measured demand-fault throughput by op kind, where it differs from `fault_bytes_per_ns`: how a
-    # kernel walks memory decides how well the driver batches its faults (bench/results/validation.md
-    # lists the rates fitted per kind on the H100)
-    fault_bytes_per_ns_by_kind: dict[str, float] = field(default_factory=dict)
-
-    def fault_ns(self, nbytes: int, kind: str = "") -> float:
-        return nbytes / self.fault_bytes_per_ns_by_kind.get(kind, self.fault_bytes_per_ns)
-
-    def copy_ns(self, nbytes: int, to_device: bool) -> float:
-        return self.call_ns + nbytes / (self.prefetch_bytes_per_ns if to_device else self.evict_bytes_per_ns)
-
-    def compute_ns(self, name: str, flops: int, bytes_touched: int) -> float:
-        if name in self.op_ns:
-            return self.op_ns[name]
-        return self.launch_ns + max(flops / self.flops_per_ns, bytes_touched / self.bytes_per_ns)
-
-
-# A cost model's single numbers (the session file stores them; `pooled` takes the median of each)
-RATES = ("flops_per_ns", "bytes_per_ns", "launch_ns", "prefetch_bytes_per_ns", "evict_bytes_per_ns",
-         "fault_bytes_per_ns", "host_block", "call_ns")
-
-
-# Uncalibrated defaults. Transfer rates are the H100 measurements in DESIGN.md (PCIe Gen5 x16:
-# prefetch 45 GB/s, eviction 7-10 GB/s, demand paging ~3.2 GB/s, prefetch calls block the host for
-# about their transfer). Compute rates are a guess at what cuDNN sustains on an H100 PCIe with TF32
-# (about half its dense tensor-core peak, about 60% of its 2 TB/s HBM) until a measured session
-# replaces them through `calibrate`.
-H100_DEFAULT = CostModel(
-    name="h100-uncalibrated",
-    flops_per_ns=100_000.0,
-    bytes_per_ns=1_200.0,
-    launch_ns=8_000.0,
-    prefetch_bytes_per_ns=45.0,
-    evict_bytes_per_ns=8.5,
-    fault_bytes_per_ns=3.2,
-    host_block=1.0,
-)
-
+from ..graph import Graph
+from ..plan import Direction, Mode, Plan
+from ..records.spans import Timeline, timed_only
+from .costmodel import H100_DEFAULT, CostModel
+from .simulate import simulate
 
 HOST_BLOCK_GRID = tuple(i / 20 for i in range(21))
 # A kind gets a fault rate of its own only where it faulted in this much per iteration: a few small
@@ -159,34 +104,6 @@ def calibrate(graph: Graph, plan: Plan, timeline: Timeline, base: CostModel = H1
     return fitted
 
 
-def fault_rates_by_kind_text(rates: dict[str, float]) -> str:
-    """Per-kind fault rates for people, fastest first: "sgd_momentum 8.7, conv2d_backward 6.4" (GB/s)."""
-    return ", ".join(f"{k} {v:.1f}" for k, v in sorted(rates.items(), key=lambda kv: -kv[1]))
-
-
-def pooled(models: list[CostModel], name: str) -> CostModel:
-    """One cost model from several calibrations of the same run recorded in separate processes: each
-    rate, op time and gap the median over them.
-
-    On the lent H100 the same configuration's iteration moves by tens of percent from one process to
-    the next (bench/results/validation.md gives the spread), and a model fitted to one recording carries that process's
-    luck to every prediction; medians over recordings carry the machine's typical behaviour. A figure
-    a recording lacks (an op that always faulted there, a kind that never faulted) is the median over
-    those that have it."""
-    if not models:
-        raise ValueError("pooled needs at least one cost model")
-
-    def median_by_key(dicts: list[dict[str, float]]) -> dict[str, float]:
-        keys = dict.fromkeys(k for d in dicts for k in d)
-        return {k: float(np.median([d[k] for d in dicts if k in d])) for k in keys}
-
-    return replace(models[0], name=name,
-                   **{f: float(np.median([getattr(m, f) for m in models])) for f in RATES},
-                   op_ns=median_by_key([m.op_ns for m in models]),
-                   op_gap_ns=median_by_key([m.op_gap_ns for m in models]),
-                   fault_bytes_per_ns_by_kind=median_by_key([m.fault_bytes_per_ns_by_kind for m in models]))
-
-
 def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     """Least-squares intercept (at least 0) and slope of y against x; with one size, through 0."""
     if len(x) < 2 or np.ptp(x) == 0:
@@ -210,8 +127,6 @@ def _gaps(tl: Timeline) -> np.ndarray:
 
 
 def _fit_host_block(graph: Graph, plan: Plan, tl: Timeline, cost: CostModel) -> float:
-    from .simulator import simulate  # the simulator imports this module
-
     measured = float(np.median(tl.iteration_ns()))
     errors = [(abs(float(np.median(simulate(graph, plan, replace(cost, host_block=h)).iteration_ns())) - measured), h)
               for h in HOST_BLOCK_GRID]

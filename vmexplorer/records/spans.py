@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .graph import Graph
-from .plan import Direction, Mode, Plan
+from ..graph import Graph
+from ..plan import Direction, Mode, Plan
 
 MAX_NS = 2**53  # the latest time, and the longest duration, a timeline holds: 104 days, exact as a float
 
@@ -139,3 +139,27 @@ def one_iteration(timeline: Timeline, iteration: int) -> tuple[Timeline, int, in
         np.zeros(int(mems.sum()), dtype=np.int64), tl.memop_index[mems], tl.memop_start_ns[mems] - origin,
         tl.memop_end_ns[mems] - origin, np.concatenate([[0], tl.resident_t_ns[inside] - origin]),
         np.concatenate([[level], tl.resident_bytes[inside]])), origin, next_start
+
+
+def resident_curve(graph: Graph, plan: Plan, op_start: np.ndarray, op_end: np.ndarray,
+              mem_start: np.ndarray, mem_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Device bytes over time as a step function: a tensor counts from its creation, its prefetch's
+    start or its fault, until its release, its offload's end or its eviction's end."""
+    times, deltas = [0.0], [sum(nbytes for _, nbytes in plan.resident_at_start)]
+    last_use = graph.last_use
+    for t, tensor in enumerate(graph.tensors):
+        if not tensor.persistent:
+            times += [op_start[tensor.producer], op_end[last_use[t]]]
+            deltas += [tensor.nbytes, -tensor.nbytes]
+    for i, m in enumerate(plan.memops):
+        if m.direction is Direction.TO_DEVICE:
+            times.append(mem_start[i])
+            deltas.append(m.nbytes)
+        else:
+            times.append(mem_end[i])
+            deltas.append(-m.nbytes)
+    order = np.argsort(np.array(times), kind="stable")
+    t_sorted = np.array(times)[order]
+    level = np.cumsum(np.array(deltas, dtype=np.int64)[order])
+    keep = np.append(t_sorted[1:] != t_sorted[:-1], True)  # one level per instant: the last one
+    return t_sorted[keep], level[keep]

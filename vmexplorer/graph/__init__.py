@@ -1,0 +1,12 @@
+"""Stage 1, the graph: one training iteration of a model as ops over tensors.
+
+`graph.py` is the data, `builder.py` records a model's forward ops and derives the backward pass and
+the update, `ops/` holds each op (its shapes, FLOPs, what its backward keeps, its math) and
+`models.py` the CNNs built from them.
+"""
+
+from .graph import PERSISTENT, Graph, GraphError, Kind, Op, Phase, Tensor
+from .models import DEFAULT_IMAGE_SIZE, MODELS, build_graph
+
+__all__ = ["DEFAULT_IMAGE_SIZE", "MODELS", "PERSISTENT", "Graph", "GraphError", "Kind", "Op", "Phase", "Tensor",
+           "build_graph"]

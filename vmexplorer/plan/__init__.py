@@ -1,0 +1,9 @@
+"""Stage 2, the plan: what a policy decides, as data, and the replay that checks it.
+
+`plan.py` is the data (memory operations and the moves they pair into), `residency.py` replays a plan
+op by op to find where every tensor is, what the driver must evict on top, and whether it fits.
+"""
+
+from .plan import Direction, MemOp, Mode, Move, Origin, Plan, PlanError
+
+__all__ = ["Direction", "MemOp", "Mode", "Move", "Origin", "Plan", "PlanError"]

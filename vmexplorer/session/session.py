@@ -1,0 +1,79 @@
+"""What a session is: a graph, its plan, what ran (or would run) and where, with the error every
+session check raises. The format (format.py) and the files (files.py) both import this module."""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import numpy as np
+
+from .. import __version__
+from ..graph import Graph
+from ..plan import Plan
+from ..records import Timeline, summarize
+from ..records.collected import Collected, CollectedError, check_against, collected_summary, migration_shares
+from ..simulator import CostModel
+
+FORMAT = "vmexplorer-session"
+# 2 added "collected" (the GPU collectors' records), 3 the cost model's "op_gap_ns" and "call_ns", 4
+# "collected.memcpy"; older files still load
+SCHEMA_VERSION = 6
+
+class SessionError(ValueError):
+    """A session that cannot be saved or loaded; the message names the file and the problem."""
+
+
+@dataclass(frozen=True, eq=False)  # eq=False: the timeline holds numpy arrays
+class Session:
+    graph: Graph
+    plan: Plan
+    timeline: Timeline
+    cost_model: CostModel | None
+    environment: dict[str, str]  # versions, platform, and (from the engine) the GPU and its driver
+    notes: tuple[str, ...]
+    created: str  # ISO-8601 UTC, when the run or simulation was made (not when it was saved)
+    collected: Collected | None = None  # what CUPTI / NVML recorded in a measured run, if they ran
+
+    @property
+    def summary(self) -> dict[str, float | int | str]:
+        """The timeline's figures; with collector records, theirs too, prefixed `measured_`."""
+        figures = summarize(self.graph, self.plan, self.timeline)
+        if self.collected is not None:
+            measured = collected_summary(self.timeline, self.collected)
+            measured.update(migration_shares(self.plan, self.timeline, self.collected, measured))
+            figures.update({f"measured_{k}": v for k, v in measured.items()})
+        return figures
+
+
+def new_session(graph: Graph, plan: Plan, timeline: Timeline, cost_model: CostModel | None = None,
+                notes: tuple[str, ...] | list[str] = (),
+                environment: dict[str, str] | None = None, *, collected: Collected | None = None) -> Session:
+    """A session stamped now, with this machine's software versions; `environment` adds to them
+    (the engine passes the GPU, its driver and CUDA). `collected`: the collectors' records of a
+    measured run (see `vmexplorer.records.collected`), checked against the timeline."""
+    check_matches(graph, plan)
+    check_collected(collected, timeline)
+    env = {"vmexplorer": __version__, "python": platform.python_version(),
+           "platform": platform.platform(), "numpy": np.__version__}
+    env.update(environment or {})
+    created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return Session(graph, plan, timeline, cost_model, env, tuple(notes), created, collected)
+
+
+def check_matches(graph: Graph, plan: Plan) -> None:
+    if plan.key != graph.key:
+        raise SessionError(f"the plan is for {plan.key} but the graph is {graph.key} "
+                           "(model, batch, image size); compile the plan for this graph")
+
+
+def check_collected(collected: Collected | None, timeline: Timeline) -> None:
+    if collected is None:
+        return
+    if not isinstance(collected, Collected):
+        raise SessionError(f"collected should be a records.Collected, not {type(collected).__name__}")
+    try:
+        check_against(collected, timeline)
+    except CollectedError as e:
+        raise SessionError(f"the collected records do not fit the timeline: {e}") from None
