@@ -369,8 +369,7 @@ def plan_doc(graph: Graph, plan: Plan, summary: dict[str, Any], cost_model: str)
 
 
 def _config(plan: Plan) -> dict[str, Any]:
-    return {"model": plan.model, "batch": plan.batch, "image_size": plan.image_size, "policy": plan.policy,
-            "capacity_bytes": plan.capacity, "options": dict(plan.options)}
+    return plan.config.as_json()
 
 
 def _op_name(graph: Graph, index: int) -> str | None:

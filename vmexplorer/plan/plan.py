@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from ..config import Config
+
 
 class PlanError(ValueError):
     """A plan that cannot run: the message names the op, the tensor and the bytes involved."""
@@ -67,6 +69,11 @@ class Plan:
     @property
     def key(self) -> tuple[str, int, int]:
         return (self.model, self.batch, self.image_size)
+
+    @property
+    def config(self) -> Config:
+        """What the plan was compiled for."""
+        return Config(self.model, self.batch, self.image_size, self.capacity, self.policy, self.options)
 
     @property
     def moves(self) -> tuple[Move, ...]:

@@ -22,8 +22,9 @@ class Timeline:
     could start; `op_fault_bytes` the bytes its kernels demand-faulted in.
 
     The last `counted` iterations of a measured run ran with CUPTI's unified-memory counters on, which
-    slow paging itself (on the H100 by 17-47% per iteration): they are kept to show the migrations and
-    faults CUPTI saw, and left out of every timing figure, which come from the timed iterations before them.
+    slow paging itself (bench/gpu/bench_collectors.py measures by how much): they are kept to show the
+    migrations and faults CUPTI saw, and left out of every timing figure, which come from the timed
+    iterations before them.
     """
 
     source: str  # "simulated" | "measured"

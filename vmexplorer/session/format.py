@@ -64,8 +64,7 @@ def encode(s: Session) -> dict[str, Any]:
         "created": s.created,
         "environment": dict(s.environment),
         "notes": list(s.notes),
-        "config": {"model": p.model, "batch": p.batch, "image_size": p.image_size, "policy": p.policy,
-                   "capacity_bytes": p.capacity, "options": dict(p.options)},
+        "config": p.config.as_json(),
         "graph": {"tensors": _tensors(g), "ops": _ops(g)},
         "plan": {
             "memops": _table({"tensor": [m.tensor for m in p.memops],

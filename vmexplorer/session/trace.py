@@ -212,10 +212,10 @@ def _thread(direction: Direction, mode: Mode) -> int:
 
 
 def _metadata(session: Session) -> dict[str, Any]:
-    p, tl = session.plan, session.timeline
-    return {"vmexplorer": __version__, "schema_version": SCHEMA_VERSION, "model": p.model, "batch": p.batch,
-            "image_size": p.image_size, "policy": p.policy, "capacity_bytes": p.capacity,
-            "source": tl.source, "iterations": tl.iterations, "created": session.created,
+    tl = session.timeline
+    config = {k: v for k, v in session.plan.config.as_json().items() if k != "options"}
+    return {"vmexplorer": __version__, "schema_version": SCHEMA_VERSION, **config, "source": tl.source,
+            "iterations": tl.iterations, "created": session.created,
             "cost_model": session.cost_model.name if session.cost_model else None,
             "peak_resident_bytes": int(np.max(tl.resident_bytes, initial=0)),
             "collectors": None if session.collected is None else

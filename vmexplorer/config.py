@@ -1,0 +1,51 @@
+"""What a person picks: a model at a batch and image size, the emulated capacity, a policy and its options.
+
+One `Config` travels the whole contract: the plan carries the one it was compiled for, the session file
+stores it, the command line prints it, the trace export and the GPU worker read it. The share of a
+model's footprint that a capacity is (the `50%` people type and read) is derived here and only here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from .units import parse_bytes
+
+Option = str | int | float
+
+
+@dataclass(frozen=True)
+class Config:
+    model: str
+    batch: int
+    image_size: int
+    capacity: int  # bytes of emulated device memory
+    policy: str
+    options: Mapping[str, Option] = field(default_factory=dict)  # every option of the policy, as used
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        """What fixes the graph: model, batch and image size."""
+        return (self.model, self.batch, self.image_size)
+
+    def as_json(self) -> dict[str, Any]:
+        """The config as the session file, the command line and the trace spell it."""
+        return {"model": self.model, "batch": self.batch, "image_size": self.image_size, "policy": self.policy,
+                "capacity_bytes": self.capacity, "options": dict(self.options)}
+
+
+def share_of_footprint(nbytes: int, footprint: int) -> float:
+    """`nbytes` as a percentage of a model's footprint."""
+    return 100 * nbytes / footprint
+
+
+def capacity_text(capacity: int, footprint: int) -> str:
+    """The capacity as a person would type it: a whole share of the footprint (`50%`) where that share
+    gives exactly these bytes back, else the bytes."""
+    share = round(share_of_footprint(capacity, footprint))
+    if 0 < share <= 1000 and parse_bytes(f"{Decimal(share)}%", footprint) == capacity:
+        return f"{share}%"
+    return str(capacity)
