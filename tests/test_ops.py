@@ -2,13 +2,12 @@
 
 As in Chainer's check_backward: for each op the table gives tiny float64 inputs; the analytic backward
 must equal central differences of sum(forward(inputs) * R) for a random R. Operand orders are the
-graph's (layers.py), and a test checks them against real graphs, so the engine can call
+graph's (each op module records its op), and a test checks them against real graphs, so the engine can call
 OPS[op.kind](xp, [arrays of op.reads], [arrays of op.writes], attrs) blindly.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -392,11 +391,6 @@ def test_op_attrs_refuses_an_op_whose_layer_recorded_nothing() -> None:
 
 
 # --- a whole training iteration, op by op, on numpy -----------------------------------------------
-HAS_ATTRS = "attrs" in {f.name for f in dataclasses.fields(Op)}
-needs_attrs = pytest.mark.skipif(not HAS_ATTRS, reason="graph ops record no attrs yet: "
-                                 "apply docs/proposals/op-attrs.patch")
-
-
 def allocate(g: Graph, rng: np.random.Generator) -> Arrays:
     """One buffer per tensor, as the engine will. Weights as torchvision's VGG: He-normal convolutions,
     N(0, 0.01) linears, zero biases; batch norm at identity; momentum zero-filled."""
@@ -434,14 +428,12 @@ def train(g: Graph, iterations: int, lr: float) -> list[float]:
 
 # Two images and ~100M weights memorise the batch in one step; with dropout drawing a new mask every
 # iteration a large step then overshoots, so the models without batch norm take small steps.
-@needs_attrs
 @pytest.mark.parametrize("model,size,lr", [("resnet18", 32, 0.05), ("vgg11", 32, 3e-4), ("alexnet", 96, 3e-4)])
 def test_training_on_one_batch_lowers_the_loss(model: str, size: int, lr: float) -> None:
     losses = train(build_graph(model, 2, size), 5, lr)
     assert losses[-1] < losses[0] / 2, losses
 
 
-@needs_attrs
 def test_the_whole_backward_pass_is_the_gradient_of_the_loss() -> None:
     """Directional derivative of the loss along a random direction of every weight, in float64:
     checks the glue (gradient sums, residual adds, operand orders) that single-op tests cannot."""
@@ -472,7 +464,6 @@ def test_the_whole_backward_pass_is_the_gradient_of_the_loss() -> None:
     assert (losses[0] - losses[1]) / (2 * eps) == pytest.approx(analytic, rel=1e-5)
 
 
-@needs_attrs
 def test_op_attrs_merge_the_run_settings() -> None:
     g = build_graph("alexnet", 2, 96)
     by_kind: dict[str, list[dict[str, Any]]] = {}

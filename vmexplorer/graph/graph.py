@@ -65,7 +65,7 @@ class Op:
     writes: tuple[int, ...]  # new tensors and tensors updated in place
     flops: int
     bytes_touched: int
-    # What the op's kernel needs beyond shapes (engine/ops/attrs.py reads them). A function of the
+    # What the op's kernel needs beyond shapes (ops.op_attrs reads them). A function of the
     # model like everything else here, but session files do not store it yet, so it stays out of ==
     # (a graph loaded from a session equals the one built from its config).
     attrs: Attrs = field(default=(), compare=False)

@@ -5,19 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
-from .builder import (
-    GraphBuilder,
-    GraphError,
-    adaptive_avg_pool2d,
-    add,
-    batch_norm2d,
-    conv2d,
-    dropout,
-    linear,
-    max_pool2d,
-    relu,
-)
-from .graph import Graph
+from .builder import GraphBuilder
+from .graph import Graph, GraphError
+from .ops.adaptive_avg_pool2d import adaptive_avg_pool2d
+from .ops.add import add
+from .ops.batch_norm2d import batch_norm2d
+from .ops.conv2d import conv2d
+from .ops.dropout import dropout
+from .ops.linear import linear
+from .ops.max_pool2d import max_pool2d
+from .ops.relu import relu
 
 NUM_CLASSES = 1000
 DEFAULT_IMAGE_SIZE = 224

@@ -1,8 +1,9 @@
-"""2-D convolution (cross-correlation, NCHW, no dilation or groups), forward and backward.
+"""2-D convolution (cross-correlation, NCHW, no dilation or groups): y = x * W + b.
 
 reads (x, W[, b]) writes (y); backward reads (x, W, dy) writes ([dx], dW, [db]).
-Backward keeps: x (for dW) and W (for dx), as `layers.conv2d` declares.
-attrs: kernel, stride, padding, bias; backward also input_grad; allow_tf32 (GPU only).
+Backward keeps: x (wgrad needs it for dW) and W (dgrad needs it for dx); y is not needed.
+attrs: kernel, stride, padding, bias; backward also input_grad; allow_tf32, deterministic and autotune
+from the run (GPU only: they choose the cuDNN engine).
 
 On numpy the reference is im2col (a strided window view) + tensordot. On cupy the convolutions run
 through NVIDIA's cuDNN frontend graph API on raw device pointers (CuPy 14 ships no cuDNN); the bias
@@ -13,7 +14,36 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..graph import GraphError
+from .kernel import Kernel, run_numerics
+from .recorder import Recorder
+
 Array = Any
+
+
+def conv2d(b: Recorder, x: int, layer: str, out_channels: int, kernel: int, stride: int = 1,
+           padding: int = 0, bias: bool = True) -> int:
+    """Record a convolution of tensor `x` with new weights (and bias) named after `layer`; returns y."""
+    n, c, h, w = b.shape(x)
+    ho = out_size(b, layer, h, kernel, stride, padding)
+    wo = out_size(b, layer, w, kernel, stride, padding)
+    weight = b.param(layer, "weight", (out_channels, c, kernel, kernel))
+    params = (weight, b.param(layer, "bias", (out_channels,))) if bias else (weight,)
+    macs = n * out_channels * ho * wo * c * kernel * kernel
+    bias_flops = n * out_channels * ho * wo if bias else 0
+    y, _ = b.forward("conv2d", layer, (x,), params, (n, out_channels, ho, wo), 2 * macs + bias_flops,
+                     keeps=(x, weight), backward_flops=4 * macs + bias_flops, input_grad_flops=2 * macs,
+                     attrs=(("kernel", kernel), ("stride", stride), ("padding", padding), ("bias", bias)))
+    return y
+
+
+def out_size(b: Recorder, layer: str, size: int, k: int, stride: int, pad: int) -> int:
+    """Output size of a k x k sliding window along one side of `size`; too small an input is refused."""
+    out = (size + 2 * pad - k) // stride + 1
+    if out < 1:
+        raise GraphError(f"{b.model}: image size {b.image_size} is too small: {layer} gets a "
+                         f"{size}x{size} input for a {k}x{k} window; try a larger --image-size")
+    return out
 
 
 def forward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, Any]) -> None:
@@ -50,6 +80,12 @@ def backward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, 
             dx[...] = _col2im(xp, xp.tensordot(dy, w, axes=((1,), (0,))), x.shape, k, stride, pad)
     if bias:
         xp.sum(dy, axis=(0, 2, 3), out=writes[-1])
+
+
+KERNELS = (
+    Kernel("conv2d", forward, ("kernel", "stride", "padding", "bias"), run_numerics),
+    Kernel("conv2d_backward", backward, ("kernel", "stride", "padding", "bias", "input_grad"), run_numerics),
+)
 
 
 def windows(xp: Any, x: Array, k: int, stride: int, pad: int, fill: float = 0.0) -> Array:

@@ -1,8 +1,8 @@
 """Dropout with inverted scaling: y = x * mask / (1 - p), mask ~ Bernoulli(1 - p) as uint8.
 
 reads (x) writes (y, mask); backward reads (mask, dy) writes (dx) = dy * mask / (1 - p).
-Backward keeps: mask only (one byte per element), as `layers.dropout` declares.
-attrs: p (default 0.5), seed, iteration.
+Backward keeps: mask only, one byte per element where x would be four: dx needs nothing else.
+attrs: p (default 0.5); from the run, seed (one stream per layer) and iteration.
 
 The mask comes from a counter-based generator: element i draws splitmix64(key + i * golden gamma), with
 the key derived from (seed, iteration). It is stateless, so there is no generator state to set up
@@ -12,14 +12,28 @@ iteration draws a fresh mask, a run is reproducible, and numpy and cupy give the
 
 from __future__ import annotations
 
+import math
+import zlib
 from typing import Any
 
 import numpy as np
+
+from .kernel import Kernel, RunContext
+from .recorder import Recorder
 
 Array = Any
 
 _GAMMA = 0x9E3779B97F4A7C15  # splitmix64's increment
 _BITS = 24  # uniform integers in [0, 2^24): exact thresholds for any p a float32 would resolve
+
+
+def dropout(b: Recorder, x: int, layer: str) -> int:
+    """Record a dropout of tensor `x` with p = 0.5 (torchvision's); returns y."""
+    numel = math.prod(b.shape(x))
+    y, _ = b.forward("dropout", layer, (x,), (), b.shape(x), 2 * numel, keeps=(-2,),  # -2: the mask
+                     backward_flops=numel, input_grad_flops=numel,
+                     saved=(("mask", b.shape(x), "uint8"),), attrs=(("p", 0.5),))
+    return y
 
 
 def forward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, Any]) -> None:
@@ -35,6 +49,15 @@ def backward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, 
     (mask, dy), (dx,) = reads, writes
     xp.multiply(dy, mask, out=dx)
     dx *= _scale(float(attrs.get("p", 0.5)))
+
+
+def run_settings(layer: str, run: RunContext) -> dict[str, Any]:
+    # one stream per layer, stable across models and batch sizes: mix the run seed with the layer name
+    return {"seed": (run.seed * 1_000_003 + zlib.crc32(layer.encode())) & 0x7FFF_FFFF_FFFF,
+            "iteration": run.iteration}
+
+
+KERNELS = (Kernel("dropout", forward, ("p",), run_settings), Kernel("dropout_backward", backward, ("p",)))
 
 
 def key(seed: int, iteration: int) -> int:

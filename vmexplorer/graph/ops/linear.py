@@ -1,15 +1,33 @@
 """Fully connected layer: y = x W^T + b, with x flattened to (N, -1) as a view (torchvision's flatten).
 
 reads (x, W, b) writes (y); backward reads (x, W, dy) writes ([dx], dW, db).
-Backward keeps: x (for dW) and W (for dx), as `layers.linear` declares.
-attrs: bias (always true in the models); backward also input_grad.
+Backward keeps: x (for dW) and W (for dx); y is not needed.
+attrs: bias (always true in the models); backward also input_grad; allow_tf32, deterministic and
+autotune from the run, as for convolutions.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from .kernel import Kernel, run_numerics
+from .recorder import Recorder
+
 Array = Any
+
+
+def linear(b: Recorder, x: int, layer: str, out_features: int) -> int:
+    """Record a fully connected layer over tensor `x` with new weights and bias; returns y."""
+    n = b.shape(x)[0]
+    in_features = math.prod(b.shape(x)) // n  # flatten is a view: no op, no copy
+    weight = b.param(layer, "weight", (out_features, in_features))
+    bias = b.param(layer, "bias", (out_features,))
+    macs = n * in_features * out_features
+    y, _ = b.forward("linear", layer, (x,), (weight, bias), (n, out_features), 2 * macs + n * out_features,
+                     keeps=(x, weight), backward_flops=4 * macs + n * out_features,
+                     input_grad_flops=2 * macs, attrs=(("bias", True),))
+    return y
 
 
 def forward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, Any]) -> None:
@@ -31,6 +49,12 @@ def backward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, 
     xp.matmul(dy.T, _rows(x), out=writes[1 if input_grad else 0])
     if bias:
         xp.sum(dy, axis=0, out=writes[-1])
+
+
+KERNELS = (
+    Kernel("linear", forward, ("bias",), run_numerics),
+    Kernel("linear_backward", backward, ("bias", "input_grad"), run_numerics),
+)
 
 
 def _rows(a: Array) -> Array:

@@ -5,8 +5,8 @@ forward reads (x, gamma, beta, running_mean, running_var)
   y = (x - mean) * invstd * gamma + beta with the batch's biased variance; the running statistics
   are updated in place with momentum (default 0.1) and the *unbiased* variance, as PyTorch does.
 backward reads (x, gamma, saved_mean, saved_invstd, dy) writes ([dx], dgamma, dbeta).
-Backward keeps: x, gamma, saved_mean and saved_invstd (cuDNN's batch-norm backward inputs), as
-`layers.batch_norm2d` declares; beta and y are not needed.
+Backward keeps: x, gamma, saved_mean and saved_invstd, cuDNN's batch-norm backward inputs (the saved
+statistics are two per-channel vectors: keeping them costs next to nothing); beta and y are not needed.
 attrs: eps (default 1e-5), momentum (default 0.1); backward also input_grad.
 On cupy with float32 operands: deterministic CUDA kernels, sums in double (cuda_kernels.py).
 """
@@ -15,11 +15,29 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..graph import Kind
 from . import cuda_kernels
+from .kernel import Kernel
+from .recorder import Recorder
 
 Array = Any
 
 AXES = (0, 2, 3)
+
+
+def batch_norm2d(b: Recorder, x: int, layer: str) -> int:
+    """Record a batch normalisation of tensor `x` with new gamma, beta and running statistics; returns y."""
+    n, c, h, w = b.shape(x)
+    gamma = b.param(layer, "weight", (c,))
+    beta = b.param(layer, "bias", (c,))
+    running = tuple(b.new_tensor(f"{layer}.{s}", Kind.BUFFER, (c,)) for s in ("running_mean", "running_var"))
+    numel = n * c * h * w
+    # keeps: -2 and -3 are the saved tensors, made by this op after y (-1)
+    y, _ = b.forward("batch_norm2d", layer, (x,), (gamma, beta), (n, c, h, w), 8 * numel,
+                     keeps=(x, gamma, -2, -3), backward_flops=12 * numel, input_grad_flops=8 * numel,
+                     saved=(("saved_mean", (c,), "float32"), ("saved_invstd", (c,), "float32")),
+                     reads=running, updates=running, attrs=(("eps", 1e-5), ("momentum", 0.1)))
+    return y
 
 
 def forward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, Any]) -> None:
@@ -68,3 +86,9 @@ def backward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, 
         xp.subtract(dy, dx, out=dx)
         dx -= (dbeta / m).reshape(1, -1, 1, 1)
         dx *= (gamma * invstd).reshape(1, -1, 1, 1)
+
+
+KERNELS = (
+    Kernel("batch_norm2d", forward, ("eps", "momentum")),
+    Kernel("batch_norm2d_backward", backward, ("input_grad",)),
+)
