@@ -2,15 +2,15 @@
 
     python bench/pick_samples.py DIR [DIR ...] [--samples sample_sessions] [--log FILE]
 
-Each DIR is one pass of `bench/gpu/record_samples.py --out DIR`: every configuration once, each in a
-process of its own. On the H100 one configuration's iteration time differs by tens of percent from
-process to process (bench/results/validation.md gives the spread), so a single recording can set a
-sample and a prediction apart by that much on its own; the sample kept is the recording with the
-median iteration time (of an even number, the lower of the middle two, which leans fast: record an
-odd number of passes). The
-log (default bench/results/h100/record_samples.json) lists, per sample, every pass's iteration time,
-wall time and which pass was kept; a refused configuration is listed with its reason. Nothing is
-written unless every pass has a log.
+Each DIR is one pass of `bench/gpu/record_samples.py --out DIR`, as it wrote it (before
+`bench/reduce_passes.py`): every configuration once, each in a process of its own. One configuration's
+iteration time differs markedly from process to process (bench/results/validation.md gives the
+spread), so a single recording can set a sample and a prediction apart by that much on its own; the
+sample kept is the recording with the median iteration time (of an even number, the lower of the
+middle two, which leans fast: record an odd number of passes). The log (default
+bench/results/h100/record_samples.json) lists, per sample, every pass's iteration time, wall time and
+which pass was kept; a refused configuration is listed with its reason. Nothing is written unless
+every pass has a log.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
     python bench/report_h100.py > bench/results/h100/README.md
 
-Every figure comes from those files, which the scripts in bench/gpu wrote on the lent H100.
+Every figure comes from those files, which the scripts in bench/gpu and the GPU tests wrote on the lent
+H100. The page ends with the questions closed by diagnoses since retired: the pages in notes/.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 HERE = Path(__file__).parent / "results" / "h100"
+NOTES = Path(__file__).resolve().parents[1] / "notes"
 
 
 def result(name: str) -> Any:
@@ -52,9 +54,7 @@ def main() -> int:
             "| case | engine error | PyTorch error, same precision |", "|---|---:|---:|"]
     for g in grads:
         out.append(f"| {g['case']} | {g['engine_error']:.2e} | {g['pytorch_error']:.2e} |")
-    out += collectors_section() + every_iteration_section()
-    out += counting_cost() + placement_check() + cupti_vs_engine() + round_trips() + lost_records() + variation()
-    out += host_variance()
+    out += collectors_section() + every_iteration_section() + cupti_vs_engine() + gc_pause() + closed_investigations()
     print("\n".join(out))
     return 0
 
@@ -155,102 +155,26 @@ def every_iteration_section() -> list[str]:
     return out
 
 
-def counting_cost() -> list[str]:
-    """CUPTI's unified-memory counting switched on and off on alternate iterations of one run
-    (bench/gpu/diagnose_um_tail.py): its cost without the variation between processes."""
-    tail = result("diagnose_um_tail.json")
-    if tail is None:
-        return []
-    t = tail["toggled"]
-    rows = ["", "## What counting unified memory costs, inside one run (`bench/gpu/diagnose_um_tail.py`)", "",
-            "VGG-19 b64 at 50%, 10 recorded iterations; CUPTI's unified-memory counters on for every other "
-            "iteration (kernel records and NVML on throughout); medians of the iterations of each kind.", "",
-            "| run | uncounted | counted | overhead | counted iterations, CUPTI to device |",
-            "|---|---:|---:|---:|---:|"]
-    for label, r in t.items():
-        rows.append(f"| {label} | {np.median(r['uncounted_ms']):.1f} ms | {np.median(r['counted_ms']):.1f} ms "
-                    f"| {r['overhead']:+.1%} | {min(r['counted_htod_gib']):.2f}-{max(r['counted_htod_gib']):.2f} GiB |")
-    return rows
-
-
-def lost_records() -> list[str]:
-    """Where CUPTI's unified-memory records go missing, and what did not bring them back
-    (bench/gpu/diagnose_um_drain.py)."""
-    rows = ["", "## Reading CUPTI differently (`bench/gpu/diagnose_um_drain.py`)", "",
-            "Per recorded iteration, CUPTI's bytes as a share of what the run moved, and its device->host records "
-            "(CUPTI's own count of dropped records stayed 0 in every run):", "",
-            "| case | reading | to device | to host | to-host records | iteration |", "|---|---|---:|---:|---:|---:|"]
-    found = False
-    for name in ("diagnose_um_drain.json", "diagnose_um_parts.json"):
-        for label, r in (result(name) or {}).items():
-            case, reading = label.split(": ", 1)
-            if name.endswith("parts.json") and reading == "as collected":
-                reading = "as collected (again)"
-            found = True
-            rows.append(f"| {case} | {reading} | {', '.join(f'{v:.2f}' for v in r['htod_share'])} "
-                        f"| {', '.join(f'{v:.2f}' for v in r['dtoh_share'])} "
-                        f"| {', '.join(str(v) for v in r['dtoh_records'])} | {r['median_ms']:.0f} ms |")
-    return rows if found else []
-
-
-def variation() -> list[str]:
-    """Where iteration times vary, and two explanations measured and ruled out."""
-    rows = []
-    d = result("diagnose_transfer_variance.json")
-    if d is not None:
-        rows += ["", "## Transfer rates in fresh processes (`bench/gpu/diagnose_transfer_variance.py`)", "",
-                 f"A 256 MiB managed buffer moved to the host and back five times, each process new; NUMA nodes "
-                 f"{d['numa_nodes']}, so placing host pages cannot matter on this machine.", "",
-                 "| process | to host | eviction GB/s (moves 1-5) | prefetch GB/s (moves 1-5) |", "|---:|---|---|---|"]
-        for r in d["runs"]:
-            if "evict" in r:
-                rows.append(f"| {r['process']} | {r['location']} | {', '.join(f'{v:.1f}' for v in r['evict'])} "
-                            f"| {', '.join(f'{v:.1f}' for v in r['prefetch'])} |")
-        rows += ["", "Each process's first move to the host was its slowest (presumably while the driver allocates "
-                     "the host pages); after it, rates differ little from process to process, so the card's own "
-                     "transfer rate does not explain the spread of paging iterations between processes."]
+def gc_pause() -> list[str]:
+    """Python's garbage collector paused inside timed iterations, measured and ruled out (bench_gc.json)."""
     g = result("bench_gc.json")
-    if g is not None:
-        rows += ["", "## Python's garbage collector paused inside iterations (measured, then dropped)", "",
-                 "Runs taking turns in one process, with and without the collector paused inside timed iterations "
-                 "(a setting that was removed after this measurement):", "",
-                 "| run | median | largest / smallest iteration |", "|---|---:|---:|"]
-        rows += [f"| {k} | {v['median_ms']:.1f} ms | {v['spread']:.2f} |" for k, v in g.items()]
-        rows += ["", "Pausing it did not steady the iterations, so it is not what makes ResNet-50's host-bound "
-                     "iterations vary."]
-    return rows
-
-
-def placement_check() -> list[str]:
-    """CUPTI's raw unified-memory rows before they are placed on the timeline
-    (bench/gpu/diagnose_um_placement.py): whether the bytes it seems to miss are lost on our side."""
-    placed = result("diagnose_um_placement.json")
-    if placed is None:
+    if g is None:
         return []
-    rows = ["", "## CUPTI's rows before placement (`bench/gpu/diagnose_um_placement.py`)", "",
-            "VGG-19 b64, `uvm` at 50%, 2 timed iterations after 1 warm-up: CUPTI's unified-memory rows as the "
-            "collector took them, before the timeline places them. Bytes per recorded iteration (by the record's "
-            "start), and bytes of records that start before the first recorded iteration (placement drops them):",
-            "", "| counted | to device per iteration | before the first | plan to device | to host per iteration "
-            "| plan to host | records | dropped (CUPTI) |", "|---|---|---:|---:|---|---:|---:|---:|"]
-    for r in placed:
-        way = "after the timed iterations" if r["counted"] else "in every iteration"
-        rows.append(f"| {way} | {', '.join(f'{x:.2f}' for x in r['htod']['per_iteration_gib'])} GiB "
-                    f"| {r['htod']['before_first_gib']:.2f} GiB | {r['plan_htod_gib']:.2f} GiB "
-                    f"| {', '.join(f'{x:.2f}' for x in r['dtoh']['per_iteration_gib'])} GiB "
-                    f"| {r['plan_dtoh_gib']:.2f} GiB | {r['records']} | {r['dropped']} |")
-    rows += ["", "Counted after the timed iterations, nothing starts before the first recorded iteration: the bytes "
-                 "to the device that CUPTI's records lack never reached the collector. (Counted in every iteration, "
-                 "the rows before the first are the warm-up's.)"]
-    return rows
+    return ["", "## Python's garbage collector paused inside iterations (measured, then dropped)", "",
+            "Runs taking turns in one process, with and without the collector paused inside timed iterations "
+            "(a setting that was removed after this measurement):", "",
+            "| run | median | largest / smallest iteration |", "|---|---:|---:|",
+            *(f"| {k} | {v['median_ms']:.1f} ms | {v['spread']:.2f} |" for k, v in g.items()),
+            "", "Pausing it did not steady the iterations, so it is not what makes ResNet-50's host-bound "
+                "iterations vary."]
 
 
 def nvml_estimate(session) -> tuple[float, float] | None:
     """NVML's PCIe throughput integrated over each recorded iteration, in bytes each way (to the
     device, to the host), the mean over iterations; None without NVML samples. Crude: each sample is
-    the rate over NVML's own 20 ms window, and the sampler reads one every ~60 ms (each throughput query
-    blocks for its window), so the sum stretches a third of the time over all of it. It is a check on
-    CUPTI that shares nothing with it, not a measurement of record."""
+    the rate over NVML's own 20 ms window, and each throughput query blocks for its window, so the
+    sampler reads fewer windows than an iteration holds and the sum stretches those it read over all of
+    it. It is a check on CUPTI that shares nothing with it, not a measurement of record."""
     c, tl = session.collected, session.timeline
     if c is None or not c.available("nvml") or len(c.nvml_t_ns) < 2:
         return None
@@ -298,7 +222,7 @@ def cupti_vs_engine() -> list[str]:
                     f"| {m.get('measured_htod_share', '-')} / {m.get('measured_dtoh_share', '-')} "
                     f"| {m.get('measured_fault_groups', '-')} "
                     f"| {'-' if nvml is None else f'{nvml[0] / 2**30:.2f} / {nvml[1] / 2**30:.2f} GiB'} |")
-    return rows + share_over_passes()
+    return rows + share_over_passes() + passes_section()
 
 
 def share_over_passes() -> list[str]:
@@ -322,76 +246,33 @@ def share_over_passes() -> list[str]:
     return rows
 
 
-def round_trips() -> list[str]:
-    """One managed buffer prefetched to the host and touched again by a GPU kernel, over and over, with
-    no engine (bench/gpu/diagnose_um_round_trips.py): what CUPTI reports against where the pages went."""
-    d = result("diagnose_um_round_trips.json")
-    if d is None:
+def passes_section() -> list[str]:
+    """What the recording passes hold: every recording, reduced by bench/reduce_passes.py."""
+    folders = sorted(p for p in (HERE / "passes").glob("pass*") if p.is_dir())
+    if not folders:
         return []
-    mib = d["mib"]
-    rows = ["", "## CUPTI on the simplest round trip (`bench/gpu/diagnose_um_round_trips.py`)", "",
-            f"One {mib} MiB managed buffer in a process of its own with CUPTI's unified-memory counters on; per trip "
-            "a prefetch to the host, then one kernel touching every page (a read, or a read-modify-write like an SGD "
-            "update). Two timings say where the pages went without CUPTI: the prefetch to the host (a full "
-            "buffer's worth of time only if every page was on the GPU), and a second read right after the trip's "
-            "kernel (HBM speed only if the trip brought every page to the GPU). Spaced trips wait longer than the "
-            f"driver's thrashing epoch ({d['driver'].get('uvm_perf_thrashing_epoch', '?')} ms) between trips. "
-            f"CUPTI's count of dropped records: {d.get('dropped_records', '?')}.", "",
-            "| access | trips | trip | to host (ms) | kernel (ms) | read again (ms) | CUPTI to host | CUPTI to device "
-            "| CUPTI fault groups | thrashing / throttling / remote map |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for run in d["runs"]:
-        for t in run:
-            rows.append(f"| {t['access']} | {t['spacing']} | {t['trip']} | {t['evict_ms']:.1f} | {t['kernel_ms']:.1f} "
-                        f"| {t['again_ms']:.2f} | {t['dtoh_mib']:.0f} MiB | {t['htod_mib']:.0f} MiB | "
-                        f"{t['fault_groups']} | {t['thrashing']} / {t['throttling']} / {t['remote_map']} |")
-    trips = [t for run in d["runs"] for t in run]
-    share = [t["htod_mib"] / mib for t in trips]
-    rate = [mib / 1024 / (t["again_ms"] / 1e3) for t in trips]
-    faults_later = sum(t["fault_groups"] for t in trips if t["trip"] > 0)
-    rows += ["", f"In every trip the pages were back on the GPU when its kernel ended (read again at {min(rate):.0f} "
-             f"GB/s or faster, against PCIe Gen5's 64 GB/s: none was left on the host and reached over the bus), "
-             f"yet CUPTI reported {min(share):.0%}-{max(share):.0%} of the bytes coming in, and {faults_later} fault "
-             "groups in all the trips after a buffer's first, with its thrashing, throttling and remote-map "
-             "counters at 0 and no record dropped, spaced or not. So the bytes to the device missing from the "
-             "sessions are records CUPTI lost, in this cupti-python and driver, not pages the driver chose not to "
-             "migrate."]
-    # the same script run with the newest CUPTI on PyPI at the time (cupti-python 13.4.0, its libcupti
-    # 13.4.92 preloaded in place of the device image's 13.0), on the same driver
-    newer_name = "diagnose_um_round_trips-cupti-13.4.92.json"
-    newer = result(newer_name)
-    if newer is not None:
-        trips = [t for run in newer["runs"] for t in run]
-        share = [t["htod_mib"] / mib for t in trips]
-        rows += ["", f"With the newest CUPTI on PyPI (cupti-python 13.4.0 and libcupti 13.4.92, preloaded; "
-                     f"`{newer_name}`) on the same driver: {len(trips)} trips, CUPTI saw {min(share):.0%}-"
-                     f"{max(share):.0%} of the bytes coming in. Not fixed there."]
-    return rows
+    return ["", "## The recording passes (`passes/`)", "",
+            f"Every recording behind the samples: {len(folders)} passes of `bench/gpu/record_samples.py`, a folder "
+            "each with its log (`record_samples.json`). `bench/pick_samples.py` copied each configuration's median "
+            "recording, whole, into `sample_sessions/`. The passes are kept reduced to what is read from them "
+            "(`python bench/reduce_passes.py`, run after `pick_samples.py`; run again it changes nothing): each "
+            "session's graph, plan and timeline, on which `bench/validate_simulator.py` calibrates and simulates, "
+            "and CUPTI's unified-memory counts merged to one row per kind and iteration, every total kept (the "
+            "shares above). Their kernel records, memory copies and NVML samples are dropped, and each session's "
+            "collector status says so."]
 
 
-def host_variance() -> list[str]:
-    """ResNet-50 b64 under `device`, each collector alone, in three processes
-    (bench/gpu/diagnose_host_variance.py): whether a collector makes a host-bound run vary."""
-    path = HERE / "diagnose_host_variance.jsonl"
-    if not path.exists():
+def closed_investigations() -> list[str]:
+    """The questions the retired diagnostic scripts answered, each a page in notes/ (notes/README.md)."""
+    pages = sorted(p for p in NOTES.glob("*.md") if p.name != "README.md")
+    if not pages:
         return []
-    runs = [json.loads(line) for line in path.read_text().splitlines() if line]
-    ways: dict[str, list[dict]] = {}
-    for r in runs:
-        ways.setdefault(r["way"], []).append(r)
-    rows = ["", "## A run with no paging, from run to run (`bench/gpu/diagnose_host_variance.py`)", "",
-            f"ResNet-50 b64 under `device` (host-bound: many small ops launched from Python), "
-            f"{len({r['process'] for r in runs})} processes, each running every way in turn "
-            f"{max(r['rep'] for r in runs) + 1} times:", "",
-            "| collectors | runs | median of the runs' medians | range of the runs' medians "
-            "| largest slowest/fastest iteration in a run |", "|---|---:|---:|---:|---:|"]
-    for way, rs in ways.items():
-        medians = [r["median_ms"] for r in rs]
-        rows.append(f"| {way} | {len(rs)} | {np.median(medians):.1f} ms | {min(medians):.1f}-{max(medians):.1f} ms "
-                    f"| {max(r['spread'] for r in rs):.2f} |")
-    rows += ["", "No collector, NVML's sampler thread included, moves the run by more than it varies without "
-                 "any: the variation is the host's, and it is there in one process as much as between them."]
-    return rows
+    titles = [(p, p.read_text().splitlines()[0].removeprefix("# ")) for p in pages]
+    return ["", "## Closed investigations", "",
+            "Diagnoses run on this H100 and since retired, each a page in `notes/` with its question, method, "
+            "measurements and the commit that holds its script:", "",
+            *(f"- [{title}](../../../notes/{p.name})" for p, title in titles)]
+
 
 if __name__ == "__main__":
     sys.exit(main())

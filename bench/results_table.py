@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from validate_simulator import median_ms as ms  # noqa: E402
 from validate_simulator import share  # noqa: E402
 
-from vmexplorer.policies.registry import non_default_options  # noqa: E402
+from vmexplorer.policies import non_default_options  # noqa: E402
 from vmexplorer.session import Session, load_session  # noqa: E402
 from vmexplorer.units import format_bytes  # noqa: E402
 

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 from vmexplorer.graph import build_graph
-from vmexplorer.policies import compile_plan, validate_plan
+from vmexplorer.plan.validate import validate_plan
+from vmexplorer.policies import compile_plan
 from vmexplorer.records import summarize
 from vmexplorer.simulator import H100_DEFAULT, simulate
 from vmexplorer.units import format_bytes, parse_bytes

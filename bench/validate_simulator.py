@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vmexplorer.policies.registry import non_default_options  # noqa: E402
+from vmexplorer.policies import non_default_options  # noqa: E402
 from vmexplorer.session import Session, load_session  # noqa: E402
 from vmexplorer.simulator import (
     calibrate,  # noqa: E402

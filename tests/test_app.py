@@ -17,7 +17,7 @@ import param
 import pytest
 
 from vmexplorer.appstate import DEFAULT_SAMPLE, SAMPLES, AppState
-from vmexplorer.policies import validate_plan
+from vmexplorer.plan.validate import validate_plan
 from vmexplorer.session import load_session
 from vmexplorer.timeline import comparison_figure, issue_after_at, timeline_figure
 
@@ -242,19 +242,20 @@ def test_an_edited_session_saves_and_exports_from_the_page() -> None:
 
 # --- "Run on GPU" with CPU runners in place of the GPU (VMEXPLORER_FAKE_RUNNER, read by the app); the
 # worker processes import them by name, so they are module-level functions
-def fake_gpu(config: Any, progress: Callable[[int, int, float], None], should_stop: Callable[[], bool]) -> bytes:
+def fake_gpu(request: Any, progress: Callable[[int, int, float], None], should_stop: Callable[[], bool]) -> Any:
     """The default runner with the simulator in place of the GPU, 0.05 s an iteration, stopping when asked."""
-    from vmexplorer.session import new_session, session_to_bytes
+    from vmexplorer.graph import build_graph
+    from vmexplorer.session import new_session
     from vmexplorer.simulator import H100_DEFAULT, simulate
-    from vmexplorer.worker import build_plan
 
-    graph, plan = build_plan(config)
-    for i in range(config.iterations):
+    plan = request.plan
+    graph = build_graph(*plan.key)
+    for i in range(request.iterations):
         if should_stop():
             break
         time.sleep(0.05)
-        progress(i + 1, config.iterations, 1.0 / (i + 1))
-    return session_to_bytes(new_session(graph, plan, simulate(graph, plan, H100_DEFAULT), H100_DEFAULT))
+        progress(i + 1, request.iterations, 1.0 / (i + 1))
+    return new_session(graph, plan, simulate(graph, plan, H100_DEFAULT), H100_DEFAULT)
 
 
 def fake_raise(config: Any, progress: Callable[[int, int, float], None], should_stop: Callable[[], bool]) -> bytes:
@@ -293,10 +294,10 @@ def test_a_gpu_run_is_queued_then_runs_with_progress_then_opens_its_session(monk
     move = first.state.moves[0]
     assert first.state.drag("prefetch", move.tensor, move.offload_after + 1), first.state.message
     edited = list(first.state.moves)
-    config = first.run_config()
-    assert config.policy == "manual" and config.options == {} and len(config.moves) == len(edited)
-    assert config.iterations == 5 and config.image_size == first.state.session.graph.image_size
-    assert second.run_config().policy == "autovm" and second.run_config().moves == []
+    request = first.run_request()
+    assert request.plan is first.state.session.plan and list(request.plan.moves) == edited  # compiled once
+    assert request.plan.policy == "manual" and request.iterations == 5
+    assert second.run_request().plan is second.state.session.plan
     first.run_iterations.value = 40
     first.run_gpu.clicks += 1
     assert first.job is not None and first.run_gpu.disabled and first.run_cancel.visible
@@ -462,8 +463,8 @@ def opening(monkeypatch: pytest.MonkeyPatch, session: Any) -> None:
 
 def crafted(policy: str = "autovm", options: dict[str, Any] | None = None) -> Any:
     s = load_session(SAMPLES / DEFAULT_SAMPLE)
-    return dataclasses.replace(s, plan=dataclasses.replace(s.plan, policy=policy,
-                                                           options=s.plan.options if options is None else options))
+    config = dataclasses.replace(s.plan.config, policy=policy, options=s.plan.options if options is None else options)
+    return dataclasses.replace(s, plan=dataclasses.replace(s.plan, config=config))
 
 
 def test_a_session_of_a_policy_the_page_has_no_knobs_for_is_not_half_drawn(monkeypatch: pytest.MonkeyPatch) -> None:

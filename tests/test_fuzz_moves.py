@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from vmexplorer.cli import plan_doc
 from vmexplorer.graph import Graph, build_graph
 from vmexplorer.plan import Move, Plan, PlanError
-from vmexplorer.policies.registry import MAX_MOVES_FILE_BYTES, compile_plan, parse_moves
+from vmexplorer.plan.moves import MAX_MOVES_FILE_BYTES, parse_moves
+from vmexplorer.policies import compile_plan
 
 GRAPH = build_graph("alexnet", 8)
 N_OPS, N_TENSORS = len(GRAPH.ops), len(GRAPH.tensors)

@@ -9,8 +9,10 @@ from hypothesis import strategies as st
 
 from vmexplorer.graph import Kind, Phase, build_graph
 from vmexplorer.plan import Direction, Mode, Move, Origin, PlanError
+from vmexplorer.plan.moves import load_moves
 from vmexplorer.plan.residency import next_use
-from vmexplorer.policies.registry import POLICIES, compile_plan, load_moves, validate_plan
+from vmexplorer.plan.validate import validate_plan
+from vmexplorer.policies import POLICIES, compile_plan
 
 SMALL = [("alexnet", 96), ("vgg11", 32), ("vgg16", 32), ("resnet18", 32), ("resnet50", 32)]
 
@@ -216,7 +218,7 @@ def test_validation_catches_a_plan_over_capacity():
     g = graph("resnet18", 16, 64)
     plan = compile_plan(g, g.footprint // 2, "uvm")
     with pytest.raises(PlanError, match="above the capacity"):
-        validate_plan(g, replace(plan, capacity=plan.capacity // 2))
+        validate_plan(g, replace(plan, config=replace(plan.config, capacity=plan.capacity // 2)))
 
 
 def test_validation_refuses_a_plan_of_another_model_or_batch():

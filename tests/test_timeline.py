@@ -144,7 +144,8 @@ def test_several_iterations_draw_side_by_side(session: Session) -> None:
 def test_names_from_a_shared_file_cannot_inject_html(session: Session) -> None:
     evil = "<script>alert(1)</script>"
     s = dataclasses.replace(session, graph=dataclasses.replace(session.graph, model=evil),
-                            plan=dataclasses.replace(session.plan, model=evil, policy=evil))
+                            plan=dataclasses.replace(session.plan, config=dataclasses.replace(
+                                session.plan.config, model=evil, policy=evil)))
     text = summary_table(s).text
     assert "<script>" not in text and "&lt;script&gt;" in text
 

@@ -9,27 +9,36 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from vmexplorer.worker import RunConfig, RunQueue, build_plan, gpu_available
+from vmexplorer.config import Config
+from vmexplorer.graph import build_graph
+from vmexplorer.plan import Plan
+from vmexplorer.policies import compile_plan
+from vmexplorer.worker import RunQueue, RunRequest, gpu_available
 
-CONFIG = RunConfig("alexnet", 2, 64, 0, "uvm", {}, [], 3)  # capacity 0 here: the runners below ignore it
+
+def request(model: str, iterations: int = 3) -> RunRequest:
+    """A run the CPU runners below read only the model name and the iterations of."""
+    return RunRequest(Plan(Config(model, 2, 64, 1, "uvm"), (), (), 0), iterations)
 
 
-def simulated(config: RunConfig, progress: Callable[[int, int, float], None],
-              should_stop: Callable[[], bool]) -> bytes:
+def simulated(request: RunRequest, progress: Callable[[int, int, float], None],
+              should_stop: Callable[[], bool]) -> Any:
     """What the default runner does, with the simulator in place of the GPU."""
-    from vmexplorer.session import new_session, session_to_bytes
+    from vmexplorer.session import new_session
     from vmexplorer.simulator import H100_DEFAULT, simulate
 
-    graph, plan = build_plan(config)
-    for i in range(config.iterations):
-        progress(i + 1, config.iterations, 1.0 / (i + 1))
-    return session_to_bytes(new_session(graph, plan, simulate(graph, plan, H100_DEFAULT), H100_DEFAULT))
+    plan = request.plan
+    graph = build_graph(*plan.key)
+    for i in range(request.iterations):
+        progress(i + 1, request.iterations, 1.0 / (i + 1))
+    return new_session(graph, plan, simulate(graph, plan, H100_DEFAULT), H100_DEFAULT)
 
 
-def slow(config: RunConfig, progress: Callable[[int, int, float], None], should_stop: Callable[[], bool]) -> bytes:
+def slow(config: RunRequest, progress: Callable[[int, int, float], None], should_stop: Callable[[], bool]) -> bytes:
     """One iteration per 0.1 s, stopping when asked, as the executor does."""
     for i in range(config.iterations):
         if should_stop():
@@ -39,7 +48,7 @@ def slow(config: RunConfig, progress: Callable[[int, int, float], None], should_
     return b"partial"
 
 
-def stubborn(config: RunConfig, progress: Callable[[int, int, float], None],
+def stubborn(config: RunRequest, progress: Callable[[int, int, float], None],
              should_stop: Callable[[], bool]) -> bytes:
     """A hung run: never looks at should_stop."""
     progress(1, config.iterations, 1.0)
@@ -47,21 +56,17 @@ def stubborn(config: RunConfig, progress: Callable[[int, int, float], None],
     return b""
 
 
-def by_model(config: RunConfig, progress: Callable[[int, int, float], None],
+def by_model(config: RunRequest, progress: Callable[[int, int, float], None],
              should_stop: Callable[[], bool]) -> bytes:
     """The model name says what to do: crash, segfault, raise, or finish at once."""
-    if config.model == "exit":
+    if config.plan.model == "exit":
         os._exit(1)
-    if config.model == "segv":
+    if config.plan.model == "segv":
         os.kill(os.getpid(), signal.SIGSEGV)
-    if config.model == "raise":
+    if config.plan.model == "raise":
         raise ValueError("cuDNN said no")
     progress(1, 1, 0.5)
     return f"ran in {os.getpid()}".encode()
-
-
-def _config(model: str, iterations: int = 3) -> RunConfig:
-    return CONFIG._replace(model=model, iterations=iterations)
 
 
 def _until(check: Callable[[], bool], timeout: float = 15.0) -> None:
@@ -71,36 +76,20 @@ def _until(check: Callable[[], bool], timeout: float = 15.0) -> None:
         time.sleep(0.02)
 
 
-def test_results_come_back_as_session_bytes_that_load() -> None:
-    from vmexplorer.session import session_from_bytes
-
+def test_the_plan_sent_is_the_plan_run_and_its_session_comes_back() -> None:
+    graph = build_graph("alexnet", 2, 64)
+    capacity = (graph.min_capacity[0] + graph.footprint) // 2
+    plan = compile_plan(graph, capacity, "autovm", {"prefetch_distance": 2})
     with RunQueue(runner=simulated) as q:
-        graph, _ = build_plan(CONFIG._replace(capacity_bytes=1 << 40))
-        capacity = (graph.min_capacity[0] + graph.footprint) // 2
-        config = ("alexnet", 2, 64, capacity, "autovm", {"prefetch_distance": 2}, [], 4)
-        job = q.submit(config)
-        st = q.wait(job, 30)
+        st = q.wait(q.submit((plan, 4)), 30)
         assert st.state == "done", st.message
         assert (st.iteration, st.iterations, st.loss) == (4, 4, 0.25)
-        session = session_from_bytes(st.result or b"")
-        assert (session.plan.model, session.plan.policy, session.plan.capacity) == \
-            ("alexnet", "autovm", capacity)
-        assert session.plan.options["prefetch_distance"] == 2
-
-
-def test_manual_moves_reach_the_plan() -> None:
-    graph, _ = build_plan(CONFIG._replace(capacity_bytes=1 << 40))
-    uses = {t: sorted({x.producer, *x.consumers}) for t, x in enumerate(graph.tensors) if not x.persistent}
-    t, first, last = next((t, a, b) for t, u in uses.items() for a, b in zip(u, u[1:]) if b - a >= 2)
-    config = CONFIG._replace(capacity_bytes=graph.footprint, policy="manual",
-                             moves=[(graph.tensors[t].name, graph.ops[first].name, graph.ops[last - 1].name)])
-    _, plan = build_plan(config)
-    assert [(m.tensor, m.offload_after, m.prefetch_after) for m in plan.moves] == [(t, first, last - 1)]
+        assert st.result.plan == plan  # the worker compiles nothing of its own
 
 
 def test_jobs_run_in_order_one_at_a_time_with_positions_and_progress() -> None:
     with RunQueue(runner=slow) as q:
-        a, b, c = q.submit(_config("a", 4)), q.submit(_config("b", 2)), q.submit(_config("c", 1))
+        a, b, c = q.submit(request("a", 4)), q.submit(request("b", 2)), q.submit(request("c", 1))
         assert q.status(c).state == "queued" and q.status(c).queue_position in (2, 3)
         _until(lambda: q.status(a).iteration >= 1)
         sa, sb, sc = q.status(a), q.status(b), q.status(c)
@@ -118,7 +107,7 @@ def test_jobs_run_in_order_one_at_a_time_with_positions_and_progress() -> None:
 
 def test_cancel_a_queued_and_a_running_job() -> None:
     with RunQueue(runner=slow, grace_s=5) as q:
-        a, b = q.submit(_config("a", 200)), q.submit(_config("b", 1))
+        a, b = q.submit(request("a", 200)), q.submit(request("b", 1))
         assert q.cancel(b) is True
         sb = q.status(b)
         assert sb.state == "cancelled" and sb.queue_position is None and "before it started" in sb.message
@@ -128,13 +117,13 @@ def test_cancel_a_queued_and_a_running_job() -> None:
         assert sa.state == "cancelled" and sa.iteration < 200, sa
         assert q.cancel(a) is False  # already over
         # the same worker goes on with the next run
-        c = q.submit(_config("c", 1))
+        c = q.submit(request("c", 1))
         assert q.wait(c, 10).state == "done"
 
 
 def test_a_run_that_ignores_cancel_is_terminated_after_the_grace_period() -> None:
     with RunQueue(runner=stubborn, grace_s=0.3) as q:
-        a = q.submit(_config("a"))
+        a = q.submit(request("a"))
         _until(lambda: q.status(a).iteration == 1)
         q.cancel(a)
         st = q.wait(a, 10)
@@ -143,13 +132,13 @@ def test_a_run_that_ignores_cancel_is_terminated_after_the_grace_period() -> Non
 
 def test_a_hung_run_times_out_as_failed() -> None:
     with RunQueue(runner=stubborn, timeout_s=0.5) as q:
-        st = q.wait(q.submit(_config("a")), 10)
+        st = q.wait(q.submit(request("a")), 10)
         assert st.state == "failed" and "longer than 0.5 s" in st.message
 
 
 def test_crashes_and_errors_fail_the_job_and_the_queue_goes_on() -> None:
     with RunQueue(runner=by_model) as q:
-        jobs = [q.submit(_config(m)) for m in ("ok", "exit", "segv", "raise", "ok")]
+        jobs = [q.submit(request(m)) for m in ("ok", "exit", "segv", "raise", "ok")]
         ok1, exited, segv, raised, ok2 = (q.wait(j, 30) for j in jobs)
         assert ok1.state == "done" and ok2.state == "done"
         assert exited.state == "failed" and "exited with status 1" in exited.message
@@ -163,20 +152,20 @@ def test_crashes_and_errors_fail_the_job_and_the_queue_goes_on() -> None:
 def test_submit_checks_and_closes() -> None:
     q = RunQueue(runner=slow)
     with pytest.raises(ValueError, match="iterations"):
-        q.submit(_config("a", 0))
-    a, b = q.submit(_config("a", 100)), q.submit(_config("b"))
+        q.submit(request("a", 0))
+    a, b = q.submit(request("a", 100)), q.submit(request("b"))
     _until(lambda: q.status(a).state == "running")
     q.close()
     assert q.status(a).state == "cancelled" and q.status(b).state == "cancelled"
     with pytest.raises(RuntimeError, match="closed"):
-        q.submit(_config("c"))
+        q.submit(request("c"))
     with pytest.raises(KeyError):
         q.status(99)
 
 
 def test_one_run_at_a_time_per_gpu() -> None:
     with RunQueue(runner=slow, devices=(0, 1)) as q:
-        a, b, c = q.submit(_config("a", 100)), q.submit(_config("b", 100)), q.submit(_config("c", 1))
+        a, b, c = q.submit(request("a", 100)), q.submit(request("b", 100)), q.submit(request("c", 1))
         _until(lambda: q.status(a).iteration >= 1 and q.status(b).iteration >= 1)
         assert {q.status(a).gpu, q.status(b).gpu} == {0, 1}
         assert (q.status(c).state, q.status(c).queue_position) == ("queued", 1)
@@ -218,9 +207,9 @@ def test_a_gpu_run_longer_than_a_session_holds_is_refused_before_the_gpu_works()
     from vmexplorer.session.files import iterations_that_fit
     from vmexplorer.worker import run_on_gpu
 
-    config = RunConfig("resnet152", 8, 224, 2**30, "uvm", {}, [], 10_000)
-    graph, plan = build_plan(config)
+    graph = build_graph("resnet152", 8, 224)
+    plan = compile_plan(graph, 2**30, "uvm")
     fit = iterations_that_fit(graph, plan)
-    assert 0 < fit < config.iterations
+    assert 0 < fit < 10_000
     with pytest.raises(ValueError, match=f"would not fit in one session: ask for at most {fit - 1}"):
-        run_on_gpu(config, lambda *_: None, lambda: False)  # raises before CuPy is imported: no GPU here
+        run_on_gpu(RunRequest(plan, 10_000), lambda *_: None, lambda: False)  # raises before CuPy is imported

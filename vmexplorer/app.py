@@ -112,11 +112,21 @@ class AppView:
         self.state = state or AppState()
         if self.state.session is None and not self.state.load_sample():
             self.state.simulate_config("vgg19", 64, "50%", "autovm")
-        s = self.state
-        # --- messages
+        self._message_widgets()
+        self._session_widgets()
+        self._config_widgets()
+        self._run_widgets()
+        self._timeline_widgets()
+        self._compare_widgets()
+        self._wire()
+
+    def _message_widgets(self) -> None:
+        """The status line and the alert every problem goes to."""
         self.alert = TextAlert(visible=False, sizing_mode="stretch_width")
         self.info = Text(sizing_mode="stretch_width", styles={"font-style": "italic"})
-        # --- session: open, save, export
+
+    def _session_widgets(self) -> None:
+        """Open, save and export."""
         self.sample = _w(pn.widgets.Select, "Sample session", options=samples())
         self.open_sample = _w(pn.widgets.Button, "Open sample", button_type="primary")
         self.upload = pn.widgets.FileInput(accept=".vms,.gz", multiple=False)
@@ -126,7 +136,9 @@ class AppView:
                                             label="Export HTML")
         self.trace = pn.widgets.FileDownload(callback=self._trace_bytes, filename="session.trace.json",
                                              label="Export Chrome trace")
-        # --- configuration
+
+    def _config_widgets(self) -> None:
+        """Model, batch, capacity, policy and its knobs."""
         self.model = _w(pn.widgets.Select, "Model", options=list(MODELS))
         self.batch = _w(pn.widgets.IntInput, "Batch", start=1, value=64)
         self.capacity = _w(pn.widgets.TextInput, "Capacity (bytes, e.g. 3GiB, or % of the footprint)",
@@ -136,6 +148,9 @@ class AppView:
         self.policy_help = Text(styles={"font-size": "0.85em"})
         self.knobs = pn.Column()
         self.knob_widgets: dict[str, Any] = {}
+
+    def _run_widgets(self) -> None:
+        """Simulate, and the GPU run with its progress and cancel."""
         self.simulate = _w(pn.widgets.Button, "Simulate", button_type="primary")
         self.run_iterations = _w(pn.widgets.IntInput, "GPU run: iterations", start=1, end=1000, value=5)
         self.run_gpu = _w(pn.widgets.Button, "Run on GPU", button_type="primary")
@@ -147,7 +162,9 @@ class AppView:
         self.job: int | None = None  # the GPU run this page waits for
         self._poller: Any = None
         self._draw_gpu_reason()
-        # --- the timeline and editing
+
+    def _timeline_widgets(self) -> None:
+        """The timeline, its summary and the marker editor."""
         self.x_axis = _w(pn.widgets.RadioButtonGroup, "x axis", options=["op", "time"], value="op")
         # a measured session holds several iterations; one at a time keeps pan and zoom light
         self.iteration = _w(pn.widgets.Select, "Iteration shown", options=[ALL_ITERATIONS], width=170)
@@ -164,7 +181,9 @@ class AppView:
         self.tensors = pn.widgets.Tabulator(disabled=True, show_index=False, selectable=1, height=300,
                                             sizing_mode="stretch_width", pagination=None)
         self.toggle = _w(pn.widgets.Button, "Add / remove the selected tensor's offload")
-        # --- comparison
+
+    def _compare_widgets(self) -> None:
+        """A second session beside the shown one."""
         self.compare_pick = _w(pn.widgets.Select, "Compare the shown session (A) with (B)",
                                               options=[BEFORE_EDITS, *samples()])
         self.compare_upload = pn.widgets.FileInput(accept=".vms,.gz", multiple=False)
@@ -179,6 +198,9 @@ class AppView:
         self.tabs = pn.Tabs(dynamic=False, sizing_mode="stretch_width")
         self.compare_twin = _w(pn.widgets.Button, "Compare with the measured uvm run", button_type="primary")
 
+    def _wire(self) -> None:
+        """What each widget does, and what the page redraws when the state changes."""
+        s = self.state
         self.open_sample.on_click(lambda *_: self._act(s.load_sample, self.sample.value))
         self.upload.param.watch(self._on_upload, "value")
         self.simulate.on_click(self._on_simulate)
@@ -277,28 +299,21 @@ class AppView:
             except Exception:  # already ended and forgotten
                 pass
 
-    def run_config(self) -> worker.RunConfig | None:
-        """The shown plan as a GPU run: a manual plan with the moves as edited, else the policy and its
-        options as planned."""
+    def run_request(self) -> worker.RunRequest | None:
+        """The shown plan as a GPU run, as edited: the plan itself, compiled once when it was shown."""
         s = self.state.session
-        if s is None:
-            return None
-        p, g = s.plan, s.graph
-        edited = p.policy == "manual"
-        moves = [(mv.tensor, mv.offload_after, mv.prefetch_after) for mv in self.state.moves] if edited else []
-        return worker.RunConfig(p.model, p.batch, g.image_size, p.capacity, p.policy,
-                                {} if edited else dict(p.options), moves, int(self.run_iterations.value or 5))
+        return None if s is None else worker.RunRequest(s.plan, int(self.run_iterations.value or 5))
 
     def _on_run(self, _: Any) -> None:
         if self.job is not None:
             self.state.fail("a GPU run of this page is under way: wait for it or cancel it")
             return
-        config = self.run_config()
-        if config is None:
+        request = self.run_request()
+        if request is None:
             self.state.fail("nothing to run: load or simulate a session first")
             return
         try:
-            self.job = run_queue().submit(config)
+            self.job = run_queue().submit(request)
         except Exception as e:  # a closed queue, a bad iteration count: say it, keep the state
             self.state.fail(f"the GPU run could not be queued ({type(e).__name__}): {e}")
             return
@@ -306,7 +321,7 @@ class AppView:
         self.run_gpu.disabled = True
         self.run_cancel.visible = True
         self.run_progress.visible = True
-        self.run_progress.value, self.run_progress.max = 0, max(1, config.iterations)
+        self.run_progress.value, self.run_progress.max = 0, max(1, request.iterations)
         self.run_note.object = "queued"
         self._start_polling()
 
@@ -357,7 +372,7 @@ class AppView:
         self._end_run()
         if st.state == "done" and st.result is not None:
             name = f"GPU run {st.job_id}"
-            self._act(self.state.load, st.result, name)
+            self._act(self.state.show_measured, st.result, name)
             if not self.state.message:
                 self.state.status = f"the GPU run finished ({st.message}); showing its measured session"
                 self.run_note.object = f"done: {st.message}"
@@ -593,6 +608,8 @@ def _knob(name: str, opt: OptionSpec, value: Any) -> Any:
     label = f"{name.replace('_', ' ')}: {opt.help}"
     if opt.choices:
         return _w(pn.widgets.Select, label, options=list(opt.choices), value=value)
+    if opt.type is bool:  # a text box would hand the policy "False", which bool() reads as True
+        return _w(pn.widgets.Checkbox, label, value=bool(value))
     if opt.type is int:
         return _w(pn.widgets.IntInput, label, value=int(value), start=opt.minimum)
     if opt.type is float:

@@ -24,7 +24,8 @@ import param
 from .graph import Graph, GraphError, build_graph
 from .plan import Move, PlanError
 from .plan.residency import next_use
-from .policies.registry import POLICIES, compile_plan, non_default_options, reuse_gaps
+from .policies import POLICIES, compile_plan, non_default_options
+from .policies.common import reuse_gaps
 from .session import Session, SessionError, load_session, new_session, session_from_bytes
 from .session.compare import align_op_times
 from .simulator import H100_DEFAULT, CostModel, calibrate, simulate
@@ -75,6 +76,19 @@ class AppState(param.Parameterized):
         """Open a session file (a path) or an upload (bytes); False and `message` if it is not one."""
         try:
             session, label = _open(source, name)
+        except (SessionError, PlanError, ValueError) as e:
+            return self.fail(str(e))
+        return self._open_shown(session, label)
+
+    def show_measured(self, session: Session, name: str) -> bool:
+        """Show the session a GPU run of this page measured. It comes from the app's own worker, which
+        ran the plan this page compiled and the executor checked, so it is not read back from a file."""
+        if not isinstance(session, Session):
+            return self.fail(f"{name} returned no session")
+        return self._open_shown(session, name)
+
+    def _open_shown(self, session: Session, label: str) -> bool:
+        try:
             cost = self._cost_for(session)
         except (SessionError, PlanError, ValueError) as e:
             return self.fail(str(e))
@@ -94,10 +108,9 @@ class AppState(param.Parameterized):
         try:
             graph = build_graph(model, int(batch))
             capacity = parse_bytes(capacity_text, graph.footprint)
-            if policy == "manual":
-                plan = compile_plan(graph, capacity, "manual", moves=self._moves_for(graph))
-            else:
-                plan = compile_plan(graph, capacity, policy, dict(options or {}))
+            spec = POLICIES.get(policy)  # a policy that plans a person's moves plans the ones shown
+            moves = self._moves_for(graph) if spec is not None and spec.takes_moves else []
+            plan = compile_plan(graph, capacity, policy, dict(options or {}), moves)
             cost = self.cost_model if self._same_graph(graph) else H100_DEFAULT
             session = new_session(graph, plan, simulate(graph, plan, cost), cost,
                                   notes=[f"simulated in the app with {cost.name}"])

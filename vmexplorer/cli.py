@@ -245,9 +245,11 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     return {"path": str(args.out), "config": _config(session.plan), "summary": session.summary}
 
 
-def _collector_parts(text: str) -> tuple[str, ...]:
+def _collector_parts(text: str | None) -> tuple[str, ...]:
     from .engine.executor import COLLECTOR_PARTS
 
+    if text is None:  # the default: every part
+        return COLLECTOR_PARTS
     parts = tuple(p.strip() for p in text.split(",") if p.strip())
     unknown = [p for p in parts if p not in COLLECTOR_PARTS]
     if unknown or not parts:
@@ -297,7 +299,7 @@ def _read_moves(graph: Graph, path: Path) -> list[Any]:
     import stat
 
     from .plan import PlanError
-    from .policies.registry import MAX_MOVES_FILE_BYTES, parse_moves
+    from .plan.moves import MAX_MOVES_FILE_BYTES, parse_moves
     from .units import format_bytes
 
     with open(path, "rb") as f:
@@ -599,7 +601,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time every cuDNN plan once per shape and keep the fastest (like cudnn.benchmark)")
     p.add_argument("--progress", action="store_true", help="print each iteration's loss on stderr")
     p.add_argument("--no-collectors", action="store_true", help="record without CUPTI and NVML")
-    p.add_argument("--collectors", default="kernels,migrations,faults,memcpy,nvml", metavar="PARTS",
+    p.add_argument("--collectors", metavar="PARTS",
                    help="what to collect, comma-separated (default: all): kernels, migrations (bytes each way), "
                         "faults (GPU page-fault records), memcpy (explicit copies), nvml; counting unified "
                         "memory (migrations, faults) is what slows a paging run")
@@ -624,7 +626,8 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     import argparse
     from pathlib import Path
 
-    from .policies.registry import MAX_MOVES_FILE_BYTES, POLICIES
+    from .plan.moves import MAX_MOVES_FILE_BYTES
+    from .policies import POLICIES
     from .units import format_bytes
 
     _graph_args(p)
@@ -633,9 +636,10 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                         "of the footprint")
     p.add_argument("--policy", required=True, choices=list(POLICIES), metavar="P",
                    help="; ".join(f"{n}: {s.summary}" for n, s in POLICIES.items()).replace("%", "%%"))
+    takers = " or ".join(f"--policy {name}" for name, spec in POLICIES.items() if spec.takes_moves)
     p.add_argument("--moves", type=Path, metavar="FILE",
                    help='manual plan, JSON {"moves": [{"tensor", "offload_after", "prefetch_after"}]} '
-                        f"(--policy manual; at most {format_bytes(MAX_MOVES_FILE_BYTES)})")
+                        f"({takers}; at most {format_bytes(MAX_MOVES_FILE_BYTES)})")
     group = p.add_argument_group("policy options (each belongs to the policy named in its help)")
     seen: set[str] = set()
     for policy, spec in POLICIES.items():

@@ -1,16 +1,17 @@
 """GPU runs for the app, in worker processes: queued, one at a time per GPU, cancellable, crash-proof.
 
-The Panel server never imports CuPy. `RunQueue.submit(config)` queues a run; one thread per GPU hands
+The Panel server never imports CuPy. `RunQueue.submit(request)` queues a run; one thread per GPU hands
 the runs, in order, to a worker process of its own (multiprocessing's 'spawn' context, so CUDA only ever
-initialises in the worker). The worker reports progress over a pipe and sends back the session file's
-bytes. If the worker dies (a segfault, a CUDA error that aborts, a hang that had to be killed) its job is
+initialises in the worker). The worker reports progress over a pipe and sends back the measured
+session. If the worker dies (a segfault, a CUDA error that aborts, a hang that had to be killed) its job is
 `failed` with a message saying so, and the next job starts a fresh worker: the server carries on.
 
 `cancel(job_id)` drops a queued job; for a running one it sets the worker's stop flag (the executor's
 `should_stop`, checked between iterations) and, if the run has not stopped after `grace_s`, terminates
-the worker. The runner, the function a worker calls, is injectable: the default builds the graph,
-compiles the plan, runs `engine.executor.execute` and returns `session_to_bytes(new_session(...))`;
-tests use CPU runners that sleep, raise or crash.
+the worker. The runner, the function a worker calls, is injectable: the default builds the graph of the plan
+it is given (the plan the page shows, compiled once, when it was made), runs `engine.executor.execute`,
+whose check is the one this plan gets, and returns the measured `Session`; tests use CPU runners that
+sleep, raise or crash.
 
 The server should use `shared_queue()`, one queue for all its browser sessions. `gpu_available()`
 says whether CuPy and a GPU are there without importing CuPy here: it asks a short subprocess, once,
@@ -33,23 +34,21 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+
+if TYPE_CHECKING:
+    from .plan import Plan
+    from .session import Session
 
 State = Literal["queued", "running", "done", "failed", "cancelled"]
 Progress = Callable[[int, int, float], None]
-Runner = Callable[["RunConfig", Progress, Callable[[], bool]], "bytes | None"]
+Runner = Callable[["RunRequest", Progress, Callable[[], bool]], Any]
 
 
-class RunConfig(NamedTuple):
-    """What to run: a plain tuple in this order works as well."""
+class RunRequest(NamedTuple):
+    """What to run: a compiled plan (its config says the model and the capacity) for some iterations."""
 
-    model: str
-    batch: int
-    image_size: int
-    capacity_bytes: int
-    policy: str
-    options: dict[str, Any]
-    moves: Sequence[tuple[str | int, str | int, str | int | None]]  # (tensor, offload_after, prefetch_after)
+    plan: Plan
     iterations: int
 
 
@@ -62,38 +61,30 @@ class JobStatus:
     iterations: int  # how many the run makes (warm-up included, once the runner has said)
     loss: float | None  # the last iteration's
     message: str  # what happened, in a sentence; the error when failed
-    result: bytes | None = field(default=None, repr=False)  # the session file's bytes, when done
+    result: Any = field(default=None, repr=False)  # what the runner returned (the default's: a Session)
     gpu: int | None = None  # the device it ran (or runs) on
 
 
 # --- the default runner: runs in the worker process ------------------------------------------------
-def build_plan(config: RunConfig) -> tuple[Any, Any]:
-    """The graph and plan of a config (CPU only; the app may call it to check a config before queueing)."""
-    from .graph import build_graph
-    from .policies.registry import compile_plan, load_moves
-
-    graph = build_graph(config.model, config.batch, config.image_size)
-    moves = load_moves(graph, [{"tensor": t, "offload_after": o, "prefetch_after": p}
-                               for t, o, p in config.moves]) if config.moves else ()
-    return graph, compile_plan(graph, config.capacity_bytes, config.policy, dict(config.options), moves)
-
-
-def run_on_gpu(config: RunConfig, progress: Progress, should_stop: Callable[[], bool]) -> bytes:
-    """Build, compile, execute, and return the session file's bytes."""
+def run_on_gpu(request: RunRequest, progress: Progress, should_stop: Callable[[], bool]) -> Session:
+    """Run the plan on the GPU and return its measured session."""
     from .engine.executor import RunSettings, execute, measured_session
-    from .session.files import iterations_that_fit, session_to_bytes
+    from .graph import build_graph
+    from .session.files import iterations_that_fit
 
-    graph, plan = build_plan(config)
-    settings = RunSettings(iterations=config.iterations)
+    plan, iterations = request
+    graph = build_graph(*plan.key)
+    settings = RunSettings(iterations=iterations)
     fit = iterations_that_fit(graph, plan)
-    if config.iterations + settings.counted > fit:  # refused before the GPU works, not after
-        raise ValueError(f"{config.iterations} iterations of this plan would not fit in one session: ask for at "
+    if iterations + settings.counted > fit:  # refused before the GPU works, not after
+        raise ValueError(f"{iterations} iterations of this plan would not fit in one session: ask for at "
                          f"most {fit - settings.counted}")
     result = execute(graph, plan, settings, progress=progress,
                      should_stop=should_stop)
     if not result.losses:
         raise RuntimeError("the run stopped before it recorded an iteration")
-    return session_to_bytes(measured_session(graph, plan, result, where=" from the app"))
+    session: Session = measured_session(graph, plan, result, where=" from the app")
+    return session
 
 
 def _worker_main(conn: Any, stop: Any, device: int | None) -> None:
@@ -108,13 +99,13 @@ def _worker_main(conn: Any, stop: Any, device: int | None) -> None:
             return
         if msg is None:
             return
-        job_id, config, runner = msg
+        job_id, request, runner = msg
 
         def progress(i: int, n: int, loss: float, job_id: int = job_id) -> None:
             conn.send(("progress", job_id, int(i), int(n), float(loss)))
 
         try:
-            result = runner(RunConfig(*config), progress, stop.is_set)
+            result = runner(RunRequest(*request), progress, stop.is_set)
         except Exception as e:
             text = " ".join(str(e).split())
             conn.send(("failed", job_id, f"{type(e).__name__}: {text}" if text else type(e).__name__))
@@ -124,13 +115,13 @@ def _worker_main(conn: Any, stop: Any, device: int | None) -> None:
 
 # --- the server side -------------------------------------------------------------------------------
 class _Job:
-    def __init__(self, job_id: int, config: RunConfig, runner: Runner) -> None:
-        self.id, self.config, self.runner = job_id, config, runner
+    def __init__(self, job_id: int, request: RunRequest, runner: Runner) -> None:
+        self.id, self.request, self.runner = job_id, request, runner
         self.state: State = "queued"
-        self.iteration, self.iterations = 0, config.iterations
+        self.iteration, self.iterations = 0, request.iterations
         self.loss: float | None = None
         self.message = "waiting for the GPU"
-        self.result: bytes | None = None
+        self.result: Any = None
         self.gpu: int | None = None
         self.cancel_requested = False
 
@@ -192,7 +183,7 @@ class _Slot:
             self._start_worker()
         self.stop.clear()
         conn, proc = self.conn, self.proc  # kill_worker (from close) may clear the attributes meanwhile
-        conn.send((job.id, tuple(job.config), job.runner))
+        conn.send((job.id, tuple(job.request), job.runner))
         started, deadline = time.monotonic(), None
         while True:
             try:
@@ -262,7 +253,7 @@ class RunQueue:
     """GPU runs, queued and run one at a time per GPU in worker processes. Thread-safe.
 
     devices: the GPUs to use, one worker each (None: let CUDA pick, as one GPU). runner: what a worker
-    calls with (RunConfig, progress, should_stop); it must be picklable (a module-level function).
+    calls with (RunRequest, progress, should_stop); it must be picklable (a module-level function).
     grace_s: how long a cancelled run may take to stop before its worker is terminated. timeout_s: a
     run longer than this is taken for a hang and its worker terminated (None: no limit).
     """
@@ -287,9 +278,9 @@ class RunQueue:
         for s in self._slots:
             s.thread.start()
 
-    def submit(self, config: RunConfig | Sequence[Any]) -> int:
+    def submit(self, request: RunRequest | Sequence[Any]) -> int:
         """Queue a run; returns its job id."""
-        cfg = RunConfig(*config)
+        cfg = RunRequest(*request)
         if not isinstance(cfg.iterations, int) or cfg.iterations < 1:
             raise ValueError(f"iterations must be a whole number from 1, not {cfg.iterations!r}")
         with self._cond:
@@ -346,7 +337,7 @@ class RunQueue:
         return self.status(job_id)
 
     def forget(self, job_id: int) -> None:
-        """Drop an ended job (and its result bytes) from memory."""
+        """Drop an ended job (and its result) from memory."""
         with self._cond:
             job = self._jobs.get(job_id)
             if job is not None and job.state not in ("queued", "running"):
@@ -376,7 +367,7 @@ class RunQueue:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _finish(self, job: _Job, state: State, message: str, result: bytes | None = None) -> None:
+    def _finish(self, job: _Job, state: State, message: str, result: Any = None) -> None:
         with self._cond:
             if job.state in ("done", "failed", "cancelled"):
                 return

@@ -17,8 +17,9 @@ samples' iteration times carry no counting cost and the README's results table i
 
 The samples in the repo come from fifteen passes (`--iterations 8 --out bench/results/h100/passes/passN`,
 N = 1..15, on the device; an odd number, so each median is a recording), then, on any machine,
-`bench/pick_samples.py` (each configuration's median recording into sample_sessions/) and
-`bench/calibrate_samples.py`.
+`bench/pick_samples.py` (each configuration's median recording into sample_sessions/),
+`bench/calibrate_samples.py`, and `bench/reduce_passes.py` (the passes without the records nothing
+reads from them).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import pytest
 from vmexplorer.graph import build_graph
 from vmexplorer.plan import Direction, Mode
 from vmexplorer.policies import compile_plan
-from vmexplorer.records.collected import collected_summary
+from vmexplorer.records.collected import PARTS, collected_summary
 from vmexplorer.session import new_session
 from vmexplorer.worker import gpu_available
 
@@ -76,6 +76,9 @@ def test_demand_paging_takes_faults_and_autovm_far_fewer() -> None:
         graph, plan = _half(policy, "resnet18", 32, 224)
         result = execute(graph, plan, RunSettings(iterations=2, warmup=1, collectors=("faults",)))
         faults[policy] = int(collected_summary(result.timeline, result.collected)["fault_groups"])
+        # every other part is named switched off, each by its status entry in the parts table
+        off = {s.name for s in result.collected.status if not s.available and "switched off" in s.reason}
+        assert off == {p.status for p in PARTS if p.name != "faults"}
         planned = sum(m.nbytes for m in plan.memops if m.mode is Mode.FAULT)
         _record(f"fault groups, resnet18 b32 224px {policy} 50%", {"fault_groups": faults[policy],
                                                                     "plan_fault_bytes": planned})

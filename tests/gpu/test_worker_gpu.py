@@ -7,8 +7,9 @@ import time
 import pytest
 
 from vmexplorer.graph import build_graph
-from vmexplorer.session import session_from_bytes
-from vmexplorer.worker import RunConfig, RunQueue, gpu_available, run_on_gpu
+from vmexplorer.policies import compile_plan
+from vmexplorer.session import session_from_bytes, session_to_bytes
+from vmexplorer.worker import RunQueue, RunRequest, gpu_available, run_on_gpu
 
 pytestmark = pytest.mark.gpu
 ok, why = gpu_available()
@@ -16,12 +17,12 @@ if not ok:
     pytest.skip(f"no GPU: {why}", allow_module_level=True)
 
 
-def _config(policy: str, iterations: int = 3) -> RunConfig:
+def _config(policy: str, iterations: int = 3) -> RunRequest:
     graph = build_graph("alexnet", 64, 128)
     need, _ = graph.min_capacity
     # just above the smallest capacity the model runs in: far below its peak, so both policies page
     capacity = graph.footprint if policy == "device" else need * 11 // 10
-    return RunConfig("alexnet", 64, 128, capacity, policy, {}, (), iterations)
+    return RunRequest(compile_plan(graph, capacity, policy), iterations)
 
 
 def test_a_queued_gpu_run_comes_back_as_a_measured_session_with_collector_records() -> None:
@@ -37,7 +38,7 @@ def test_a_queued_gpu_run_comes_back_as_a_measured_session_with_collector_record
         done = queue.wait(first, timeout=300)
         assert done.state == "done", done.message
         assert seen_second_queued, "the second run should wait in line, number 1, while the first runs"
-        session = session_from_bytes(done.result)
+        session = session_from_bytes(session_to_bytes(done.result))  # a session the app can save
         assert session.summary["bytes_to_device"] > 0, "the plan should page for this test to mean anything"
         assert session.timeline.source == "measured" and session.timeline.timed_iterations == 3
         assert session.timeline.counted == 1  # unified memory counted after the timed iterations
@@ -45,7 +46,7 @@ def test_a_queued_gpu_run_comes_back_as_a_measured_session_with_collector_record
         assert {st.name: st.available for st in session.collected.status}.get("cupti")
         later = queue.wait(second, timeout=300)
         assert later.state == "done", later.message
-        assert session_from_bytes(later.result).plan.policy == "uvm"
+        assert later.result.plan.policy == "uvm"
 
 
 def test_a_running_gpu_run_can_be_cancelled_and_the_next_one_still_runs() -> None:

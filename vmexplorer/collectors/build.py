@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ..records.collected import MEMCPY_KINDS, UM_KINDS, Collected, CollectorStatus, thin
+from ..records.collected import CUPTI, MEMCPY_KINDS, NVML, NVTX, UM_KINDS, Collected, CollectorStatus, thin
 from .placement import place
 
 
@@ -20,7 +20,7 @@ def build_collected(collectors: list[Any], t0s: list[int], offsets: list[float],
     status = [CollectorStatus(c.name, bool(c.available), c.reason or "", int(c.dropped),
                               int(c.overhead_ns) // iterations) for c in collectors]
     status.append(_nvtx_status())
-    cupti = by_name.get("cupti")
+    cupti = by_name.get(CUPTI)
     if cupti is not None and cupti.available:
         status.extend(CollectorStatus(name, False, reason, 0, 0) for name, reason in cupti.switched_off())
     k = _placed(cupti.rows if cupti else {}, "kernel", t0s, offsets)
@@ -29,7 +29,7 @@ def build_collected(collectors: list[Any], t0s: list[int], offsets: list[float],
     u = _placed(cupti.rows if cupti else {}, "um", t0s, offsets)
     known = np.array([kind in UM_KINDS for kind in u["kind"]], dtype=bool)
     m = _placed(cupti.rows if cupti else {}, "memcpy", t0s, offsets)
-    nvml = by_name.get("nvml")
+    nvml = by_name.get(NVML)
     n_rows = nvml.rows if nvml else {}
     keep, n_it, n_t = place(t0s, offsets, n_rows.get("t", []))
     if lengths is not None and len(n_t):
@@ -85,6 +85,6 @@ def _nvtx_status() -> CollectorStatus:
     try:
         import nvtx  # noqa: F401
     except ImportError:
-        return CollectorStatus("nvtx", False, "the nvtx package is not installed: Nsight Systems shows no "
+        return CollectorStatus(NVTX, False, "the nvtx package is not installed: Nsight Systems shows no "
                                "ranges (the session's op spans are unaffected)", 0, 0)
-    return CollectorStatus("nvtx", True, "", 0, 0)
+    return CollectorStatus(NVTX, True, "", 0, 0)

@@ -7,6 +7,8 @@ import ctypes
 import time
 from typing import Any
 
+from ..records.collected import CUPTI, PARTS
+
 UM_COUNTERS = {  # CUPTI counter kind name -> our kind name
     "BYTES_TRANSFER_HTOD": "bytes_htod",
     "BYTES_TRANSFER_DTOH": "bytes_dtoh",
@@ -20,14 +22,12 @@ UM_COUNTERS = {  # CUPTI counter kind name -> our kind name
 # unified-memory counters; "kernels" is kernel activity, "memcpy" memory-copy activity
 MIGRATION_COUNTERS = ("BYTES_TRANSFER_HTOD", "BYTES_TRANSFER_DTOH", "THRASHING", "THROTTLING", "REMOTE_MAP")
 FAULT_COUNTERS = ("GPU_PAGE_FAULT",)
-# CUPTI asks for a fresh buffer after every flush, inside the next iteration: on the H100 a 64 MiB
-# buffer made VGG-19's device iterations 51% slower with collectors, an 8 MiB one 1-2%
+# This collector's parts as `PARTS` lists them; its keyword arguments carry their names.
+KERNELS, MIGRATIONS, FAULTS, MEMCPY = (p for p in PARTS if p.collector == CUPTI)
+# CUPTI asks for a fresh buffer after every flush, inside the next iteration, so a large buffer slows
+# the iterations it is allocated in: 8 MiB, where a 64 MiB one made device iterations with collectors
+# much slower on the H100 (commit 02562cf)
 BUFFER_BYTES = 8 << 20
-# Knobs for bench/gpu/diagnose_um_*.py, which asked whether the unified-memory records CUPTI loses under
-# heavy paging come back if the flush waits (SETTLE_S) or CUPTI's worker flushes often (FLUSH_PERIOD_MS,
-# 0 keeps CUPTI's own heuristics). On the H100 neither did (bench/results/h100/README.md).
-SETTLE_S = 0.0
-FLUSH_PERIOD_MS = 0
 # CUPTI takes one pair of buffer callbacks per process: register them once and hand the records to
 # whichever collector is running (one run at a time per process)
 _ACTIVE: list[CuptiCollector] = []
@@ -57,7 +57,7 @@ def _dropped(cupti: Any) -> int:
 
 
 class CuptiCollector:
-    name = "cupti"
+    name = CUPTI
 
     def __init__(self, device: int = 0, kernels: bool = True, migrations: bool = True, faults: bool = True,
                  memcpy: bool = True) -> None:
@@ -67,7 +67,6 @@ class CuptiCollector:
         self.note = ""  # a limitation of a collector that runs
         self.dropped = 0
         self.unreadable = 0  # records that raised when read (counted in dropped)
-        self.unexpected = 0  # records of a kind this collector did not enable (ignored)
         self._stopped = False
         self._um_taken: tuple[str, ...] = ()  # the counters CUPTI accepted
         self._um_kind_enabled = False
@@ -103,8 +102,6 @@ class CuptiCollector:
                 cupti.activity_register_callbacks(_requested, _completed)
                 _REGISTERED.append(True)
             _ACTIVE.append(self)
-            if FLUSH_PERIOD_MS:
-                cupti.activity_flush_period(FLUSH_PERIOD_MS)
             if self.want_um:
                 self._configure_unified_memory(cupti)
                 self._enable(cupti.ActivityKind.UNIFIED_MEMORY_COUNTER)
@@ -179,15 +176,15 @@ class CuptiCollector:
         that it could not count, so a session never reads a zero from a counter that was off as "none
         happened"."""
         why = "switched off for this run (--collectors)"
-        off = [(name, f"{what} {why}") for name, what, on in (
-            ("cupti_kernels", "kernel records", self.want_kernels),
-            ("cupti_um", "migration counters", bool(set(MIGRATION_COUNTERS) & set(self.want_um))),
-            ("cupti_faults", "GPU page-fault records", bool(set(FAULT_COUNTERS) & set(self.want_um))),
-            ("cupti_memcpy", "memory-copy records", self.want_memcpy),
+        off = [(part.status, f"{part.records} {why}") for part, on in (
+            (KERNELS, self.want_kernels),
+            (MIGRATIONS, bool(set(MIGRATION_COUNTERS) & set(self.want_um))),
+            (FAULTS, bool(set(FAULT_COUNTERS) & set(self.want_um))),
+            (MEMCPY, self.want_memcpy),
         ) if not on]
         named = {name for name, _ in off}
-        return off + [(name, self.counting_failed) for name in ("cupti_um", "cupti_faults")
-                      if self.counting_failed and name not in named]
+        return off + [(part.status, self.counting_failed) for part in (MIGRATIONS, FAULTS)
+                      if self.counting_failed and part.status not in named]
 
     def _enable(self, kind: Any) -> None:
         self._cupti.activity_enable(kind)
@@ -225,8 +222,7 @@ class CuptiCollector:
                     rows["memcpy_stream"].append(int(a.stream_id))
                     rows["memcpy_kind"].append(self._copy_names.get(int(a.copy_kind), "unknown"))
                     rows["memcpy_value"].append(int(a.bytes))
-                else:
-                    self.unexpected += 1
+                # a record of a kind this collector did not enable is ignored
             except Exception:
                 self.unreadable += 1
                 for prefix, keys in (("um", ("start", "end", "kind", "value")),
@@ -240,8 +236,6 @@ class CuptiCollector:
     def flush(self) -> None:
         if self.available:
             t = time.perf_counter_ns()
-            if SETTLE_S:
-                time.sleep(SETTLE_S)
             self._cupti.activity_flush_all(1)
             self.overhead_ns += time.perf_counter_ns() - t
 
@@ -258,8 +252,6 @@ class CuptiCollector:
                 # for fewer does not inherit them
                 self._configure(self._cupti, self._um_taken, enable=0)
             self._kinds.clear()
-            if FLUSH_PERIOD_MS:
-                self._cupti.activity_flush_period(0)
             self.dropped += _dropped(self._cupti)
         except Exception:  # counting dropped records is best effort across cupti-python versions
             pass

@@ -6,11 +6,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ..records.collected import NVML
+
 INTERVAL_S = 0.02  # NVML's PCIe throughput counters integrate over 20 ms: sampling faster repeats them
 
 
 class NvmlSampler:
-    name = "nvml"
+    name = NVML
 
     def __init__(self, clock: Callable[[], int], device: int = 0, interval_s: float = INTERVAL_S) -> None:
         self.clock, self.device, self.interval_s = clock, device, interval_s

@@ -16,10 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from ..collectors import Collector, CuptiCollector, NvmlSampler
 from ..graph import Graph
 from ..graph.ops import OPS, op_attrs
 from ..plan import Direction, Mode, Plan
-from ..policies import validate_plan
+from ..plan.validate import validate_plan
+from ..records.collected import CUPTI, PARTS
 from ..records.spans import Timeline, resident_curve
 from . import gpu
 from .init import initial_value
@@ -29,8 +31,8 @@ from .schedule import Step, StepKind, Stream, schedule
 PAGE = 64 << 10  # evict partial ranges on page-group boundaries
 # What a recorded run can collect, each part switchable: CUPTI kernel records, CUPTI migration counters
 # (bytes each way, thrashing, throttling, remote mapping), CUPTI GPU page-fault records, CUPTI memory-copy
-# records, NVML samples.
-COLLECTOR_PARTS = ("kernels", "migrations", "faults", "memcpy", "nvml")
+# records, NVML samples (`vmexplorer.records.collected.PARTS` names them).
+COLLECTOR_PARTS = tuple(p.name for p in PARTS)
 _PAGED_UNCOUNTED: list[bool] = []  # whether this process has paged managed memory without CUPTI counting
 
 
@@ -47,8 +49,8 @@ class RunSettings:
     collect: bool = True  # CUPTI and NVML collectors (each reports itself unavailable rather than fail)
     collectors: tuple[str, ...] = COLLECTOR_PARTS  # which parts, when collect: see COLLECTOR_PARTS
     # Iterations run after the timed ones with CUPTI's unified-memory counters on (when "migrations" or
-    # "faults" is collected). Counting slows paging itself (on the H100, VGG-19 at 50%: uvm +47%, autovm
-    # +17%, inside one run), so the timed iterations run without it and these show what it sees.
+    # "faults" is collected). Counting slows paging itself (notes/um-counting-cost.md), so the timed
+    # iterations run without it and these show what it sees.
     # 0 counts in every iteration instead, the timed ones included.
     counted: int = 1
     nvml_interval_s: float = 0.02  # NVML's PCIe counters integrate over 20 ms: sampling faster repeats them
@@ -89,12 +91,12 @@ def execute(graph: Graph, plan: Plan, settings: RunSettings = RunSettings(),
     # enabled in the process (on the H100, a run that allocated first recorded no migration at all),
     # so the collectors start before the arena
     managed = plan.policy != "device"
-    counts_migrations = settings.collect and bool({"migrations", "faults"} & set(settings.collectors))
+    counts_migrations = settings.collect and any(p.counts_um and p.name in settings.collectors for p in PARTS)
     if managed and counts_migrations and settings.counted == 0 and not _PAGED_UNCOUNTED:
-        # Measured on the H100 (VGG-19, uvm at 50%): in a process whose first paging ran under CUPTI's
-        # unified-memory counters, they reported about half the bytes evicted, run after run; after one
-        # paging run without them, every byte. So the first counted run of a process pages once uncounted.
-        # Other configurations lose records even so (`collected.migration_shares` says how many).
+        # On the H100, in a process whose first paging ran under CUPTI's unified-memory counters, they
+        # reported only part of the bytes evicted, run after run; after one paging run without them,
+        # every byte (notes/cupti-lost-um-records.md). So the first counted run of a process pages once
+        # uncounted. Other configurations lose records even so (`collected.migration_shares` says how many).
         # A run with counted iterations pages uncounted first anyway: its warm-up and timed iterations.
         execute(graph, plan, replace(settings, iterations=1, warmup=0, collect=False, keep_weights=False))
     collectors = _start_collectors(settings.collectors, settings.nvml_interval_s) if settings.collect else []
@@ -116,7 +118,7 @@ def execute(graph: Graph, plan: Plan, settings: RunSettings = RunSettings(),
 
 def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena, settings: RunSettings,
          progress: Callable[[int, int, float], None] | None, should_stop: Callable[[], bool] | None,
-         collectors: list[Any]) -> RunResult:
+         collectors: list[Collector]) -> RunResult:
     for t in range(len(graph.tensors)):
         value = initial_value(graph, t, settings.seed)
         if value is not None:
@@ -126,8 +128,8 @@ def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena, settings: RunSettings,
     steps = schedule(graph, plan)
     ranges = gpu.Ranges()
     loss = graph.tensor_id("loss.value")
-    clock = collectors[0].clock if collectors else None
-    cupti = next((c for c in collectors if c.name == "cupti"), None)
+    cupti = _cupti(collectors)
+    clock = cupti.clock if cupti is not None else None
     counted = settings.counted if cupti is not None and cupti.want_um and cupti.available else 0
     records, losses = [], []
     timed = settings.warmup + settings.iterations
@@ -167,25 +169,27 @@ def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena, settings: RunSettings,
     return RunResult(timeline, tuple(losses[settings.warmup:]), gpu.environment(), weights, collected)
 
 
-def _start_collectors(parts: tuple[str, ...], nvml_interval_s: float) -> list[Any]:
-    from ..collectors import CuptiCollector, NvmlSampler
-
+def _start_collectors(parts: tuple[str, ...], nvml_interval_s: float) -> list[Collector]:
     unknown = sorted(set(parts) - set(COLLECTOR_PARTS))
     if unknown:
         raise ValueError(f"unknown collector part(s) {', '.join(unknown)}; choose from {', '.join(COLLECTOR_PARTS)}")
-    cupti = CuptiCollector(kernels="kernels" in parts, migrations="migrations" in parts, faults="faults" in parts,
-                           memcpy="memcpy" in parts)
+    # CuptiCollector's keyword arguments are its parts' names
+    cupti = CuptiCollector(**{p.name: p.name in parts for p in PARTS if p.collector == CUPTI})
     nvml = NvmlSampler(cupti.clock, interval_s=nvml_interval_s)
-    for collector, on in ((cupti, bool({"kernels", "migrations", "faults", "memcpy"} & set(parts))),
-                          (nvml, "nvml" in parts)):
-        if on:
+    collectors: list[Collector] = [cupti, nvml]
+    for collector in collectors:
+        if any(p.collector == collector.name and p.name in parts for p in PARTS):
             collector.start()
         else:
             collector.reason = "switched off for this run (--collectors)"
-    return [cupti, nvml]
+    return collectors
 
 
-def _collected(collectors: list[Any], t0s: list[int], offsets: list[float], lengths: list[float]) -> Any:
+def _cupti(collectors: list[Collector]) -> CuptiCollector | None:
+    return next((c for c in collectors if isinstance(c, CuptiCollector)), None)
+
+
+def _collected(collectors: list[Collector], t0s: list[int], offsets: list[float], lengths: list[float]) -> Any:
     from ..collectors.build import build_collected
 
     return build_collected(collectors, t0s, offsets, lengths)

@@ -7,10 +7,11 @@ refer to `Graph.ops`; `issue_after == -1` means at the start of the iteration an
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 
-from ..config import Config
+from ..config import Config, Option
 
 
 class PlanError(ValueError):
@@ -56,24 +57,38 @@ class Move:
 
 @dataclass(frozen=True)
 class Plan:
-    model: str
-    batch: int
-    image_size: int
-    policy: str
-    capacity: int
+    config: Config  # what it was compiled for; the properties below read it
     memops: tuple[MemOp, ...]
     resident_at_start: tuple[tuple[int, int], ...]  # (tensor, bytes on the device) as an iteration begins
     peak_resident: int  # the most bytes occupying the device at any op
-    options: dict[str, str | int | float] = field(default_factory=dict)
+
+    @property
+    def model(self) -> str:
+        return self.config.model
+
+    @property
+    def batch(self) -> int:
+        return self.config.batch
+
+    @property
+    def image_size(self) -> int:
+        return self.config.image_size
+
+    @property
+    def policy(self) -> str:
+        return self.config.policy
+
+    @property
+    def capacity(self) -> int:
+        return self.config.capacity
+
+    @property
+    def options(self) -> Mapping[str, Option]:
+        return self.config.options
 
     @property
     def key(self) -> tuple[str, int, int]:
-        return (self.model, self.batch, self.image_size)
-
-    @property
-    def config(self) -> Config:
-        """What the plan was compiled for."""
-        return Config(self.model, self.batch, self.image_size, self.capacity, self.policy, self.options)
+        return self.config.key
 
     @property
     def moves(self) -> tuple[Move, ...]:

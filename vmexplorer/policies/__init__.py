@@ -1,5 +1,82 @@
-"""Stage 2's compilers: a policy turns a graph and a capacity into a plan."""
+"""Stage 2's compilers: a policy turns a graph, a capacity and its options into a plan.
 
-from .registry import POLICIES, OptionSpec, PolicySpec, compile_plan, validate_plan
+Each policy is one module here (`device.py`, `uvm.py`, `autovm.py`, `manual.py`) declaring its `SPEC`:
+its name, a summary, its options, and `plan_moves`, a pure function that says which tensors make
+planned round trips (`Move`s). `compile_plan` checks the options against the declaration and the
+capacity against the graph, asks the policy for its moves, and has `residency.repair` add what the UVM
+driver would do on top (demand faults, LRU evictions), so every plan is complete and its forced parts
+are visible as `Origin.DRIVER` memory operations.
 
-__all__ = ["POLICIES", "OptionSpec", "PolicySpec", "compile_plan", "validate_plan"]
+`POLICIES` below is the registry, one line per policy: the CLI's `--policy` choices and option flags,
+the app's policy picker and knobs, and the session loader's check of a file's policy and options are
+all read from it. docs/policies.md says how to add a policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..config import Config
+from ..graph import Graph
+from ..plan import Move, Plan, PlanError
+from ..plan.residency import repair, transfers_for_moves
+from . import autovm, device, manual, uvm
+from .common import check_capacity
+from .spec import OptionSpec, PlanMoves, PolicySpec
+
+POLICIES: dict[str, PolicySpec] = {spec.name: spec for spec in (
+    device.SPEC,
+    uvm.SPEC,
+    autovm.SPEC,
+    manual.SPEC,
+)}
+
+
+def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str, Any] | None = None,
+                 moves: Sequence[Move] = ()) -> Plan:
+    """The policy's plan, complete with what the driver adds; PlanError naming the problem and the fix
+    for an unknown policy or option, a capacity no plan fits, or moves the policy cannot take."""
+    spec = POLICIES.get(policy)
+    if spec is None:
+        raise PlanError(f"unknown policy {policy!r}; choose one of: {', '.join(POLICIES)}")
+    opts = _check_options(spec, options or {})
+    check_capacity(graph, capacity)
+    planned = spec.plan_moves(graph, capacity, opts, moves if spec.takes_moves else ())
+    # after the policy, so that its own refusal of the capacity (device's footprint) is the one reported
+    if moves and not spec.takes_moves:
+        raise PlanError(f"moves are a manual plan; the {policy} policy makes its own")
+    replay = repair(graph, capacity, transfers_for_moves(graph, list(planned)))
+    config = Config(graph.model, graph.batch, graph.image_size, capacity, policy, opts)
+    return Plan(config, replay.memops, replay.resident_at_start, replay.peak)
+
+
+def non_default_options(policy: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options that differ from the policy's defaults (an option the policy does not know counts):
+    empty when a plan ran the policy as shipped."""
+    spec = POLICIES[policy].options if policy in POLICIES else {}
+    return {k: v for k, v in options.items() if k not in spec or spec[k].default != v}
+
+
+def _check_options(spec: PolicySpec, options: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = set(options) - set(spec.options)
+    if unknown:
+        known = ", ".join(spec.options) or "none"
+        raise PlanError(f"the {spec.name} policy has no option {sorted(unknown)[0]!r} (its options: {known})")
+    out = {}
+    for name, opt in spec.options.items():
+        value = options.get(name, opt.default)
+        try:
+            value = opt.type(value)
+        except (TypeError, ValueError):
+            raise PlanError(f"{name} must be {opt.type.__name__}, not {value!r}") from None
+        if opt.choices and value not in opt.choices:
+            raise PlanError(f"{name} has to be one of {', '.join(map(repr, opt.choices))}, not {value!r}")
+        if opt.minimum is not None and value < opt.minimum:
+            raise PlanError(f"{name} must be at least {opt.minimum}, not {value!r}")
+        out[name] = value
+    return out
+
+
+__all__ = ["POLICIES", "OptionSpec", "PlanMoves", "PolicySpec", "check_capacity", "compile_plan",
+           "non_default_options"]

@@ -59,10 +59,31 @@ MEMCPY_KINDS: tuple[str, ...] = ("unknown", "htod", "dtoh", "htoa", "atoh", "ato
 MAX_UM_ROWS = 250_000  # thin()'s default: its six columns take at most 1.5M of the 4M values a session may hold
 THIN_GAP_NS = 1000.0  # thin() merges records of one kind and iteration less than 1 µs apart
 
+CUPTI, NVML, NVTX = "cupti", "nvml", "nvtx"  # the collectors, by the names their status goes by
+
+
+@dataclass(frozen=True)
+class CollectorPart:
+    """One part of what a recorded run collects, which a run can switch off on its own."""
+
+    name: str  # as `RunSettings.collectors` and `vmexplorer run --collectors` spell it
+    collector: str  # the collector that records it
+    status: str  # the status entry that names it unavailable (the collector's own, for a part that is all of it)
+    table: str  # what it fills, as `Collected.available` names it ("faults": the um table's page-fault rows)
+    records: str  # what it records, as a reason names it
+    counts_um: bool = False  # recorded by CUPTI's unified-memory counters, whose counting slows paging
+
+
+# The one spelling of the collectors' parts: the executor's choices, the command line's and the tables'
+# feeds below all derive from it.
+PARTS = (CollectorPart("kernels", CUPTI, "cupti_kernels", "kernel", "kernel records"),
+         CollectorPart("migrations", CUPTI, "cupti_um", "um", "migration counters", counts_um=True),
+         CollectorPart("faults", CUPTI, "cupti_faults", "faults", "GPU page-fault records", counts_um=True),
+         CollectorPart("memcpy", CUPTI, "cupti_memcpy", "memcpy", "memory-copy records"),
+         CollectorPart("nvml", NVML, NVML, "nvml", "NVML samples"))
 # Which collectors feed which table: a table's summary figures are left out when one of its collectors
 # reports itself unavailable (a zero fault count from a CUPTI that never ran would read as "no faults").
-FEEDS = {"kernel": ("cupti", "cupti_kernels"), "um": ("cupti", "cupti_um"), "faults": ("cupti", "cupti_faults"),
-         "memcpy": ("cupti", "cupti_memcpy"), "nvml": ("nvml",)}
+FEEDS = {p.table: tuple(dict.fromkeys((p.collector, p.status))) for p in PARTS}
 
 
 class CollectedError(ValueError):
@@ -433,10 +454,10 @@ def migration_shares(plan: Plan, timeline: Timeline, collected: Collected,
     every fault back in follows from it), so the plan is the ledger CUPTI's counts are checked
     against. The check matters: on the H100 CUPTI delivers only part of its unified-memory records,
     and says nothing (its count of dropped records stays 0), even for one managed buffer sent to the
-    host and touched again with nothing else running (bench/gpu/diagnose_um_round_trips.py: timings
-    show every page made the trip, CUPTI saw a third to four fifths of the bytes come back and none of
-    the faults after the first trip). A share below 1 is how much of the migration
-    lane is missing, not bytes that did not move. `summary`: `collected_summary` of the same records,
+    host and touched again with nothing else running (notes/cupti-lost-um-records.md: timings show
+    every page made the trip, while CUPTI saw only part of the bytes come back and none of the faults
+    after the first trip). A share below 1 is how much of the migration lane is missing, not bytes
+    that did not move. `summary`: `collected_summary` of the same records,
     when the caller has it already."""
     if not collected.available("um") or timeline.source != "measured":
         return {}

@@ -20,9 +20,11 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from ..config import Config
 from ..graph import MODELS, PERSISTENT, Graph, GraphError, Kind, Op, Phase, Tensor, build_graph
 from ..plan import Direction, MemOp, Mode, Origin, Plan, PlanError
-from ..policies import POLICIES, validate_plan
+from ..plan.validate import validate_plan
+from ..policies import POLICIES
 from ..records.collected import (
     MEMCPY_KINDS,
     UM_KINDS,
@@ -279,8 +281,8 @@ def _plan(r: Reader, value: Any, graph: Graph, policy: str, capacity: int,
         m["tensor"].tolist(), m["direction"], m["mode"], m["origin"], m["issue_after_op"].tolist(),
         m["complete_before_op"].tolist(), m["nbytes"].tolist()))
     resident = tuple(zip(start["tensor"].tolist(), start["nbytes"].tolist()))
-    plan = Plan(graph.model, graph.batch, graph.image_size, policy, capacity, memops, resident, peak,
-                dict(options))
+    plan = Plan(Config(graph.model, graph.batch, graph.image_size, capacity, policy, dict(options)), memops,
+                resident, peak)
     try:
         validate_plan(graph, plan)  # what `vmexplorer plan` and the executor hold every plan to
     except PlanError as e:
@@ -359,6 +361,8 @@ def _read_cost_model(r: Reader, value: Any, version: int) -> CostModel:
 
 
 def _read_collected(r: Reader, value: Any, timeline: Timeline, version: int) -> Collected:
+    """The collectors' records (schema 4 added `memcpy`; an older file has none, and its status says
+    so), checked value by value and then against the timeline they were recorded with."""
     tables = ("kernel_names", "kernels", "um", "nvml", "status") + (("memcpy",) if version >= 4 else ())
     d = r.fields(value, "collected", tables)
     names = r.table(d["kernel_names"], "collected.kernel_names", {"name": STR})
@@ -374,49 +378,14 @@ def _read_collected(r: Reader, value: Any, timeline: Timeline, version: int) -> 
                                                    "dropped_records": INT, "overhead_ns": INT})
     if timeline.source != "measured":
         r.fail(f"collected holds collector records, but the timeline is {timeline.source}, not measured")
-    n = timeline.iterations
-    for table in (k, u) if m is None else (k, u, m):
-        r.within(table, "iteration", 0, n, "an iteration with ops")
-        r.spans(table)
-    r.within(k, "stream", 0, None, "a stream id")
-    r.within(k, "name", 0, names["rows"], "an index into collected.kernel_names")
-    r.within(u, "value", 0, MAX_BYTES + 1, "a count or a size in bytes")
-    r.within(u, "records", 1, None, "a number of records")
-    if m is not None:
-        r.within(m, "stream", 0, None, "a stream id")
-        r.within(m, "bytes", 0, MAX_BYTES + 1, "a size in bytes")
-        odd = [i for i, kind in enumerate(m["kind"]) if kind not in MEMCPY_KINDS]
-        if odd:
-            r.fail(f"collected.memcpy row {odd[0]}, kind: {quoted(m['kind'][odd[0]])} is not one of "
-                   f"{', '.join(MEMCPY_KINDS)}")
-    r.times(v, "t_ns")
-    for name in ("memory_used_bytes", "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s"):
-        r.within(v, name, 0, MAX_BYTES + 1, "a size or a rate in bytes")
-    r.within(v, "gpu_util_pct", 0, 101, "a percentage")
-    over = np.flatnonzero(v["gpu_util_pct"] > 100)
-    if over.size:
-        r.fail(f"collected.nvml row {over[0]}, gpu_util_pct: {v['gpu_util_pct'][over[0]]} is more than 100%")
-    r.within(st, "dropped_records", 0, None, "a count")
-    r.within(st, "overhead_ns", 0, None, "a duration")
-    seen: set[str] = set()
-    for i, (name, available, reason) in enumerate(zip(st["name"], st["available"], st["reason"])):
-        if not name or name in seen:
-            r.fail(f"collected.status row {i}: the collector's name {quoted(name)} is "
-                   f"{'empty' if not name else 'there twice'}")
-        seen.add(name)
-        if not available and not reason.strip():
-            r.fail(f"collected.status row {i}: collector {quoted(name)} is unavailable but gives no reason")
+    _check_records(r, k, u, m, names["rows"], timeline.iterations)
+    _check_nvml(r, v)
+    status = _collector_status(r, st, copies_recorded=m is not None)
     index = {kind: i for i, kind in enumerate(UM_KINDS)}
-    status = [CollectorStatus(*row) for row in zip(st["name"], st["available"], st["reason"],
-                                                   st["dropped_records"].tolist(), st["overhead_ns"].tolist())]
     copies: dict[str, Any] = {}
     if m is not None:
         copies = {f"memcpy_{key}": m[key] for key in ("iteration", "start_ns", "end_ns", "stream", "bytes")}
         copies["memcpy_kind"] = np.array([MEMCPY_KINDS.index(x) for x in m["kind"]], dtype=np.int64)
-    elif not any(s.name == "cupti_memcpy" for s in status):  # its zero copies must not read as "none made"
-        status.append(CollectorStatus("cupti_memcpy", False, "not collected: recorded before vmexplorer collected "
-                                      "memory copies (schema 3 or older)",
-                                      0, 0))
     try:
         collected = Collected(
             k["iteration"], k["start_ns"], k["end_ns"], k["stream"], k["name"], tuple(names["name"]),
@@ -428,6 +397,59 @@ def _read_collected(r: Reader, value: Any, timeline: Timeline, version: int) -> 
     except CollectedError as e:  # everything above should have caught it first; one message all the same
         r.fail(f"collected: {e}")
     return collected
+
+
+def _check_records(r: Reader, k: dict[str, Any], u: dict[str, Any], m: dict[str, Any] | None,
+                   kernel_names: int, iterations: int) -> None:
+    """Kernels, unified-memory records and copies (when the file has them): spans within recorded
+    iterations, ids that index what they name, sizes and kinds in range."""
+    for table in (k, u) if m is None else (k, u, m):
+        r.within(table, "iteration", 0, iterations, "an iteration with ops")
+        r.spans(table)
+    r.within(k, "stream", 0, None, "a stream id")
+    r.within(k, "name", 0, kernel_names, "an index into collected.kernel_names")
+    r.within(u, "value", 0, MAX_BYTES + 1, "a count or a size in bytes")
+    r.within(u, "records", 1, None, "a number of records")
+    if m is not None:
+        r.within(m, "stream", 0, None, "a stream id")
+        r.within(m, "bytes", 0, MAX_BYTES + 1, "a size in bytes")
+        odd = [i for i, kind in enumerate(m["kind"]) if kind not in MEMCPY_KINDS]
+        if odd:
+            r.fail(f"collected.memcpy row {odd[0]}, kind: {quoted(m['kind'][odd[0]])} is not one of "
+                   f"{', '.join(MEMCPY_KINDS)}")
+
+
+def _check_nvml(r: Reader, v: dict[str, Any]) -> None:
+    r.times(v, "t_ns")
+    for name in ("memory_used_bytes", "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s"):
+        r.within(v, name, 0, MAX_BYTES + 1, "a size or a rate in bytes")
+    r.within(v, "gpu_util_pct", 0, 101, "a percentage")
+    over = np.flatnonzero(v["gpu_util_pct"] > 100)
+    if over.size:
+        r.fail(f"collected.nvml row {over[0]}, gpu_util_pct: {v['gpu_util_pct'][over[0]]} is more than 100%")
+
+
+def _collector_status(r: Reader, st: dict[str, Any], copies_recorded: bool) -> list[CollectorStatus]:
+    """Each collector once, by name, with a reason where it was unavailable; a file from before
+    copies were collected says so for their collector."""
+    r.within(st, "dropped_records", 0, None, "a count")
+    r.within(st, "overhead_ns", 0, None, "a duration")
+    seen: set[str] = set()
+    for i, (name, available, reason) in enumerate(zip(st["name"], st["available"], st["reason"])):
+        if not name or name in seen:
+            r.fail(f"collected.status row {i}: the collector's name {quoted(name)} is "
+                   f"{'empty' if not name else 'there twice'}")
+        seen.add(name)
+        if not available and not reason.strip():
+            r.fail(f"collected.status row {i}: collector {quoted(name)} is unavailable but gives no reason")
+    status = [CollectorStatus(*row) for row in zip(st["name"], st["available"], st["reason"],
+                                                   st["dropped_records"].tolist(), st["overhead_ns"].tolist())]
+    if not copies_recorded and not any(s.name == "cupti_memcpy" for s in status):
+        # its zero copies must not read as "none made"
+        status.append(CollectorStatus("cupti_memcpy", False, "not collected: recorded before vmexplorer collected "
+                                      "memory copies (schema 3 or older)",
+                                      0, 0))
+    return status
 
 
 class Reader:

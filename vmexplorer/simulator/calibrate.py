@@ -49,6 +49,21 @@ def calibrate(graph: Graph, plan: Plan, timeline: Timeline, base: CostModel = H1
     """
     tl = timed_only(timeline)
     duration = (tl.op_end_ns - tl.op_start_ns).astype(np.float64)
+    op_ns, op_gap_ns = _op_times(graph, plan, tl, duration, base)
+    rates = _transfer_rates(plan, tl, base)
+    fault_rate, by_kind = _fault_rates(graph, tl, duration, op_ns, base)
+    label = name or f"calibrated on {graph.model} b{graph.batch} {plan.policy} ({tl.source})"
+    fitted = replace(base, name=label, op_ns=op_ns, op_gap_ns=op_gap_ns, fault_bytes_per_ns_by_kind=by_kind,
+                     **rates, **fault_rate)
+    if any(m.mode is Mode.ASYNC for m in plan.memops) and len(tl.op_index):
+        fitted = replace(fitted, host_block=_fit_host_block(graph, plan, tl, fitted))
+    return fitted
+
+
+def _op_times(graph: Graph, plan: Plan, tl: Timeline, duration: np.ndarray,
+              base: CostModel) -> tuple[dict[str, float], dict[str, float]]:
+    """Each fault-free op's time (in the typical iteration where it ran clean there) and, when nothing
+    paged, the idle time before it; an op `base` knows keeps its time and gap."""
     gap = _gaps(tl)
     op_ns, op_gap_ns = dict(base.op_ns), dict(base.op_gap_ns)
     # an op's span starts once what it waits for has arrived, so a stall is not in its duration; a
@@ -65,7 +80,12 @@ def calibrate(graph: Graph, plan: Plan, timeline: Timeline, base: CostModel = H1
             op_ns[name_i] = float(np.median(duration[rows]))
         if name_i not in base.op_gap_ns and not paging:
             op_gap_ns[name_i] = float(np.median(gap[rows]))
-    rates: dict[str, float] = {}
+    return op_ns, op_gap_ns
+
+
+def _transfer_rates(plan: Plan, tl: Timeline, base: CostModel) -> dict[str, float]:
+    """The eviction bandwidth and the fixed cost of a memory call, then the prefetch bandwidth: only
+    those the timeline shows (others stay `base`'s)."""
     memops = plan.memops
     spans = (tl.memop_end_ns - tl.memop_start_ns).astype(np.float64)
 
@@ -73,6 +93,7 @@ def calibrate(graph: Graph, plan: Plan, timeline: Timeline, base: CostModel = H1
         return [r for r, i in enumerate(tl.memop_index)
                 if memops[i].direction is direction and memops[i].mode in modes and memops[i].nbytes]
 
+    rates: dict[str, float] = {}
     evictions = rows_of(Direction.TO_HOST, (Mode.ASYNC, Mode.SYNC))
     if evictions:  # span = call_ns + bytes / rate, fitted over every eviction (sizes vary widely)
         sizes = np.array([memops[tl.memop_index[r]].nbytes for r in evictions], dtype=np.float64)
@@ -84,9 +105,17 @@ def calibrate(graph: Graph, plan: Plan, timeline: Timeline, base: CostModel = H1
     busy = float(spans[prefetches].sum()) - call_ns * len(prefetches) if prefetches else 0.0
     if busy > 0:
         rates["prefetch_bytes_per_ns"] = sum(memops[tl.memop_index[r]].nbytes for r in prefetches) / busy
+    return rates
+
+
+def _fault_rates(graph: Graph, tl: Timeline, duration: np.ndarray, op_ns: dict[str, float],
+                 base: CostModel) -> tuple[dict[str, float], dict[str, float]]:
+    """Faulted bytes over the time faulting ops took beyond their fault-free `op_ns`: over all of
+    them (when positive), and per op kind that faulted at least KIND_FAULT_BYTES an iteration."""
     faulted = np.flatnonzero(tl.op_fault_bytes > 0)
     known = [r for r in faulted if graph.ops[int(tl.op_index[r])].name in op_ns]
     extra = {r: duration[r] - op_ns[graph.ops[int(tl.op_index[r])].name] for r in known}
+    rates: dict[str, float] = {}
     if known and sum(extra.values()) > 0:
         rates["fault_bytes_per_ns"] = float(tl.op_fault_bytes[known].sum()) / sum(extra.values())
     by_kind = dict(base.fault_bytes_per_ns_by_kind)
@@ -96,12 +125,7 @@ def calibrate(graph: Graph, plan: Plan, timeline: Timeline, base: CostModel = H1
         busy, nbytes = sum(extra[r] for r in mine), float(tl.op_fault_bytes[mine].sum())
         if busy > 0 and nbytes >= KIND_FAULT_BYTES * iterations:
             by_kind[kind] = nbytes / busy
-    label = name or f"calibrated on {graph.model} b{graph.batch} {plan.policy} ({tl.source})"
-    fitted = replace(base, name=label, op_ns=op_ns, op_gap_ns=op_gap_ns, fault_bytes_per_ns_by_kind=by_kind,
-                     **rates)
-    if any(m.mode is Mode.ASYNC for m in memops) and len(tl.op_index):
-        fitted = replace(fitted, host_block=_fit_host_block(graph, plan, tl, fitted))
-    return fitted
+    return rates, by_kind
 
 
 def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:

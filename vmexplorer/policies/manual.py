@@ -1,0 +1,22 @@
+"""`manual`: a person's moves (a `--moves` file, or the app's edits), checked and planned as given; the
+replay adds the evictions the driver would force where they would exceed the capacity."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..graph import Graph
+from ..plan import Move
+from ..plan.moves import check_moves
+from .spec import PolicySpec
+
+
+def plan_moves(graph: Graph, capacity: int, options: Mapping[str, Any], moves: Sequence[Move]) -> list[Move]:
+    """The moves as given, once they make sense on the graph (PlanError naming the move otherwise)."""
+    check_moves(graph, moves)
+    return list(moves)
+
+
+SPEC = PolicySpec("manual", "a person's plan (moves), repaired with forced evictions where it would exceed "
+                            "the capacity", plan_moves, takes_moves=True)
