@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from validate_simulator import median_ms as ms  # noqa: E402
 from validate_simulator import share  # noqa: E402
 
+from vmexplorer.config import share_of_footprint  # noqa: E402
 from vmexplorer.policies import non_default_options  # noqa: E402
 from vmexplorer.session import Session, load_session  # noqa: E402
 from vmexplorer.units import format_bytes  # noqa: E402
@@ -157,8 +158,8 @@ def autovm_paragraph(sessions: list[Session]) -> str:
         f"same transfers hide behind more compute, and removing the demand faults' stalls, which is what "
         f"AutoVM's graph knowledge does, is a larger share of the time. Here both policies pay for the same "
         f"eviction traffic: autovm overlaps it with compute and avoids the faults, but it cannot shrink it. "
-        f"Capacity cannot go below {100 * need / device.graph.footprint:.0f}% of VGG-19's footprint in the "
-        f"emulation (its largest backward op alone needs that much), which is why 30% and 40% were refused; "
+        f"Capacity cannot go below {share_of_footprint(need, device.graph.footprint):.0f}% of VGG-19's footprint "
+        f"in the emulation (its largest backward op alone needs that much), which is why 30% and 40% were refused; "
         f"a real oversubscribed GPU would instead thrash inside that kernel."
     )
 

@@ -3,7 +3,7 @@
     python bench/simulated_policies.py --model vgg19 --batch 64 --capacity 50%
     python bench/simulated_policies.py --readme README.md   # regenerate the README's table
 
-The figures come from the simulator's uncalibrated H100 cost model (vmexplorer/costmodel.py) until
+The figures come from the simulator's uncalibrated H100 cost model (vmexplorer/simulator/costmodel.py) until
 measured sessions calibrate it; the table says which cost model made it.
 """
 

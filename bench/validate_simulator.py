@@ -23,6 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from vmexplorer.config import share_of_footprint  # noqa: E402
 from vmexplorer.policies import non_default_options  # noqa: E402
 from vmexplorer.session import Session, load_session  # noqa: E402
 from vmexplorer.simulator import (
@@ -55,7 +56,7 @@ def median_ms(session_or_timeline: object) -> float:
 
 
 def share(s: Session) -> int:
-    return round(100 * s.plan.capacity / s.graph.footprint)
+    return round(share_of_footprint(s.plan.capacity, s.graph.footprint))
 
 
 def recordings(log: Path = ROOT / "bench" / "results" / "h100" / "record_samples.json") -> dict[str, list[float]]:

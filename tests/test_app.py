@@ -191,7 +191,7 @@ def test_simulating_a_config_uses_the_calibrated_model_for_the_same_graph(state:
 
 
 def test_a_session_keeps_its_own_cost_model(state: AppState) -> None:
-    simulated = Path(__file__).parent / "data" / "schema1-vgg19-b64-device.simulated.vms"
+    simulated = Path(__file__).parent / "session" / "data" / "schema1-vgg19-b64-device.simulated.vms"
     s = AppState()
     assert s.load(simulated)
     assert s.cost_model.name == load_session(simulated).cost_model.name == "h100-uncalibrated"

@@ -20,3 +20,18 @@ def test_a_generated_readme_section_matches_its_script(command: list[str]) -> No
     done = subprocess.run([sys.executable, *command], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "up to date" in done.stdout
+
+
+def test_the_layout_section_names_every_package_and_module_of_the_tree_and_nothing_else() -> None:
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## Layout", 1)[1].split("```")[1]
+    named: set[str] = set()
+    for line in block.splitlines():
+        head = line.split("  ")[0].strip()
+        if head.startswith("vmexplorer/"):
+            rest = head.removeprefix("vmexplorer/")
+            named.update(part.strip() for part in rest.split(","))
+    package = ROOT / "vmexplorer"
+    tree = {p.name + "/" for p in package.iterdir() if (p / "__init__.py").is_file()}
+    tree |= {p.name for p in package.glob("*.py") if p.name not in ("__init__.py", "__main__.py")}
+    assert named == tree

@@ -38,6 +38,7 @@ if __package__ in (None, ""):
 
 from vmexplorer import worker  # noqa: E402
 from vmexplorer.appstate import SAMPLES, AppState, Shown, samples  # noqa: E402
+from vmexplorer.config import capacity_text, share_of_footprint  # noqa: E402
 from vmexplorer.graph import MODELS, Graph, GraphError, build_graph  # noqa: E402
 from vmexplorer.policies import POLICIES, OptionSpec  # noqa: E402
 from vmexplorer.session import Session, session_to_bytes  # noqa: E402
@@ -451,9 +452,7 @@ class AppView:
             return
         p = s.plan
         self.model.value, self.batch.value, self.policy.value = p.model, p.batch, p.policy
-        share = 100 * p.capacity / s.graph.footprint
-        self.capacity.value = f"{share:g}%" if int(s.graph.footprint * round(share) / 100) == p.capacity \
-            else str(p.capacity)
+        self.capacity.value = capacity_text(p.capacity, s.graph.footprint)
         self._draw_knobs(p.options)
         self._draw_capacity_help(s.graph)  # the shown graph: a drag must not build it again
         stem = f"{p.model}-b{p.batch}-{p.policy}-{s.timeline.source}"
@@ -528,7 +527,7 @@ class AppView:
             self.capacity_help.object = f"({e})"
             return
         need, op = g.min_capacity
-        self.capacity_help.object = (f"minimum {format_bytes(need)} ({100 * need / g.footprint:.0f}%, "
+        self.capacity_help.object = (f"minimum {format_bytes(need)} ({share_of_footprint(need, g.footprint):.0f}%, "
                                      f"{g.ops[op].name}); footprint {format_bytes(g.footprint)}")
 
     def _draw_comparison(self) -> None:

@@ -12,8 +12,8 @@ Four tables and the collectors' status:
   `UM_KINDS`, its value in the kind's unit: bytes for `bytes_htod` / `bytes_dtoh`; for
   `gpu_page_fault_groups` CUPTI writes one record per faulting page (its address is the page's) and
   the value is the number of fault groups the driver took for that page (CUPTI's documentation of
-  UnifiedMemoryCounter3.value; VGG-19 under `uvm` on the H100: about 1.7 MiB migrated in per record and
-  six groups per record); for `remote_map` and `thrashing`, bytes (the region's size); for the others,
+  UnifiedMemoryCounter3.value; how many groups and bytes a record stands for varies from run to run,
+  so it is read from a session's own rows, never assumed); for `remote_map` and `thrashing`, bytes (the region's size); for the others,
   counts of events. `um_records` says how many CUPTI records a row stands for: 1 for raw records, more
   after `thin` merged some;
 - memory copies (CUPTI MEMCPY): one row per cudaMemcpy, with its stream, its direction (an index into

@@ -14,7 +14,7 @@ import pytest
 from vmexplorer.collectors import Collector, CuptiCollector, NvmlSampler
 from vmexplorer.records.collected import CUPTI, FEEDS, NVTX, PARTS
 
-PACKAGE = Path(__file__).resolve().parents[1] / "vmexplorer"
+PACKAGE = Path(__file__).resolve().parents[2] / "vmexplorer"
 COLLECTORS: list[Collector] = [CuptiCollector(), NvmlSampler(lambda: 0)]
 
 
