@@ -13,9 +13,9 @@ Four tables and the collectors' status:
   `gpu_page_fault_groups` CUPTI writes one record per faulting page (its address is the page's) and
   the value is the number of fault groups the driver took for that page (CUPTI's documentation of
   UnifiedMemoryCounter3.value; how many groups and bytes a record stands for varies from run to run,
-  so it is read from a session's own rows, never assumed); for `remote_map` and `thrashing`, bytes (the region's size); for the others,
-  counts of events. `um_records` says how many CUPTI records a row stands for: 1 for raw records, more
-  after `thin` merged some;
+  so it is read from a session's own rows, never assumed); for `remote_map` and `thrashing`, bytes
+  (the region's size); for the others, counts of events. `um_records` says how many CUPTI records a
+  row stands for: 1 for raw records, more after `thin` merged some;
 - memory copies (CUPTI MEMCPY): one row per cudaMemcpy, with its stream, its direction (an index into
   `MEMCPY_KINDS`) and its bytes. The engine moves managed memory by migration, which the unified-memory
   counters see; a copy is explicit traffic (the loss read back after each iteration);
