@@ -213,3 +213,33 @@ def test_a_gpu_run_longer_than_a_session_holds_is_refused_before_the_gpu_works()
     assert 0 < fit < 10_000
     with pytest.raises(ValueError, match=f"would not fit in one session: ask for at most {fit - 1}"):
         run_on_gpu(RunRequest(plan, 10_000), lambda *_: None, lambda: False)  # raises before CuPy is imported
+
+
+def test_the_default_runner_runs_the_plan_it_is_sent_compiling_nothing_and_reading_no_file_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page compiled the plan when it showed it; the worker runs that plan (the executor's check
+    is the one it gets) and hands the measured session to the page, which shows it as it is."""
+    import vmexplorer.engine.executor as executor
+    import vmexplorer.policies as policies
+    import vmexplorer.session.format as session_format
+    from vmexplorer.appstate import AppState
+    from vmexplorer.simulator import H100_DEFAULT, simulate
+    from vmexplorer.worker import run_on_gpu
+
+    graph = build_graph("vgg11", 2, 32)
+    plan = compile_plan(graph, (graph.min_capacity[0] + graph.footprint) // 2, "autovm")
+    calls: list[str] = []
+    compile_plan_, read_back = policies.compile_plan, session_format.validate_plan
+    monkeypatch.setattr(policies, "compile_plan", lambda *a, **k: calls.append("compile") or compile_plan_(*a, **k))
+    monkeypatch.setattr(session_format, "validate_plan", lambda *a: calls.append("read back") or read_back(*a))
+
+    def execute(graph: Any, plan: Any, settings: Any, progress: Any = None, should_stop: Any = None) -> Any:
+        calls.append("execute")
+        return executor.RunResult(simulate(graph, plan, H100_DEFAULT), (1.0,), {"gpu": "none: a test"})
+
+    monkeypatch.setattr(executor, "execute", execute)
+    session = run_on_gpu(RunRequest(plan, 2), lambda *_: None, lambda: False)
+    assert session.plan is plan and calls == ["execute"]
+    state = AppState()
+    assert state.show_measured(session, "GPU run 1"), state.message
+    assert state.session is session and calls.count("read back") == 0

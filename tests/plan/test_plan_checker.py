@@ -9,9 +9,10 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from plan_checker import check_memops, check_plan
+from strategies import AUTOVM_OPTIONS, manual_moves
 
 from vmexplorer.graph import Graph, build_graph
-from vmexplorer.plan import Direction, MemOp, Mode, Move, Origin, Plan, PlanError
+from vmexplorer.plan import Direction, MemOp, Mode, Origin, Plan, PlanError
 from vmexplorer.plan.residency import check
 from vmexplorer.plan.validate import validate_plan
 from vmexplorer.policies import compile_plan
@@ -23,29 +24,6 @@ HYP = settings(max_examples=150, deadline=None, suppress_health_check=[HealthChe
 @cache
 def graph(model: str, batch: int, size: int) -> Graph:
     return build_graph(model, batch, size)
-
-
-@st.composite
-def manual_moves(draw: st.DrawFn, g: Graph) -> list[Move]:
-    """Moves a person could make: a tensor offloaded after one use, prefetched before the next."""
-    moves = []
-    for t in draw(st.lists(st.integers(0, len(g.tensors) - 1), max_size=6, unique=True)):
-        uses = g.uses[t]
-        if len(uses) < 2:
-            continue
-        i = draw(st.integers(0, len(uses) - 2))
-        a, b = uses[i], uses[i + 1]
-        if b - a < 2:
-            continue
-        moves.append(Move(t, a, draw(st.integers(a, b - 1))))
-    return moves
-
-
-AUTOVM_OPTIONS = st.fixed_dictionaries({
-    "prefetch_distance": st.integers(1, 12),
-    "offload": st.sampled_from(["needed", "all"]),
-    "tensors": st.sampled_from(["activations", "all"]),  # "all": weights' trips wrap the iteration
-})
 
 
 @st.composite

@@ -6,6 +6,7 @@ from functools import cache
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strategies import AUTOVM_OPTIONS, manual_moves
 
 from vmexplorer.graph import Kind, Phase, build_graph
 from vmexplorer.plan import Direction, Mode, Move, Origin, PlanError
@@ -30,33 +31,11 @@ def setups(draw):
     return g, draw(st.integers(low, high))
 
 
-@st.composite
-def random_moves(draw, g):
-    """Moves a person could make: any tensor, offloaded after some use, prefetched before a later one."""
-    moves = []
-    for t in draw(st.lists(st.integers(0, len(g.tensors) - 1), max_size=6, unique=True)):
-        uses = g.uses[t]
-        if len(uses) < 2:
-            continue
-        i = draw(st.integers(0, len(uses) - 2))
-        a, b = uses[i], uses[i + 1]
-        if b - a < 2:
-            continue
-        moves.append(Move(t, a, draw(st.integers(a, b - 1))))
-    return moves
-
-
-OPTIONS = st.fixed_dictionaries({
-    "prefetch_distance": st.integers(1, 12),
-    "offload": st.sampled_from(["needed", "all"]),
-    "tensors": st.sampled_from(["activations", "all"]),
-})
-
 HYP = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @HYP
-@given(setups(), OPTIONS)
+@given(setups(), AUTOVM_OPTIONS)
 def test_uvm_and_autovm_plans_validate_and_stay_within_capacity(setup, options):
     g, capacity = setup
     for policy, opts in (("uvm", {}), ("autovm", options)):
@@ -69,7 +48,7 @@ def test_uvm_and_autovm_plans_validate_and_stay_within_capacity(setup, options):
 @given(setups(), st.data())
 def test_any_sensible_manual_plan_is_repaired_into_a_valid_one(setup, data):
     g, capacity = setup
-    moves = data.draw(random_moves(g))
+    moves = data.draw(manual_moves(g))
     plan = compile_plan(g, capacity, "manual", moves=moves)
     validate_plan(g, plan)
     assert {(m.tensor, m.offload_after) for m in plan.moves} == {(m.tensor, m.offload_after) for m in moves}
