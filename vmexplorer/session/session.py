@@ -13,8 +13,9 @@ from .. import __version__
 from ..graph import Graph
 from ..plan import Plan
 from ..records import Timeline, summarize
+from ..records.breakdown import TimeSplit, time_split
 from ..records.collected import Collected, CollectedError, check_against, collected_summary, migration_shares
-from ..simulator import CostModel
+from ..simulator import H100_DEFAULT, CostModel
 
 FORMAT = "vmexplorer-session"
 # 2 added "collected" (the GPU collectors' records), 3 the cost model's "op_gap_ns" and "call_ns", 4
@@ -35,6 +36,13 @@ class Session:
     notes: tuple[str, ...]
     created: str  # ISO-8601 UTC, when the run or simulation was made (not when it was saved)
     collected: Collected | None = None  # what CUPTI / NVML recorded in a measured run, if they ran
+
+    def time_split(self, iteration: int | None = None) -> TimeSplit:
+        """Where the typical iteration's time went (`records.breakdown`), each op's own time from the
+        session's cost model (a measured session's was fitted to the same model's `device` run)."""
+        cost = self.cost_model or H100_DEFAULT
+        own = np.array([cost.compute_ns(op.name, op.flops, op.bytes_touched) for op in self.graph.ops])
+        return time_split(self.graph, self.plan, self.timeline, own, iteration)
 
     @property
     def summary(self) -> dict[str, float | int | str]:
