@@ -44,11 +44,14 @@ def test_the_default_sample_opens_measured_and_every_figure_says_so(state: AppSt
     assert state.session.timeline.source == "measured" and state.message == ""
     rows = state.summary_rows()
     figures = {r["figure"]: r for r in rows}
-    assert {"iteration time", "waiting for memory (stall)", "demand-faulted in", "moved to host",
-            "moved to device (faults included)", "peak resident", "speedup vs device", "speedup vs uvm"} <= set(figures)
+    assert {"iteration time", "  compute", "  waiting on demand faults", "  waiting on evictions and prefetches",
+            "  idle and launch gaps", "demand-faulted in", "moved to host", "moved to device (faults included)",
+            "peak resident", "against device", "against uvm"} <= set(figures)
     assert all(r["source"].startswith("measured") for r in rows)
     # the uvm twin and the device session are samples: like is compared with like
-    assert figures["speedup vs uvm"]["source"].startswith("measured vs measured uvm")
+    assert figures["against uvm"]["source"].startswith("measured vs measured uvm")
+    assert figures["against device"]["value"].endswith("x slower than device")
+    assert figures["against uvm"]["value"].endswith("x faster than uvm")
     assert state.moves == list(state.session.plan.moves) and state.moves
     assert state.cost_model.name.startswith("calibrated on vgg19")
 
@@ -552,3 +555,13 @@ def test_a_load_error_quoting_a_name_from_the_file_shows_it_as_text() -> None:
         assert "<img src=x onerror=" in html.unescape(inner_html(view.alert)).split(PAYLOAD, 1)[1]
     else:  # opened: the policy named as text under the knobs
         assert shows_as_text(view.policy_help, PAYLOAD)
+
+
+@pytest.mark.parametrize("ns, base_ns, says", [(1000, 100, "10.0x slower than device"),
+                                               (100, 250, "2.5x faster than device"),
+                                               (100, 100, "as fast as device"), (0, 100, "n/a")])
+def test_a_time_against_a_baseline_is_said_as_slower_or_faster_never_as_a_speedup_below_one(
+        ns: int, base_ns: int, says: str) -> None:
+    from vmexplorer.appstate import times_than
+
+    assert times_than(ns, base_ns, "device") == says

@@ -205,8 +205,8 @@ def test_the_summary_table_says_whether_figures_are_simulated_or_measured(sessio
     table = summary_table(s)
     assert isinstance(table, Div)
     assert source in table.text
-    for label in ("iteration time", "stall", "demand-faulted", "moved to host", "moved to device",
-                  "peak resident", "capacity", "footprint"):
+    for label in ("iteration time", "compute", "waiting on demand faults", "waiting on evictions", "idle",
+                  "demand-faulted", "moved to host", "moved to device", "peak resident", "capacity", "footprint"):
         assert label in table.text
 
 

@@ -29,7 +29,7 @@ from .policies.common import reuse_gaps
 from .session import Session, SessionError, load_session, new_session, session_from_bytes
 from .session.compare import align_op_times
 from .simulator import H100_DEFAULT, CostModel, calibrate, simulate
-from .timeline import SUMMARY_ROWS, summary_items
+from .timeline import SUMMARY_ROWS, figures, summary_items
 from .units import format_bytes, format_ns, parse_bytes
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_sessions"
@@ -216,15 +216,15 @@ class AppState(param.Parameterized):
         s = self.session
         if s is None:
             return []
-        fig, source = s.summary, s.timeline.source
+        fig, source = figures(s), s.timeline.source
         rows = [{"figure": label, "value": value, "source": source} for _, label, value in summary_items(fig)]
         for policy in ("device", "uvm"):
             base = self._baseline(policy)
             if base is None:
-                rows.append({"figure": f"speedup vs {policy}", "value": "n/a", "source": "cannot run here"})
+                rows.append({"figure": f"against {policy}", "value": "n/a", "source": "cannot run here"})
                 continue
-            ratio = base.iteration_ns / fig["iteration_ns"] if fig["iteration_ns"] else float("nan")
-            rows.append({"figure": f"speedup vs {policy}", "value": f"{ratio:.2f}x",
+            value = times_than(fig["iteration_ns"], base.iteration_ns, policy)
+            rows.append({"figure": f"against {policy}", "value": value,
                          "source": f"{source} vs {base.source} {policy} ({format_ns(base.iteration_ns)})"})
         return rows
 
@@ -239,7 +239,7 @@ class AppState(param.Parameterized):
         a, b = self.session, self.comparison
         if a is None or b is None:
             return []
-        sa, sb = a.summary, b.summary
+        sa, sb = figures(a), figures(b)
         rows = [{"figure": "source", "a": str(sa["source"]), "b": str(sb["source"]), "b/a": ""}]
         for key, label, fmt in SUMMARY_ROWS:
             if key in sa and key in sb and key not in ("iterations", "counted_iterations"):
@@ -377,6 +377,15 @@ class AppState(param.Parameterized):
                 found = _Baseline(int(np.median(its)) if len(its) else 0, "simulated")
             self._baselines[key] = found
         return self._baselines[key]
+
+
+def times_than(ns: int, base_ns: int, base: str) -> str:
+    """`ns` against `base_ns` as people say it: "10.0x slower than device", never "speedup 0.10x"."""
+    if not ns or not base_ns:
+        return "n/a"
+    if ns == base_ns:
+        return f"as fast as {base}"
+    return f"{ns / base_ns:.1f}x slower than {base}" if ns > base_ns else f"{base_ns / ns:.1f}x faster than {base}"
 
 
 def _open(source: str | os.PathLike[str] | bytes, name: str | None) -> tuple[Session, str]:

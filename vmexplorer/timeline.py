@@ -11,6 +11,7 @@ A measured session with collector records adds what the GPU itself reported ("me
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
 from typing import Any
@@ -24,6 +25,7 @@ from bokeh.plotting import figure
 
 from .fileio import atomic_write
 from .plan import Direction, Origin
+from .records.breakdown import PARTS as BREAKDOWN_PARTS
 from .records.collected import CollectorStatus, migration_shares, per_op
 from .records.collected import one_iteration as collected_iteration
 from .session import Session
@@ -184,7 +186,7 @@ def _legend(ops: Any, memops: Any, markers: list[Any]) -> Legend:
 
 def summary_table(session: Session) -> Div:
     """The figures a person compares, labelled simulated or measured."""
-    s: dict[str, Any] = session.summary
+    s: dict[str, Any] = figures(session)
     rows = [(label, value) for _, label, value in summary_items(s)]
     body = "".join(f"<tr><td>{k}</td><td style='text-align:right'>{v}</td></tr>" for k, v in rows)
     p = session.plan
@@ -194,10 +196,10 @@ def summary_table(session: Session) -> Div:
                name="summary", disable_math=True)
 
 
-SUMMARY_ROWS = (
+SUMMARY_ROWS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("iteration_ns", "iteration time", format_ns),
-    ("stall_ns", "waiting for memory (stall)", format_ns),
-    ("busy_ns", "ops running (faults included)", format_ns),
+    # where the typical iteration's time went (`figures`), in the order the parts stack
+    *((key, f"  {label}", format_ns) for key, label in BREAKDOWN_PARTS),
     ("fault_bytes", "demand-faulted in", format_bytes),
     ("bytes_to_host", "moved to host", format_bytes),
     ("bytes_to_device", "moved to device (faults included)", format_bytes),
@@ -207,6 +209,12 @@ SUMMARY_ROWS = (
     ("iterations", "iterations timed", str),
     ("counted_iterations", "iterations counting unified memory (after the timed ones, slower)", str),
 )
+
+
+def figures(session: Session) -> dict[str, Any]:
+    """The session's summary with where its typical iteration's time went, part by part."""
+    split = session.time_split()
+    return {**session.summary, **{key: getattr(split, key) for key, _ in BREAKDOWN_PARTS}}
 
 
 def summary_items(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
