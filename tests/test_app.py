@@ -565,3 +565,16 @@ def test_a_time_against_a_baseline_is_said_as_slower_or_faster_never_as_a_speedu
     from vmexplorer.appstate import times_than
 
     assert times_than(ns, base_ns, "device") == says
+
+
+def test_where_the_time_goes_shows_the_session_first_then_each_other_policy_labelled_by_source(
+        state: AppState) -> None:
+    rows = state.breakdown_rows()
+    assert rows[0]["label"] == "this session (autovm), measured"
+    others = {r["label"] for r in rows[1:]}
+    assert {"device, measured", "uvm, measured"} <= others  # the default sample's twins are samples
+    for r in rows:
+        parts = r["compute_ms"] + r["fault_wait_ms"] + r["transfer_wait_ms"] + r["idle_ms"]
+        assert abs(parts - r["iteration_ms"]) < 1e-6
+    uvm = next(r for r in rows if r["label"].startswith("uvm"))
+    assert uvm["fault_wait_ms"] > rows[0]["fault_wait_ms"]

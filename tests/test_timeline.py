@@ -316,3 +316,29 @@ def test_the_typical_iteration_is_the_one_of_median_duration(session: Session) -
                      np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
                      np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
     assert three.typical_iteration() == 2
+
+
+def _bar(label: str, compute: float, faults: float) -> dict[str, Any]:
+    return {"label": label, "source": "simulated", "compute_ms": compute, "fault_wait_ms": faults,
+            "transfer_wait_ms": 0.0, "idle_ms": 0.0, "iteration_ms": compute + faults}
+
+
+def test_where_the_time_goes_is_one_stacked_bar_per_row_the_first_row_on_top() -> None:
+    from vmexplorer.timeline import breakdown_figure
+
+    fig = breakdown_figure([_bar("this session (uvm), simulated", 10, 90), _bar("device, simulated", 10, 0)])
+    assert list(fig.y_range.factors) == ["device, simulated", "this session (uvm), simulated"]
+    data = fig.select_one({"name": "breakdown"}).data
+    assert list(data["fault_wait_ms"]) == [90, 0] and list(data["compute_ms"]) == [10, 10]
+    assert [item.label.value for item in fig.legend[0].items] == [
+        "compute", "waiting on demand faults", "waiting on evictions and prefetches", "idle and launch gaps"]
+
+
+def test_new_rows_go_into_the_same_bars_not_a_new_figure() -> None:
+    from vmexplorer.timeline import breakdown_figure, update_breakdown
+
+    fig = breakdown_figure([_bar("a", 1, 1)])
+    source = fig.select_one({"name": "breakdown"})
+    update_breakdown(fig, [_bar("b", 2, 3), _bar("c", 4, 0)])
+    assert fig.select_one({"name": "breakdown"}) is source
+    assert list(source.data["label"]) == ["b", "c"] and list(fig.y_range.factors) == ["c", "b"]

@@ -26,6 +26,8 @@ from .plan import Move, PlanError
 from .plan.residency import next_use
 from .policies import POLICIES, compile_plan, non_default_options
 from .policies.common import reuse_gaps
+from .records.breakdown import PARTS as BREAKDOWN_PARTS
+from .records.breakdown import TimeSplit, time_split
 from .session import Session, SessionError, load_session, new_session, session_from_bytes
 from .session.compare import align_op_times
 from .simulator import H100_DEFAULT, CostModel, calibrate, simulate
@@ -41,6 +43,7 @@ MARKER_KINDS = ("offload", "prefetch")
 class _Baseline:
     iteration_ns: int
     source: str  # "measured" (a session on disk) or "simulated" (just now)
+    split: TimeSplit  # where its typical iteration's time went
 
 
 @dataclass(frozen=True)
@@ -228,6 +231,24 @@ class AppState(param.Parameterized):
                          "source": f"{source} vs {base.source} {policy} ({format_ns(base.iteration_ns)})"})
         return rows
 
+    def breakdown_rows(self) -> list[dict[str, Any]]:
+        """Where the time goes, for the shown session and beside it each other policy at the same model
+        and capacity (`device` with the whole footprint): measured where a sample has it, else
+        simulated with the same cost model, each labelled so. Times in ms, for a stacked bar."""
+        s = self.session
+        if s is None:
+            return []
+        bars = [(f"this session ({s.plan.policy})", s.timeline.source, s.time_split())]
+        for policy in POLICIES:
+            if policy in (s.plan.policy, "manual"):
+                continue
+            base = self._baseline(policy)
+            if base is not None:
+                bars.append((policy, base.source, base.split))
+        return [{"label": f"{label}, {source}", "source": source,
+                 **{key.replace("_ns", "_ms"): getattr(split, key) / 1e6 for key, _ in BREAKDOWN_PARTS},
+                 "iteration_ms": split.iteration_ns / 1e6} for label, source, split in bars]
+
     def delta_rows(self) -> list[dict[str, Any]]:
         """Per op, B (the comparison) against A (the shown session): time per iteration (stall plus
         run), aligned by op index when both ran the same graph, else by layer name."""
@@ -365,16 +386,18 @@ class AppState(param.Parameterized):
         g, capacity, source = s.graph, s.plan.capacity, s.timeline.source
         cost = s.cost_model if source == "simulated" and s.cost_model is not None else \
             (self.cost_model if self._same_graph(g) else H100_DEFAULT)
-        key = (g.key, capacity if policy == "uvm" else None, policy, source, cost.name)
+        key = (g.key, capacity if policy != "device" else None, policy, source, cost.name)
         if key not in self._baselines:
             found = _measured_baseline(g, capacity, policy) if source == "measured" else None
             if found is None:
                 try:
-                    plan = compile_plan(g, capacity if policy == "uvm" else max(capacity, g.footprint), policy)
+                    plan = compile_plan(g, capacity if policy != "device" else max(capacity, g.footprint), policy)
                 except PlanError:
                     return None
-                its = simulate(g, plan, cost).iteration_ns()
-                found = _Baseline(int(np.median(its)) if len(its) else 0, "simulated")
+                tl = simulate(g, plan, cost)
+                its = tl.iteration_ns()
+                own = np.array([cost.compute_ns(op.name, op.flops, op.bytes_touched) for op in g.ops])
+                found = _Baseline(int(np.median(its)) if len(its) else 0, "simulated", time_split(g, plan, tl, own))
             self._baselines[key] = found
         return self._baselines[key]
 
@@ -434,7 +457,8 @@ def _measured_baseline(graph: Graph, capacity: int, policy: str) -> _Baseline | 
     """A measured sample session of `policy` to compare the shown one with (see `_measured_samples`)."""
     for name in _measured_samples(graph, capacity, policy):
         try:
-            return _Baseline(int(load_session(SAMPLES / name).summary["iteration_ns"]), "measured")
+            s = load_session(SAMPLES / name)
+            return _Baseline(int(s.summary["iteration_ns"]), "measured", s.time_split())
         except SessionError:
             continue
     return None

@@ -18,7 +18,17 @@ from typing import Any
 
 import numpy as np
 from bokeh.layouts import column
-from bokeh.models import BasicTicker, ColumnDataSource, CustomJS, HoverTool, PlainText, PointDrawTool, Range1d
+from bokeh.models import (
+    BasicTicker,
+    ColumnDataSource,
+    CustomJS,
+    DataRange1d,
+    FactorRange,
+    HoverTool,
+    PlainText,
+    PointDrawTool,
+    Range1d,
+)
 from bokeh.models.annotations import Label, Legend, LegendItem, Span, Title
 from bokeh.models.widgets import Div
 from bokeh.plotting import figure
@@ -160,6 +170,39 @@ def iteration_view(session: Session, iteration: int) -> Session:
                f"paging: choose {which} to see its migrations and faults per op")
         collected = replace(collected, status=(*collected.status, CollectorStatus("cupti_um", False, why, 0, 0)))
     return replace(session, timeline=timeline, collected=collected)
+
+
+BREAKDOWN_COLORS = ("#4c78a8", "#e45756", "#f58518", "#bab0ac")  # compute, faults, transfers, idle
+
+
+def breakdown_figure(rows: list[dict[str, Any]]) -> Any:
+    """Where the time goes, one stacked bar per row of `AppState.breakdown_rows` (this session first,
+    at the top), in ms. Later rows go in through `update_breakdown`, so the figure is built once."""
+    keys = [key.replace("_ns", "_ms") for key, _ in BREAKDOWN_PARTS]
+    fig = figure(height=60 + 34 * max(len(rows), 3), sizing_mode="stretch_width", toolbar_location=None,
+                 y_range=FactorRange(factors=[r["label"] for r in reversed(rows)]), x_range=DataRange1d(start=0),
+                 x_axis_label="ms per iteration (the typical one)", title=_plain_title("Where the time goes"), tools="")
+    source = ColumnDataSource(_breakdown_columns(rows, keys), name="breakdown")
+    fig.hbar_stack(keys, y="label", height=0.7, source=source, color=list(BREAKDOWN_COLORS),
+                   legend_label=[label for _, label in BREAKDOWN_PARTS])
+    fig.add_tools(HoverTool(tooltips=[("", "@label"), ("iteration", "@iteration_ms{0.0} ms"),
+                                      *((label, f"@{key}{{0.0}} ms") for key, (_, label) in
+                                        zip(keys, BREAKDOWN_PARTS))]))
+    fig.legend.location, fig.legend.orientation = "bottom_right", "vertical"
+    fig.legend.click_policy = "hide"
+    return fig
+
+
+def update_breakdown(fig: Any, rows: list[dict[str, Any]]) -> None:
+    """Put new rows into a figure from `breakdown_figure`: its data and its categories, not a new figure."""
+    keys = [key.replace("_ns", "_ms") for key, _ in BREAKDOWN_PARTS]
+    fig.y_range.factors = [r["label"] for r in reversed(rows)]
+    fig.select_one({"name": "breakdown"}).data = _breakdown_columns(rows, keys)
+
+
+def _breakdown_columns(rows: list[dict[str, Any]], keys: list[str]) -> dict[str, list[Any]]:
+    return {"label": [r["label"] for r in rows], "iteration_ms": [r["iteration_ms"] for r in rows],
+            **{k: [r[k] for r in rows] for k in keys}}
 
 
 def comparison_figure(a: Session, b: Session, titles: tuple[str, str] = ("A", "B")) -> Any:
