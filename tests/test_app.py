@@ -578,3 +578,27 @@ def test_where_the_time_goes_shows_the_session_first_then_each_other_policy_labe
         assert abs(parts - r["iteration_ms"]) < 1e-6
     uvm = next(r for r in rows if r["label"].startswith("uvm"))
     assert uvm["fault_wait_ms"] > rows[0]["fault_wait_ms"]
+
+
+def test_the_capacity_sweep_draws_each_policy_from_the_least_capacity_to_the_footprint_with_the_samples(
+        state: AppState) -> None:
+    sweep = state.capacity_sweep(points=6)
+    lines = {line["policy"]: line for line in sweep["lines"]}
+    g = state.session.graph
+    least = 100 * g.min_capacity[0] / g.footprint
+    assert lines["uvm"]["capacity_pct"][0] == pytest.approx(least, abs=0.01)
+    assert lines["uvm"]["capacity_pct"][-1] == pytest.approx(100)
+    assert lines["device"]["capacity_pct"] == [pytest.approx(100)]  # device cannot page
+    # the cliff: less memory, slower, for the paging policies
+    assert lines["uvm"]["iteration_ms"][0] > 5 * lines["uvm"]["iteration_ms"][-1]
+    assert {(m["policy"], round(m["capacity_pct"])) for m in sweep["measured"]} >= {("uvm", 50), ("autovm", 50)}
+    assert sweep["cost_model"] == state.cost_model.name
+
+
+def test_a_point_of_the_sweep_opens_its_sample_where_one_was_measured_else_its_simulation(state: AppState) -> None:
+    assert state.open_sweep_point("uvm", 50.0), state.message
+    assert state.session.timeline.source == "measured" and state.session.plan.policy == "uvm"
+    assert state.open_sweep_point("autovm", 70.0), state.message
+    s = state.session
+    assert s.timeline.source == "simulated" and s.plan.policy == "autovm"
+    assert round(100 * s.plan.capacity / s.graph.footprint) == 70

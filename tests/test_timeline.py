@@ -342,3 +342,30 @@ def test_new_rows_go_into_the_same_bars_not_a_new_figure() -> None:
     update_breakdown(fig, [_bar("b", 2, 3), _bar("c", 4, 0)])
     assert fig.select_one({"name": "breakdown"}) is source
     assert list(source.data["label"]) == ["b", "c"] and list(fig.y_range.factors) == ["c", "b"]
+
+
+def _sweep(scale: float) -> dict[str, Any]:
+    return {"lines": [{"policy": "uvm", "capacity_pct": [40.0, 100.0], "iteration_ms": [900 * scale, 60.0]},
+                      {"policy": "device", "capacity_pct": [100.0], "iteration_ms": [60.0]}],
+            "measured": [{"name": "uvm-50.vms", "policy": "uvm", "capacity_pct": 50.0, "iteration_ms": 800.0}]}
+
+
+def test_the_paging_cliff_draws_a_line_per_policy_and_the_measured_samples_as_larger_points() -> None:
+    from vmexplorer.timeline import sweep_figure
+
+    fig = sweep_figure(_sweep(1))
+    lines = fig.select_one({"name": "sweep_lines"}).data
+    assert lines["policy"] == ["uvm (simulated)", "device (simulated)"] and lines["ys"][0] == [900.0, 60.0]
+    points = fig.select_one({"name": "sweep_points"}).data
+    measured = points["name"].index("uvm-50.vms")
+    assert points["marker"][measured] == "diamond" and points["size"][measured] > max(points["size"][:3])
+    assert points["label"][measured] == "uvm, measured sample"
+
+
+def test_a_new_sweep_goes_into_the_same_sources() -> None:
+    from vmexplorer.timeline import sweep_figure, update_sweep
+
+    fig = sweep_figure(_sweep(1))
+    source = fig.select_one({"name": "sweep_lines"})
+    update_sweep(fig, _sweep(2))
+    assert fig.select_one({"name": "sweep_lines"}) is source and source.data["ys"][0] == [1800.0, 60.0]

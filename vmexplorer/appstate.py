@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import param
 
+from .config import share_of_footprint
 from .graph import Graph, GraphError, build_graph
 from .plan import Move, PlanError
 from .plan.residency import next_use
@@ -73,6 +74,7 @@ class AppState(param.Parameterized):
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         self._baselines: dict[tuple[Any, ...], _Baseline] = {}
+        self._sweeps: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
 
     # --- loading and configuring ------------------------------------------------------------------
     def load(self, source: str | os.PathLike[str] | bytes, name: str | None = None) -> bool:
@@ -231,6 +233,36 @@ class AppState(param.Parameterized):
                          "source": f"{source} vs {base.source} {policy} ({format_ns(base.iteration_ns)})"})
         return rows
 
+    def capacity_sweep(self, points: int = 16) -> dict[str, Any]:
+        """The paging cliff: the iteration time of each policy from the least capacity the model runs in
+        to its footprint, simulated with the shown session's cost model, and the measured samples of
+        this model as points. Capacities in % of the footprint, times in ms."""
+        s = self.session
+        if s is None:
+            return {"lines": [], "measured": []}
+        g, cost = s.graph, self.cost_model or H100_DEFAULT
+        key = (g.key, cost.name, points)
+        if key not in self._sweeps:
+            self._sweeps[key] = _sweep(g, cost, points)
+        measured = [{"name": name, "policy": pol, "capacity_pct": share_of_footprint(cap, g.footprint),
+                     "iteration_ms": ns / 1e6}
+                    for name, (key, cap, pol, defaults, source, ns) in _sample_index().items()
+                    if key == g.key and source == "measured" and defaults]
+        return {"lines": self._sweeps[key], "measured": measured, "cost_model": cost.name}
+
+    def open_sweep_point(self, policy: str, capacity_pct: float) -> bool:
+        """Open a point of the sweep: the measured sample there if there is one, else the simulation."""
+        s = self.session
+        if s is None:
+            return self.fail("nothing shown to sweep")
+        g = s.graph
+        for name, (key, cap, pol, defaults, source, _) in _sample_index().items():
+            if (key, pol, source, defaults) == (g.key, policy, "measured", True) and \
+                    abs(share_of_footprint(cap, g.footprint) - capacity_pct) < 0.5:
+                return self.load(SAMPLES / name)
+        capacity = int(g.footprint * capacity_pct / 100)
+        return self.simulate_config(g.model, g.batch, str(max(capacity, g.min_capacity[0])), policy)
+
     def breakdown_rows(self) -> list[dict[str, Any]]:
         """Where the time goes, for the shown session and beside it each other policy at the same model
         and capacity (`device` with the whole footprint): measured where a sample has it, else
@@ -240,7 +272,7 @@ class AppState(param.Parameterized):
             return []
         bars = [(f"this session ({s.plan.policy})", s.timeline.source, s.time_split())]
         for policy in POLICIES:
-            if policy in (s.plan.policy, "manual"):
+            if policy == s.plan.policy or POLICIES[policy].takes_moves:
                 continue
             base = self._baseline(policy)
             if base is not None:
@@ -402,6 +434,27 @@ class AppState(param.Parameterized):
         return self._baselines[key]
 
 
+def _sweep(g: Graph, cost: CostModel, points: int) -> list[dict[str, Any]]:
+    """Each policy's simulated iteration time (ms) at `points` capacities from the least to the
+    footprint, where it plans at all (`device` only at the footprint)."""
+    need = g.min_capacity[0]
+    capacities = sorted({int(need + (g.footprint - need) * i / (points - 1)) for i in range(points)})
+    lines = []
+    for policy, spec in POLICIES.items():
+        if spec.takes_moves:  # a person's moves belong to one capacity, not to a sweep
+            continue
+        line: dict[str, Any] = {"policy": policy, "capacity_pct": [], "iteration_ms": []}
+        for c in capacities:
+            try:
+                plan = compile_plan(g, c, policy)
+            except PlanError:
+                continue
+            line["capacity_pct"].append(share_of_footprint(c, g.footprint))
+            line["iteration_ms"].append(simulate(g, plan, cost).iteration_ns().max() / 1e6)
+        lines.append(line)
+    return lines
+
+
 def times_than(ns: int, base_ns: int, base: str) -> str:
     """`ns` against `base_ns` as people say it: "10.0x slower than device", never "speedup 0.10x"."""
     if not ns or not base_ns:
@@ -425,15 +478,15 @@ def samples() -> list[str]:
     return sorted(names, key=lambda n: n != DEFAULT_SAMPLE)
 
 
-def _sample_index() -> dict[str, tuple[Any, int, str, bool, str]]:
-    """name -> (graph key, capacity, policy, default options?, source) of every readable sample, read
+def _sample_index() -> dict[str, tuple[Any, int, str, bool, str, int]]:
+    """name -> (graph key, capacity, policy, default options?, source, iteration ns) of every readable sample, read
     once per change of the folder (a page asks at every draw)."""
     stamp = tuple((p.name, p.stat().st_mtime_ns) for p in sorted(SAMPLES.glob("*.vms"))) if SAMPLES.is_dir() else ()
     return _index(stamp)
 
 
 @functools.lru_cache(maxsize=2)
-def _index(stamp: tuple[tuple[str, int], ...]) -> dict[str, tuple[Any, int, str, bool, str]]:
+def _index(stamp: tuple[tuple[str, int], ...]) -> dict[str, tuple[Any, int, str, bool, str, int]]:
     out = {}
     for name, _ in stamp:
         try:
@@ -441,14 +494,15 @@ def _index(stamp: tuple[tuple[str, int], ...]) -> dict[str, tuple[Any, int, str,
         except SessionError:
             continue
         defaults = not non_default_options(s.plan.policy, s.plan.options)
-        out[name] = (s.graph.key, s.plan.capacity, s.plan.policy, defaults, s.timeline.source)
+        out[name] = (s.graph.key, s.plan.capacity, s.plan.policy, defaults, s.timeline.source,
+                     int(s.summary["iteration_ns"]))
     return out
 
 
 def _measured_samples(graph: Graph, capacity: int, policy: str) -> list[str]:
     """The measured samples of `policy` with its default options on this graph at this capacity (any
     capacity holding the footprint, for `device`), by file name."""
-    return [name for name, (key, cap, pol, defaults, source) in _sample_index().items()
+    return [name for name, (key, cap, pol, defaults, source, _) in _sample_index().items()
             if (source, key, pol, defaults) == ("measured", graph.key, policy, True)
             and (cap >= graph.footprint if policy == "device" else cap == capacity)]
 

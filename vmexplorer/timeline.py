@@ -205,6 +205,57 @@ def _breakdown_columns(rows: list[dict[str, Any]], keys: list[str]) -> dict[str,
             **{k: [r[k] for r in rows] for k in keys}}
 
 
+POLICY_COLORS = ("#e45756", "#4c78a8", "#54a24b", "#b279a2", "#9d755d", "#72b7b2")  # by registry order
+
+
+def sweep_figure(sweep: dict[str, Any]) -> Any:
+    """The paging cliff from `AppState.capacity_sweep`: a line per policy (simulated) and the measured
+    samples as points on it. Every point is tappable (`sweep_points` selected rows say which), and a
+    new sweep goes in through `update_sweep`."""
+    fig = figure(height=300, sizing_mode="stretch_width", tools="pan,wheel_zoom,box_zoom,reset,tap",
+                 active_scroll=None, x_axis_label="capacity, % of the footprint",
+                 y_axis_label="ms per iteration", title=_plain_title("The paging cliff"))
+    lines, points = _sweep_columns(sweep)
+    fig.multi_line("xs", "ys", color="color", line_width=2, legend_field="policy",
+                   source=ColumnDataSource(lines, name="sweep_lines"))
+    dots = fig.scatter("capacity_pct", "iteration_ms", color="color", size="size", marker="marker",
+                       source=ColumnDataSource(points, name="sweep_points"))
+    fig.add_tools(HoverTool(renderers=[dots], tooltips=[("", "@label"), ("capacity", "@capacity_pct{0}%"),
+                                                        ("iteration", "@iteration_ms{0.0} ms")]))
+    fig.legend.location = "top_right"
+    return fig
+
+
+def update_sweep(fig: Any, sweep: dict[str, Any]) -> None:
+    lines, points = _sweep_columns(sweep)
+    fig.select_one({"name": "sweep_lines"}).data = lines
+    fig.select_one({"name": "sweep_points"}).data = points
+
+
+def _sweep_columns(sweep: dict[str, Any]) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+    color = {line["policy"]: POLICY_COLORS[i % len(POLICY_COLORS)] for i, line in enumerate(sweep["lines"])}
+    lines = {"xs": [line["capacity_pct"] for line in sweep["lines"]],
+             "ys": [line["iteration_ms"] for line in sweep["lines"]],
+             "policy": [f"{line['policy']} (simulated)" for line in sweep["lines"]],
+             "color": [color[line["policy"]] for line in sweep["lines"]]}
+    points: dict[str, list[Any]] = {k: [] for k in ("policy", "capacity_pct", "iteration_ms", "label", "color",
+                                                   "size", "marker", "name")}
+    for line in sweep["lines"]:
+        for x, y in zip(line["capacity_pct"], line["iteration_ms"]):
+            _point(points, line["policy"], x, y, f"{line['policy']}, simulated", color[line["policy"]], 5, "circle", "")
+    for m in sweep["measured"]:
+        _point(points, m["policy"], m["capacity_pct"], m["iteration_ms"], f"{m['policy']}, measured sample",
+               color.get(m["policy"], "#333333"), 11, "diamond", m["name"])
+    return lines, points
+
+
+def _point(points: dict[str, list[Any]], policy: str, x: float, y: float, label: str, color: str, size: int,
+           marker: str, name: str) -> None:
+    for key, value in (("policy", policy), ("capacity_pct", x), ("iteration_ms", y), ("label", label),
+                       ("color", color), ("size", size), ("marker", marker), ("name", name)):
+        points[key].append(value)
+
+
 def comparison_figure(a: Session, b: Session, titles: tuple[str, str] = ("A", "B")) -> Any:
     """Two sessions one above the other on the op axis (aligned by op index), x ranges linked."""
     top = timeline_figure(a, "op", title=f"{titles[0]}: {a.plan.policy} on {a.graph.model}, {a.timeline.source}")
