@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..graph import Graph
+from ..graph import Graph, Kind
 from ..plan import Direction, Mode, Plan
 
 MAX_NS = 2**53  # the latest time, and the longest duration, a timeline holds: 104 days, exact as a float
@@ -143,15 +143,47 @@ def one_iteration(timeline: Timeline, iteration: int) -> tuple[Timeline, int, in
 
 
 def resident_curve(graph: Graph, plan: Plan, op_start: np.ndarray, op_end: np.ndarray,
-              mem_start: np.ndarray, mem_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                   mem_start: np.ndarray, mem_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Device bytes over time as a step function: a tensor counts from its creation, its prefetch's
     start or its fault, until its release, its offload's end or its eviction's end."""
-    times, deltas = [0.0], [sum(nbytes for _, nbytes in plan.resident_at_start)]
+    times, deltas, _ = _resident_steps(graph, plan, op_start, op_end, mem_start, mem_end)
+    order = np.argsort(np.array(times), kind="stable")
+    t_sorted = np.array(times)[order]
+    level = np.cumsum(np.array(deltas, dtype=np.int64)[order])
+    keep = np.append(t_sorted[1:] != t_sorted[:-1], True)  # one level per instant: the last one
+    return t_sorted[keep], level[keep]
+
+
+def resident_by_kind(graph: Graph, plan: Plan, op_start: np.ndarray, op_end: np.ndarray,
+                     mem_start: np.ndarray, mem_end: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """`resident_curve` split by tensor kind (weights, gradients, activations, ...): the instants, and
+    for each kind its bytes on the device from each instant on. The kinds add up to the curve."""
+    times, deltas, tensors = _resident_steps(graph, plan, op_start, op_end, mem_start, mem_end)
+    order = np.argsort(np.array(times), kind="stable")
+    t_sorted = np.array(times)[order]
+    keep = np.append(t_sorted[1:] != t_sorted[:-1], True)
+    kinds = np.array([graph.tensors[t].kind.value for t in tensors], dtype=object)[order]
+    d = np.array(deltas, dtype=np.int64)[order]
+    levels = {k.value: np.cumsum(np.where(kinds == k.value, d, 0))[keep] for k in Kind}
+    return t_sorted[keep], levels
+
+
+def _resident_steps(graph: Graph, plan: Plan, op_start: np.ndarray, op_end: np.ndarray, mem_start: np.ndarray,
+                    mem_end: np.ndarray) -> tuple[list[float], list[int], list[int]]:
+    """Every change of the resident bytes: when, by how much, and of which tensor."""
+    times: list[float] = []
+    deltas: list[int] = []
+    tensors: list[int] = []
+    for t, nbytes in plan.resident_at_start:
+        times.append(0.0)
+        deltas.append(nbytes)
+        tensors.append(t)
     last_use = graph.last_use
     for t, tensor in enumerate(graph.tensors):
         if not tensor.persistent:
             times += [op_start[tensor.producer], op_end[last_use[t]]]
             deltas += [tensor.nbytes, -tensor.nbytes]
+            tensors += [t, t]
     for i, m in enumerate(plan.memops):
         if m.direction is Direction.TO_DEVICE:
             times.append(mem_start[i])
@@ -159,8 +191,5 @@ def resident_curve(graph: Graph, plan: Plan, op_start: np.ndarray, op_end: np.nd
         else:
             times.append(mem_end[i])
             deltas.append(-m.nbytes)
-    order = np.argsort(np.array(times), kind="stable")
-    t_sorted = np.array(times)[order]
-    level = np.cumsum(np.array(deltas, dtype=np.int64)[order])
-    keep = np.append(t_sorted[1:] != t_sorted[:-1], True)  # one level per instant: the last one
-    return t_sorted[keep], level[keep]
+        tensors.append(m.tensor)
+    return times, deltas, tensors
