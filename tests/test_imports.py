@@ -26,6 +26,7 @@ STAGES = (
     ("engine",),
     ("timeline",),
     ("appstate", "worker"),
+    ("views",),
     ("app", "cli", "__main__"),
 )
 
