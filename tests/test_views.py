@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from vmexplorer.appstate import AppState
-from vmexplorer.views import PagingCliff, WhereTimeGoes, headline
+from vmexplorer.simulator import simulate
+from vmexplorer.units import format_ns
+from vmexplorer.views import LESSON, Lesson, PagingCliff, WhereTimeGoes, headline
 
 
 @pytest.fixture
@@ -39,3 +41,39 @@ def test_tapping_a_measured_point_of_the_cliff_opens_that_sample(state: AppState
     assert state.session.plan.policy == "uvm" and state.session.timeline.source == "measured"
     assert round(100 * state.session.plan.capacity / state.session.graph.footprint) == 75
     assert view.points.selected.indices == []
+
+
+@pytest.mark.parametrize("step", range(1, len(LESSON) + 1))
+def test_each_lesson_step_opens_its_session_and_says_what_that_session_shows(step: int) -> None:
+    state = AppState()
+    lesson = Lesson(state=state)
+    lesson.step = step
+    if step == 1:  # the default step: setting it is no change, so open it as the page does
+        assert lesson.open_step()
+    assert state.message == "", state.message
+    assert lesson.title.object == LESSON[step - 1].title
+    assert state.origin.endswith(f"`{LESSON[step - 1].sample}`") or LESSON[step - 1].late_prefetch
+    split = state.session.time_split()
+    if step in (1, 2, 3):
+        assert format_ns(split.iteration_ns) in lesson.words.object
+    assert lesson.previous.disabled == (step == 1) and lesson.next.disabled == (step == len(LESSON))
+
+
+def test_the_late_prefetch_step_shows_the_edit_against_the_unedited_plan_on_the_same_model() -> None:
+    state = AppState()
+    lesson = Lesson(state=state, step=3)
+    lesson.step = 4
+    assert state.session.plan.policy == "manual" and state.session.timeline.source == "simulated"
+    edited = state.session.time_split().iteration_ns
+    unedited = int(simulate(state.loaded.graph, state.loaded.plan, state.cost_model).iteration_ns().max())
+    assert edited > unedited
+    assert f"takes {format_ns(edited)} instead of {format_ns(unedited)}" in lesson.words.object
+
+
+def test_the_lesson_does_not_step_past_its_ends() -> None:
+    lesson = Lesson(state=AppState())
+    lesson.previous.clicks += 1
+    assert lesson.step == 1
+    for _ in range(len(LESSON) + 2):
+        lesson.next.clicks += 1
+    assert lesson.step == len(LESSON)
