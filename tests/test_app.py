@@ -210,6 +210,18 @@ def test_editable_markers_map_a_dragged_x_back_to_an_op(state: AppState) -> None
             assert issue_after_at(state.session, x, axis, int(it)) == after
 
 
+def drag_first_marker(fig: Any, kind: str, ops_earlier: int) -> tuple[int, int]:
+    """What the PointDrawTool sends back after the first `kind` marker is dragged onto the op boundary
+    `ops_earlier` ops before the one it is issued after, on the axis drawn: (its tensor, that op)."""
+    src = next(iter(fig.select({"name": f"{kind}_markers"}))).data_source
+    ends = next(iter(fig.select({"name": "ops"}))).data_source.data["right"]  # one iteration's ops, in order
+    data = dict(src.data)
+    to = int(data["issue_after"][0]) - ops_earlier
+    data["x"] = [ends[to], *list(data["x"])[1:]]
+    src.data = data
+    return int(data["tensor_id"][0]), to
+
+
 def test_the_page_builds_without_a_server_and_a_browser_drag_replans() -> None:
     from vmexplorer.app import AppView, page
 
@@ -217,10 +229,7 @@ def test_the_page_builds_without_a_server_and_a_browser_drag_replans() -> None:
     view = AppView()
     assert view.run_gpu.disabled
     fig = view.timeline.object
-    src = next(iter(fig.select({"name": "prefetch_markers"}))).data_source
-    data = dict(src.data)
-    data["x"] = [data["x"][0] - 3, *list(data["x"])[1:]]
-    src.data = data  # what the PointDrawTool sends back after a drag
+    drag_first_marker(fig, "prefetch", 3)
     assert view.state.session.plan.policy == "manual" and view.state.message == ""
     assert view.timeline.object is not fig
     view.capacity.value = "nonsense"
@@ -259,6 +268,15 @@ def fake_gpu(request: Any, progress: Callable[[int, int, float], None], should_s
         time.sleep(0.05)
         progress(i + 1, request.iterations, 1.0 / (i + 1))
     return new_session(graph, plan, simulate(graph, plan, H100_DEFAULT), H100_DEFAULT)
+
+
+def fake_hold(request: Any, progress: Callable[[int, int, float], None], should_stop: Callable[[], bool]) -> None:
+    """A run that holds the GPU until it is asked to stop (or a minute passes), then stops at once."""
+    end, i = time.monotonic() + 60, 0
+    while not should_stop() and time.monotonic() < end:
+        time.sleep(0.05)
+        i += 1
+        progress(i, max(i, request.iterations), 1.0)
 
 
 def fake_raise(config: Any, progress: Callable[[int, int, float], None], should_stop: Callable[[], bool]) -> bytes:
@@ -362,6 +380,116 @@ def test_closing_the_browser_tab_cancels_its_gpu_run_so_the_next_person_is_not_k
     assert run_queue().wait(job, timeout=30).state == "cancelled"
 
 
+def test_a_run_whose_tab_has_gone_is_cancelled_at_the_pages_next_poll_within_2_s(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from vmexplorer.app import run_queue
+
+    view = _run_view(monkeypatch, "fake_hold")
+    view.run_gpu.clicks += 1
+    job = view.job
+    _run_until(view, lambda st: st.state == "running" and st.iteration >= 1)
+    view.tab_open = lambda: False  # the server session has no connection left
+    closed = time.monotonic()
+    view._tick()  # what the page's periodic callback does while a run lasts
+    assert view.job is None
+    assert run_queue().wait(job, timeout=2.0).state == "cancelled"
+    assert time.monotonic() - closed < 2.0
+
+
+def test_the_served_page_cancels_its_run_when_bokeh_ends_the_session_after_clearing_the_script(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`panel serve` runs app.py as a new module for each browser session and, when the session ends,
+    clears that module's globals before it calls the session-destroyed hooks."""
+    from bokeh.document import Document
+    from panel.io.handlers import ScriptHandler
+
+    import vmexplorer.app as app
+
+    views: list[Any] = []
+
+    class Recorded(app.AppView):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            views.append(self)
+
+    monkeypatch.setattr(app, "AppView", Recorded)
+    monkeypatch.setenv(app.FAKE_RUNNER_ENV, f"{__name__}:fake_hold")
+    doc = Document()
+    ScriptHandler(filename=app.__file__).modify_document(doc)
+    assert len(views) == 1, "the served script builds its page with the package's module"
+    view = views[0]
+    view.run_gpu.clicks += 1
+    job = view.job
+    _run_until(view, lambda st: st.state == "running" and st.iteration >= 1)
+    doc.modules.destroy()  # what Bokeh does to the session's module first
+    for hook in list(doc.session_destroyed_callbacks):
+        hook(None)
+    assert view.job is None
+    assert app.run_queue().wait(job, timeout=2.0).state == "cancelled"
+
+
+def test_a_write_to_a_closed_tab_left_unawaited_logs_no_traceback_and_any_other_failure_still_does() -> None:
+    import asyncio
+    import gc
+
+    from tornado.websocket import WebSocketClosedError
+
+    from vmexplorer.app import _ClosedTabWrites
+
+    reported: list[Any] = []
+
+    def before(loop: Any, context: dict[str, Any]) -> None:
+        reported.append(type(context.get("exception")))
+
+    async def fail(e: Exception) -> None:
+        raise e
+
+    async def server() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(before)
+        _ClosedTabWrites.install()
+        _ClosedTabWrites.install()  # once per loop, however many pages it serves
+        assert loop.get_exception_handler().previous is before
+        for e in (WebSocketClosedError(), RuntimeError("a bug")):
+            task = loop.create_task(fail(e))
+            await asyncio.wait([task])
+            del task  # never awaited: asyncio reports its exception as it goes
+            gc.collect()
+
+    asyncio.run(server())
+    assert reported == [RuntimeError]
+
+
+def test_the_timeline_opens_on_the_time_axis_and_the_op_axis_is_one_click_away() -> None:
+    from vmexplorer.app import AppView
+
+    view = AppView()
+    assert view.x_axis.value == "time" and "op" in view.x_axis.options
+
+    def label() -> str:
+        return str(view.timeline.object.children[0].xaxis[0].axis_label)
+
+    assert label() == "time (ms)"
+    view.x_axis.value = "op"
+    assert label().startswith("op")
+
+
+def test_a_marker_dragged_on_the_time_axis_is_issued_after_the_op_boundary_it_is_dropped_on() -> None:
+    from vmexplorer.app import AppView
+
+    view = AppView()
+    assert view.x_axis.value == "time"
+    tensor, to = drag_first_marker(view.timeline.object, "prefetch", 3)
+    assert view.state.message == ""
+    assert next(mv for mv in view.state.moves if mv.tensor == tensor).prefetch_after == to
+    shown = view.state.session
+    src = next(iter(view.timeline.object.select({"name": "prefetch_markers"}))).data_source
+    data = dict(src.data)
+    data["x"] = [data["x"][0] + 1e-6, *list(data["x"])[1:]]  # nudged within its op: nothing to re-plan
+    src.data = data
+    assert view.state.session is shown
+
+
 def test_the_page_does_not_wait_for_the_gpu_check_and_enables_run_when_it_answers(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import vmexplorer.app as app
@@ -408,10 +536,7 @@ def test_a_measured_session_is_drawn_one_iteration_at_a_time_the_median_first_an
     ops = next(iter(view.timeline.object.select({"name": "ops"}))).data_source.data
     assert len(ops["left"]) == n * len(s.graph.ops)
     view.iteration.value = "1"
-    src = next(iter(view.timeline.object.select({"name": "prefetch_markers"}))).data_source
-    data = dict(src.data)
-    data["x"] = [data["x"][0] - 3, *list(data["x"])[1:]]
-    src.data = data  # a drag in the shown iteration re-plans like any other
+    drag_first_marker(view.timeline.object, "prefetch", 3)  # a drag in the shown iteration re-plans like any other
     assert view.state.session.plan.policy == "manual" and view.state.message == ""
     assert not view.iteration.visible  # the simulated edit has one iteration
     counting = "iterations counting unified memory (after the timed ones, slower)"

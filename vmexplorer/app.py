@@ -17,7 +17,7 @@ import importlib
 import io
 import os
 import sys
-import tempfile
+from collections.abc import Callable
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,13 @@ from vmexplorer.graph import MODELS, Graph, GraphError, build_graph  # noqa: E40
 from vmexplorer.policies import POLICIES, OptionSpec  # noqa: E402
 from vmexplorer.session import Session, session_to_bytes  # noqa: E402
 from vmexplorer.session.trace import chrome_trace_chunks  # noqa: E402
-from vmexplorer.timeline import comparison_figure, export_html, issue_after_at, iteration_view, timeline_figure  # noqa: E402
+from vmexplorer.timeline import (  # noqa: E402
+    comparison_figure,
+    issue_after_at,
+    iteration_view,
+    standalone_html,
+    timeline_figure,
+)
 from vmexplorer.units import format_bytes, format_ns  # noqa: E402
 
 pd: Any = importlib.import_module("pandas")  # Panel's own dependency (its tables take DataFrames); no stubs
@@ -161,12 +167,16 @@ class AppView:
         self.run_note = Text(styles={"font-size": "0.85em"})
         self.run_cancel = _w(pn.widgets.Button, "Cancel the run", visible=False)
         self.job: int | None = None  # the GPU run this page waits for
+        self._queue: worker.RunQueue | None = None  # the queue it waits in
+        # whether the page's browser tab is still there; `page` asks the server session
+        self.tab_open: Callable[[], bool] = lambda: True
         self._poller: Any = None
         self._draw_gpu_reason()
 
     def _timeline_widgets(self) -> None:
         """The timeline, its summary and the marker editor."""
-        self.x_axis = _w(pn.widgets.RadioButtonGroup, "x axis", options=["op", "time"], value="op")
+        # time first: on the op axis every op is as wide as any other, and the stalls paging causes vanish
+        self.x_axis = _w(pn.widgets.RadioButtonGroup, "x axis", options=["time", "op"], value="time")
         # a measured session holds several iterations; one at a time keeps pan and zoom light
         self.iteration = _w(pn.widgets.Select, "Iteration shown", options=[ALL_ITERATIONS], width=170)
         self._drawn: Session | None = None  # the session (or iteration of it) the timeline shows
@@ -286,18 +296,32 @@ class AppView:
 
     def _stop_gpu_waiter(self) -> None:
         waiter, self._gpu_waiter = self._gpu_waiter, None
-        _stop(waiter)
+        self._stop(waiter)
 
     def close(self) -> None:
-        """The browser session ended: cancel its GPU run (queued or running) and stop polling, so a
-        closed tab does not hold the GPU for the next person."""
-        job, self.job = self.job, None
+        """The browser tab is gone: cancel its GPU run (queued or running) and stop polling, so a closed
+        tab does not hold the GPU for the next person. Bokeh may call this after it has cleared a served
+        script's module, so this and what it calls name no module global, only what the view holds."""
+        job, queue, self.job = self.job, self._queue, None
         self._stop_polling()
         self._stop_gpu_waiter()
-        if job is not None:
+        if job is not None and queue is not None:
             try:
-                run_queue().cancel(job)
-            except Exception:  # already ended and forgotten
+                queue.cancel(job)
+                queue.forget(job)  # a queued run has ended now; a running one stays known until it stops
+            except Exception:  # already ended and forgotten, or the queue closed with the server
+                pass
+
+    def session_destroyed(self, session_context: Any) -> None:
+        """Bokeh's hook for the end of the page's server session: its tab is gone too."""
+        self.close()
+
+    @staticmethod
+    def _stop(callback: Any) -> None:
+        if callback is not None:
+            try:
+                callback.stop()
+            except Exception:  # already stopped with its session
                 pass
 
     def run_request(self) -> worker.RunRequest | None:
@@ -314,7 +338,8 @@ class AppView:
             self.state.fail("nothing to run: load or simulate a session first")
             return
         try:
-            self.job = run_queue().submit(request)
+            self._queue = run_queue()
+            self.job = self._queue.submit(request)
         except Exception as e:  # a closed queue, a bad iteration count: say it, keep the state
             self.state.fail(f"the GPU run could not be queued ({type(e).__name__}): {e}")
             return
@@ -331,9 +356,14 @@ class AppView:
 
     def _stop_polling(self) -> None:
         poller, self._poller = self._poller, None
-        _stop(poller)
+        self._stop(poller)
 
     def _tick(self) -> None:
+        if not self.tab_open():
+            # Bokeh destroys a closed tab's session only once it has gone unused a while (15 s or more by
+            # default), too late for the next person waiting for the GPU: the poll frees it instead
+            self.close()
+            return
         try:
             self.poll_run()
         except Exception as e:  # a bug must not leave the callback failing every half second
@@ -344,7 +374,7 @@ class AppView:
         if self.job is None:
             return
         try:
-            run_queue().cancel(self.job)
+            self._run_queue().cancel(self.job)
         except KeyError:
             pass
         self.run_note.object = "cancelling"
@@ -356,7 +386,7 @@ class AppView:
             self._stop_polling()
             return None
         try:
-            st = run_queue().status(self.job)
+            st = self._run_queue().status(self.job)
         except Exception as e:  # the job was forgotten, the queue closed
             self._end_run()
             self.state.fail(f"the GPU run was lost ({type(e).__name__}): {e}")
@@ -384,10 +414,14 @@ class AppView:
             self.run_note.object = "failed"
             self.state.fail(f"the GPU run failed: {st.message}")
         try:
-            run_queue().forget(st.job_id)
+            self._run_queue().forget(st.job_id)
         except Exception:
             pass
         return st
+
+    def _run_queue(self) -> worker.RunQueue:
+        """The queue this page's run went to."""
+        return self._queue if self._queue is not None else run_queue()
 
     def _end_run(self) -> None:
         self._stop_polling()
@@ -430,12 +464,14 @@ class AppView:
             if s is None or len(xs) != len(before["x"]):
                 self._draw_timeline()  # a marker was deleted (Backspace): put it back
                 return
-            moved = [i for i, (a, b) in enumerate(zip(before["x"], xs)) if abs(float(a) - float(b)) >= 0.5]
+            # moved: now nearer another op boundary (on the time axis, half a millisecond can be several ops)
+            shifted = [i for i, (a, b) in enumerate(zip(before["x"], xs)) if float(a) != float(b)]
+            to = {i: issue_after_at(s, xs[i], self.x_axis.value, int(before["iteration"][i])) for i in shifted}
+            moved = [i for i in shifted if to[i] != int(before["issue_after"][i])]
             if not moved:
                 return
             i = moved[0]
-            to = issue_after_at(s, xs[i], self.x_axis.value, int(before["iteration"][i]))
-            self._act(self.state.drag, kind, int(before["tensor_id"][i]), to, int(before["issue_after"][i]))
+            self._act(self.state.drag, kind, int(before["tensor_id"][i]), to[i], int(before["issue_after"][i]))
             if self.state.message:
                 self._draw_timeline()  # refused: draw the markers back where the plan has them
         return changed
@@ -561,12 +597,7 @@ class AppView:
 
     def _html_bytes(self) -> io.BytesIO | None:
         s = self._shown()
-        if s is None:
-            return None
-        with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "session.html")
-            export_html(s, path, force=True)
-            return io.BytesIO(Path(path).read_bytes())
+        return None if s is None else io.BytesIO(standalone_html(s))
 
     def _shown(self) -> Session | None:
         s: Session | None = self.state.session
@@ -589,7 +620,7 @@ class AppView:
 
     def main(self) -> list[Any]:
         editing = pn.Column(
-            pn.pane.Markdown("Drag a ▼ offload or ▲ prefetch marker along the op axis (the drag tool is "
+            pn.pane.Markdown("Drag a ▼ offload or ▲ prefetch marker along the x axis (the drag tool is "
                              "active), or move one here; each edit re-plans as a `manual` plan and re-simulates."),
             pn.Row(self.marker_kind, self.marker_tensor, self.marker_op, self.move, self.reset),
             self.marker_range, self.tensors, self.toggle, name="Edit the plan")
@@ -636,26 +667,70 @@ def _every(callback: Any, period_ms: int) -> Any:
         return None
 
 
-def _stop(callback: Any) -> None:
-    if callback is not None:
-        try:
-            callback.stop()
-        except Exception:  # already stopped with its session
-            pass
-
-
 def _ns(value: Any) -> str:
     return "" if value is None else format_ns(value)
 
 
 def page(state: AppState | None = None) -> pn.template.FastListTemplate:
     view = AppView(state)
-    try:
-        pn.state.on_session_destroyed(lambda _context: view.close())
-    except Exception:  # built outside a server: no session to outlive
-        pass
+    doc = pn.state.curdoc
+    if doc is not None:  # served: the view follows its browser tab (built outside a server, there is none)
+        view.tab_open = _tab_open(doc)
+        # a bound method: it holds the view, and the view all it needs to cancel its run
+        doc.on_session_destroyed(view.session_destroyed)
+        _ClosedTabWrites.install()
     return pn.template.FastListTemplate(title="vmexplorer", sidebar=view.sidebar(), main=view.main())
 
 
+def _tab_open(doc: Any) -> Callable[[], bool]:
+    """Whether the browser tab of `doc`'s server session is still connected (True until the session is
+    known); names no module global, as it outlives a served script's module."""
+    def connected() -> bool:
+        context = doc.session_context
+        session = getattr(context, "session", None)
+        return session is None or (not session.destroyed and session.connection_count > 0)
+    return connected
+
+
+class _ClosedTabWrites:
+    """The server's event loop exception handler, less the tracebacks of writes to a tab that closed
+    during an update. Panel (1.9, `panel.io.document.dispatch_tornado`) starts a message's websocket
+    writes one by one and, when one fails at once because the socket has closed, drops those it had
+    started: asyncio then reports each of them, failed too, as "Task exception was never retrieved" with
+    a traceback. The server logs the websocket closing anyway; anything else goes to the handler that
+    was there before."""
+
+    def __init__(self, previous: Any) -> None:
+        self.previous = previous
+
+    @classmethod
+    def install(cls) -> None:
+        """Once per event loop; nothing without a running one."""
+        import asyncio
+
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if not isinstance(loop.get_exception_handler(), cls):
+            loop.set_exception_handler(cls(loop.get_exception_handler()))
+
+    def __call__(self, loop: Any, context: dict[str, Any]) -> None:
+        from tornado.websocket import WebSocketClosedError
+
+        if isinstance(context.get("exception"), WebSocketClosedError):
+            return
+        if self.previous is None:
+            loop.default_exception_handler(context)
+        else:
+            self.previous(loop, context)
+
+
 if __name__.startswith("bokeh"):  # served by `panel serve`; importing the module builds nothing
-    page().servable()
+    # Bokeh runs this file as a new module for every browser session and clears that module's globals when
+    # the session ends, before the session-destroyed hooks run and while runs may still be followed. The
+    # page is built by the package's own module instead: imported once per server, it keeps its globals,
+    # and the one run queue it holds is the same for every session.
+    from vmexplorer.app import page as served_page
+
+    served_page().servable()

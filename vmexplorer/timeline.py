@@ -32,6 +32,7 @@ from bokeh.models import (
 from bokeh.models.annotations import Label, Legend, LegendItem, Span, Title
 from bokeh.models.widgets import Div
 from bokeh.plotting import figure
+from bokeh.resources import Resources
 
 from .fileio import atomic_write
 from .plan import Direction, Origin
@@ -526,11 +527,38 @@ def _texts(fmt: Any, values: np.ndarray) -> np.ndarray:
 
 def export_html(session: Session, path: str | os.PathLike[str], force: bool = False) -> None:
     """One HTML file with Bokeh's JavaScript inline, so it opens offline and can be mailed around."""
+    atomic_write(path, standalone_html(session), force=force)
+
+
+def standalone_html(session: Session) -> bytes:
+    """`export_html`'s page: the summary and the timeline, all Bokeh needs inline and nothing else."""
     from bokeh.embed import file_html
     from bokeh.layouts import column
-    from bokeh.resources import INLINE
 
     p = session.plan
     title = f"vmexplorer: {p.model} batch {p.batch}, {p.policy} ({session.timeline.source})"
     layout = column(summary_table(session), timeline_figure(session), sizing_mode="stretch_width")
-    atomic_write(path, file_html(layout, INLINE, title).encode(), force=force)
+    return file_html(layout, _PageResources(frozenset(type(m) for m in layout.references())), title).encode()
+
+
+class _PageResources(Resources):
+    """Bokeh's INLINE resources, less the files of models the page does not hold. Bokeh links the
+    `__javascript__` and `__css__` of every model class the process has imported: in the app's server,
+    Panel's (its tables' stylesheet on a CDN, scripts under the server's static/) would be linked from a
+    page that has to open offline, and fail there."""
+
+    def __init__(self, classes: frozenset[type], **kwargs: Any) -> None:
+        super().__init__(mode="inline", **kwargs)
+        self.classes = classes
+
+    def clone(self, *, components: list[Any] | None = None) -> _PageResources:
+        return _PageResources(self.classes, components=list(self.components if components is None else components))
+
+    def _collect_external_resources(self, resource_attr: Any) -> list[str]:
+        found: list[str] = []
+        for cls in sorted(self.classes, key=lambda c: f"{c.__module__}.{c.__qualname__}"):
+            files = getattr(cls, resource_attr, None)
+            for f in [files] if isinstance(files, str) else files or []:
+                if f not in found:
+                    found.append(f)
+        return found

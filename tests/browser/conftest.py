@@ -12,7 +12,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,13 +104,26 @@ def _answers(port: int) -> bool:
 def app_url(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`panel serve vmexplorer/app.py` on a free loopback port; the app's URL. (Asks for the browser
     first, so a machine without one skips before starting a server.)"""
+    with serve_app(tmp_path_factory.mktemp("panel") / "serve.log") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def app_server(browser: Any) -> Callable[..., AbstractContextManager[str]]:
+    """`serve_app`, for tests that need a server of their own (another runner, other session lifetimes)."""
+    return serve_app
+
+
+@contextmanager
+def serve_app(log: Path, env: dict[str, str] | None = None, args: Sequence[str] = ()) -> Iterator[str]:
+    """`panel serve vmexplorer/app.py` (with `env` added to the environment and `args` to the command)
+    on a free loopback port, its output in `log`, for as long as the block lasts; the app's URL."""
     port = _free_port()
-    log = tmp_path_factory.mktemp("panel") / "serve.log"
     cmd = [sys.executable, "-m", "panel", "serve", "vmexplorer/app.py", "--address", "127.0.0.1",
-           "--port", str(port), "--allow-websocket-origin", f"127.0.0.1:{port}"]
+           "--port", str(port), "--allow-websocket-origin", f"127.0.0.1:{port}", *args]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
     try:
         end = time.monotonic() + SERVER_START_S
         while not _answers(port):

@@ -78,7 +78,29 @@ def test_an_exported_session_opens_from_a_file_with_no_network(watched_page: Any
     done = subprocess.run([sys.executable, "-m", "vmexplorer", "export", str(SAMPLE), "--html", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+    _open_offline(watched_page, out)
+
+
+def test_the_apps_exported_html_opens_from_a_file_with_no_network(app_url: str, watched_page: Any,
+                                                                   tmp_path: Path) -> None:
     page = watched_page.page
+    page.goto(app_url)
+    _wait_for_canvas(page)
+    with page.expect_download(timeout=CANVAS_TIMEOUT_MS) as download:
+        page.get_by_role("button", name="Export HTML").click()
+    out = tmp_path / "from-the-app.html"
+    download.value.save_as(out)
+    assert out.stat().st_size > 0
+    _open_offline(watched_page, out)
+
+
+def _open_offline(watched: Any, path: Path) -> None:
+    """Open an exported page from its file with every request that is not for a file refused: it
+    draws its timeline and says nothing wrong."""
+    page = watched.page
+    page.goto("about:blank")
+    for seen in (watched.requests, watched.console_errors, watched.page_errors, watched.failed_requests):
+        seen.clear()
     blocked: list[str] = []
 
     def only_files(route: Any) -> None:
@@ -89,29 +111,34 @@ def test_an_exported_session_opens_from_a_file_with_no_network(watched_page: Any
             route.abort()
 
     page.context.route("**/*", only_files)
-    page.goto(out.as_uri())
+    page.goto(path.as_uri())
     _wait_for_canvas(page)
     page.wait_for_timeout(500)
     assert not blocked, f"the exported page tried the network: {blocked}"
-    assert all(u.startswith("file:") for u in watched_page.requests), watched_page.requests
-    assert not watched_page.page_errors, watched_page.page_errors
-    assert not watched_page.console_errors, watched_page.console_errors
+    assert all(u.startswith("file:") for u in watched.requests), watched.requests
+    assert not watched.page_errors, watched.page_errors
+    assert not watched.console_errors, watched.console_errors
 
 
 # where a planned marker is drawn, in page pixels, read from the Bokeh views: the renderer named
-# `name`'s marker `i` (negative counts from the end), and the pixel `ops` ops to its left on the x axis
+# `name`'s marker `i` (negative counts from the end), and the pixel of the op boundary `ops` ops before the
+# one it is issued after (the end of that op, from the "ops" bars: one iteration's, in order), on either axis
 _MARKER_AT = """([name, i, ops]) => {
-    const m = Bokeh.documents[0].get_model_by_name(name);
+    const doc = Bokeh.documents[0];
+    const m = doc.get_model_by_name(name);
     const view = m && Bokeh.index.find_one(m);
     if (!view) return null;
     const d = m.data_source.data;
     const k = i < 0 ? d.x.length + i : i;
+    const to = d.issue_after[k] - ops;
+    if (to < 0) return null;
+    const ends = doc.get_model_by_name("ops").data_source.data.right;
     const canvas = (view.parent.canvas_view ?? view.parent.canvas).el;
     canvas.scrollIntoView({block: "center"});
     const box = canvas.getBoundingClientRect();
     const {x_scale, y_scale} = view.coordinates;
     return {x: box.left + x_scale.compute(d.x[k]), y: box.top + y_scale.compute(d.y[k]),
-            to_x: box.left + x_scale.compute(d.x[k] - ops), tensor: d.tensor[k], n: d.x.length,
+            to_x: box.left + x_scale.compute(ends[to]), tensor: d.tensor[k], n: d.x.length,
             issue_after: d.issue_after[k]};
 }"""
 
