@@ -727,3 +727,17 @@ def test_a_point_of_the_sweep_opens_its_sample_where_one_was_measured_else_its_s
     s = state.session
     assert s.timeline.source == "simulated" and s.plan.policy == "autovm"
     assert round(100 * s.plan.capacity / s.graph.footprint) == 70
+
+
+def test_the_page_tells_the_story_first_then_offers_the_cliff_the_lesson_and_compare() -> None:
+    from vmexplorer.app import AppView
+
+    view = AppView()
+    view.main()
+    assert list(view.tabs._names) == ["Session", "Paging cliff", "Lesson", "Compare"]
+    session = view.tabs[0]
+    assert session[0] is view.story.headline and "per iteration" in view.story.headline.object
+    assert session[2] is view.timeline and session[3] is view.story.bars
+    assert not view.cliff.live
+    view.tabs.active = 1
+    assert view.cliff.live and view.cliff.points.data["name"]

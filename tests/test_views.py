@@ -34,7 +34,7 @@ def test_where_the_time_goes_updates_its_bars_in_place_when_another_session_is_s
 
 
 def test_tapping_a_measured_point_of_the_cliff_opens_that_sample(state: AppState) -> None:
-    view = PagingCliff(state=state)
+    view = PagingCliff(state=state, live=True)
     data = view.points.data
     i = next(k for k, name in enumerate(data["name"]) if name == "vgg19-b64-uvm-75pct.measured.vms")
     view.points.selected.indices = [i]
@@ -77,3 +77,10 @@ def test_the_lesson_does_not_step_past_its_ends() -> None:
     for _ in range(len(LESSON) + 2):
         lesson.next.clicks += 1
     assert lesson.step == len(LESSON)
+
+
+def test_the_cliff_simulates_nothing_until_the_page_shows_it(state: AppState) -> None:
+    view = PagingCliff(state=state)
+    assert view.points.data["name"] == []
+    view.live = True
+    assert "vgg19-b64-uvm-50pct.measured.vms" in view.points.data["name"]

@@ -18,7 +18,6 @@ import io
 import os
 import sys
 from collections.abc import Callable
-from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +50,8 @@ from vmexplorer.timeline import (  # noqa: E402
     timeline_figure,
 )
 from vmexplorer.units import format_bytes, format_ns  # noqa: E402
+from vmexplorer.views import Lesson, PagingCliff, Text, WhereTimeGoes  # noqa: E402
+from vmexplorer.views import widget as _w  # noqa: E402
 
 pd: Any = importlib.import_module("pandas")  # Panel's own dependency (its tables take DataFrames); no stubs
 BEFORE_EDITS = "(the shown session as loaded, before edits)"
@@ -88,17 +89,6 @@ def _fake_queue(spec: str) -> worker.RunQueue:
     return queue
 
 
-class Text(pn.pane.HTML):
-    """A pane whose `object` is text, shown as it is. What the page says holds names from session files,
-    file names and what people type, and Markdown or HTML panes would render them: `<img onerror=...>`
-    in an op name would run, `**x**` turn bold, `$x$` become math. Here every character stays one (the
-    HTML pane's math is off by default)."""
-
-    def _transform_object(self, obj: Any) -> dict[str, Any]:
-        result: dict[str, Any] = super()._transform_object(escape("" if obj is None else str(obj)))
-        return result
-
-
 class TextAlert(Text):
     """Panel's danger Alert to look at (its stylesheet and classes), a `Text` inside: Alert renders Markdown."""
 
@@ -125,6 +115,7 @@ class AppView:
         self._run_widgets()
         self._timeline_widgets()
         self._compare_widgets()
+        self._story_widgets()
         self._wire()
 
     def _message_widgets(self) -> None:
@@ -208,6 +199,15 @@ class AppView:
         self.compare_note = Text()
         self.tabs = pn.Tabs(dynamic=False, sizing_mode="stretch_width")
         self.compare_twin = _w(pn.widgets.Button, "Compare with the measured uvm run", button_type="primary")
+
+    def _story_widgets(self) -> None:
+        """The headline and where the time goes, the paging cliff and the lesson (views.py)."""
+        self.story = WhereTimeGoes(state=self.state)
+        self.cliff = PagingCliff(state=self.state)
+        # the cliff is drawn when its tab is first opened, and follows the session from then on
+        self.tabs.param.watch(lambda *_: setattr(self.cliff, "live", self.cliff.live or self.tabs.active == 1),
+                              "active")
+        self.lesson = Lesson(state=self.state)
 
     def _wire(self) -> None:
         """What each widget does, and what the page redraws when the state changes."""
@@ -627,10 +627,16 @@ class AppView:
         comparison = pn.Column(self.compare_note, pn.Row(self.compare_pick, self.compare_go, self.compare_clear),
                                pn.Row(pn.pane.Markdown("or upload B:"), self.compare_upload),
                                self.compare_summary, self.compare_fig, self.deltas, name="Compare")
-        session = pn.Column(self.summary, pn.Row(pn.pane.Markdown("x axis:"), self.x_axis, self.iteration,
-                                                 self.compare_twin),
-                            self.timeline, editing, sizing_mode="stretch_width")
-        self.tabs[:] = [("Session", session), ("Compare", comparison)]
+        # the story first: at 1280x720 the headline and the timeline fill the first screen, where the
+        # time goes beside the baselines right under it, the full table after
+        session = pn.Column(self.story.headline,
+                            pn.Row(pn.pane.Markdown("x axis:"), self.x_axis, self.iteration, self.compare_twin),
+                            self.timeline, self.story.bars, self.summary, editing, sizing_mode="stretch_width")
+        cliff = pn.Column(pn.pane.Markdown("Iteration time against capacity, simulated with the shown "
+                                           "session's cost model; the diamonds were measured. Tap a point "
+                                           "to open it."), self.cliff, name="Paging cliff")
+        self.tabs[:] = [("Session", session), ("Paging cliff", cliff), ("Lesson", self.lesson),
+                        ("Compare", comparison)]
         return [pn.Column(self.alert, self.info, self.tabs, sizing_mode="stretch_width")]
 
 
@@ -648,16 +654,6 @@ def _knob(name: str, opt: OptionSpec, value: Any) -> Any:
 
 
 # Panel 1.9 names a widget's label `label` (and deprecates `name` for it); older Panels call it `name`
-_LABEL = "label" if "label" in pn.widgets.Button.param else "name"
-_COLOR = "color" if "color" in pn.widgets.Button.param else "button_type"
-
-
-def _w(cls: Any, label: str, **params: Any) -> Any:
-    if "button_type" in params:
-        params[_COLOR] = params.pop("button_type")
-    return cls(**{_LABEL: label}, **params)
-
-
 def _every(callback: Any, period_ms: int) -> Any:
     """A periodic callback of this browser session, or None with no event loop (a page built outside
     a server)."""

@@ -74,7 +74,7 @@ class WhereTimeGoes(pn.viewable.Viewer):
         self.headline = Text(headline(self.app), styles={"font-size": "1.3em", "font-weight": "bold"},
                              sizing_mode="stretch_width")
         self.figure = breakdown_figure(self.app.breakdown_rows())
-        self._pane = pn.pane.Bokeh(self.figure, sizing_mode="stretch_width")
+        self.bars = pn.pane.Bokeh(self.figure, sizing_mode="stretch_width")
         self.app.param.watch(self._update, "session")
 
     def _update(self, *_: Any) -> None:
@@ -82,27 +82,31 @@ class WhereTimeGoes(pn.viewable.Viewer):
         update_breakdown(self.figure, self.app.breakdown_rows())
 
     def __panel__(self) -> Any:
-        return pn.Column(self.headline, self._pane, sizing_mode="stretch_width")
+        return pn.Column(self.headline, self.bars, sizing_mode="stretch_width")
 
 
 class PagingCliff(pn.viewable.Viewer):
-    """Iteration time against capacity for every policy; tapping a point opens that configuration."""
+    """Iteration time against capacity for every policy; tapping a point opens that configuration.
+    A sweep simulates dozens of plans, so it is drawn only once the page shows it (`live`)."""
 
     state = param.ClassSelector(class_=AppState)
+    live = param.Boolean(default=False, doc="whether the page shows the cliff, so it follows the session")
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         if not isinstance(self.state, AppState):
             raise TypeError("a story panel needs the page's AppState")
         self.app: AppState = self.state
-        self.figure = sweep_figure(self.app.capacity_sweep())
+        self.figure = sweep_figure(self.app.capacity_sweep() if self.live else {"lines": [], "measured": []})
         self.points = self.figure.select_one({"name": "sweep_points"})
         self.points.selected.on_change("indices", self._on_tap)
         self._pane = pn.pane.Bokeh(self.figure, sizing_mode="stretch_width")
         self.app.param.watch(self._update, "session")
+        self.param.watch(self._update, "live")
 
     def _update(self, *_: Any) -> None:
-        update_sweep(self.figure, self.app.capacity_sweep())
+        if self.live:
+            update_sweep(self.figure, self.app.capacity_sweep())
 
     def _on_tap(self, _attr: str, _old: Any, new: list[int]) -> None:
         if not new:
