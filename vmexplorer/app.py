@@ -208,6 +208,7 @@ class AppView:
         self.tabs.param.watch(lambda *_: setattr(self.cliff, "live", self.cliff.live or self.tabs.active == 1),
                               "active")
         self.lesson = Lesson(state=self.state)
+        self.lesson.param.watch(lambda *_: setattr(self.tabs, "active", 2), "step")  # a step is shown in its tab
 
     def _wire(self) -> None:
         """What each widget does, and what the page redraws when the state changes."""
@@ -675,6 +676,8 @@ def page(state: AppState | None = None) -> pn.template.FastListTemplate:
         # a bound method: it holds the view, and the view all it needs to cancel its run
         doc.on_session_destroyed(view.session_destroyed)
         _ClosedTabWrites.install()
+        if pn.state.location is not None:  # `?step=3` opens the lesson at its third step: a link per step
+            pn.state.location.sync(view.lesson, {"step": "step"})
     return pn.template.FastListTemplate(title="vmexplorer", sidebar=view.sidebar(), main=view.main())
 
 

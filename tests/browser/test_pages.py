@@ -173,3 +173,13 @@ def test_dragging_a_prefetch_marker_with_the_mouse_changes_the_iteration_time(ap
     assert number.findall(after) != number.findall(before), (before, after)
     expect(page.locator(".alert-danger").first).to_be_hidden()
     assert not watched_page.page_errors, watched_page.page_errors
+
+
+def test_a_lesson_step_has_its_own_link(app_url: str, watched_page: Any) -> None:
+    from vmexplorer.views import LESSON
+
+    step = 3
+    page = watched_page.page
+    page.goto(f"{app_url}?step={step}")
+    _wait_for_canvas(page)
+    page.get_by_text(LESSON[step - 1].title, exact=True).wait_for(timeout=CANVAS_TIMEOUT_MS)
