@@ -266,20 +266,23 @@ class AppState(param.Parameterized):
     def breakdown_rows(self) -> list[dict[str, Any]]:
         """Where the time goes, for the shown session and beside it each other policy at the same model
         and capacity (`device` with the whole footprint): measured where a sample has it, else
-        simulated with the same cost model, each labelled so. Times in ms, for a stacked bar."""
+        simulated with the same cost model, each labelled so. Times in ms, for a stacked bar; `policy`
+        is None for the shown session's own bar."""
         s = self.session
         if s is None:
             return []
-        bars = [(f"this session ({s.plan.policy})", s.timeline.source, s.time_split())]
+        bars: list[tuple[str | None, str, str, TimeSplit]] = [
+            (None, f"this session ({s.plan.policy})", s.timeline.source, s.time_split())]
         for policy in POLICIES:
             if policy == s.plan.policy or POLICIES[policy].takes_moves:
                 continue
             base = self._baseline(policy)
             if base is not None:
-                bars.append((policy, base.source, base.split))
-        return [{"label": f"{label}, {source}", "source": source,
+                bars.append((policy, policy, base.source, base.split))
+        return [{"policy": policy, "label": f"{label}, {source}", "source": source,
+                 "iteration_ns": split.iteration_ns,
                  **{key.replace("_ns", "_ms"): getattr(split, key) / 1e6 for key, _ in BREAKDOWN_PARTS},
-                 "iteration_ms": split.iteration_ns / 1e6} for label, source, split in bars]
+                 "iteration_ms": split.iteration_ns / 1e6} for policy, label, source, split in bars]
 
     def delta_rows(self) -> list[dict[str, Any]]:
         """Per op, B (the comparison) against A (the shown session): time per iteration (stall plus

@@ -50,10 +50,8 @@ def headline(state: AppState) -> str:
     if s is None:
         return ""
     split = s.time_split()
-    rows = {r["label"].split(",")[0]: r for r in state.breakdown_rows()}
-    device = rows.get("device")
-    against = "" if device is None else \
-        f", {times_than(split.iteration_ns, int(device['iteration_ms'] * 1e6), 'device')}"
+    device = next((r for r in state.breakdown_rows() if r["policy"] == "device"), None)
+    against = "" if device is None else f", {times_than(split.iteration_ns, device['iteration_ns'], 'device')}"
     parts = sorted(((getattr(split, key), label) for key, label in BREAKDOWN_PARTS[1:]), reverse=True)
     most = f"; {format_ns(parts[0][0])} of it {parts[0][1]}" if parts and parts[0][0] > 0 else ""
     p = s.plan
