@@ -56,6 +56,17 @@ def stubborn(config: RunRequest, progress: Callable[[int, int, float], None],
     return b""
 
 
+def chatty(config: RunRequest, progress: Callable[[int, int, float], None],
+           should_stop: Callable[[], bool]) -> bytes:
+    """Progress far more often than the queue polls; stops when asked unless the model is 'deaf'."""
+    end, i = time.monotonic() + 60, 0
+    while time.monotonic() < end and (config.plan.model == "deaf" or not should_stop()):
+        time.sleep(0.001)
+        i += 1
+        progress(i, max(i, config.iterations), 1.0)
+    return b"stopped"
+
+
 def by_model(config: RunRequest, progress: Callable[[int, int, float], None],
              should_stop: Callable[[], bool]) -> bytes:
     """The model name says what to do: crash, segfault, raise, or finish at once."""
@@ -128,6 +139,25 @@ def test_a_run_that_ignores_cancel_is_terminated_after_the_grace_period() -> Non
         q.cancel(a)
         st = q.wait(a, 10)
         assert st.state == "cancelled" and "terminated" in st.message
+
+
+def test_a_run_that_reports_progress_faster_than_the_queue_polls_is_still_stopped_and_timed() -> None:
+    with RunQueue(runner=chatty, grace_s=0.5, poll_s=0.05) as q:
+        a = q.submit(request("a"))
+        _until(lambda: q.status(a).iteration >= 10)
+        asked = time.monotonic()
+        q.cancel(a)
+        st = q.wait(a, 10)
+        assert st.state == "cancelled" and "terminated" not in st.message, st
+        assert time.monotonic() - asked < 2.0
+        deaf = q.submit(request("deaf"))
+        _until(lambda: q.status(deaf).iteration >= 10)
+        q.cancel(deaf)
+        st = q.wait(deaf, 10)
+        assert st.state == "cancelled" and "terminated" in st.message, st
+    with RunQueue(runner=chatty, timeout_s=0.5) as q:
+        st = q.wait(q.submit(request("deaf")), 10)
+        assert st.state == "failed" and "longer than 0.5 s" in st.message, st
 
 
 def test_a_hung_run_times_out_as_failed() -> None:

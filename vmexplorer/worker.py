@@ -186,6 +186,23 @@ class _Slot:
         conn.send((job.id, tuple(job.request), job.runner))
         started, deadline = time.monotonic(), None
         while True:
+            # The stop flag, the grace period and the time limit are checked on every pass, not only
+            # when the poll times out: a run that reports progress more often than poll_s would
+            # otherwise never be asked to stop, nor terminated when it ignores the request.
+            now = time.monotonic()
+            if job.cancel_requested and deadline is None:
+                self.stop.set()
+                deadline = now + q.grace_s
+            if deadline is not None and now > deadline:
+                self.kill_worker()
+                q._finish(job, "cancelled", f"cancelled: the run did not stop within {q.grace_s:g} s, so its "
+                                            "worker process was terminated")
+                return
+            if q.timeout_s is not None and now - started > q.timeout_s:
+                self.kill_worker()
+                q._finish(job, "failed", f"the run took longer than {q.timeout_s:g} s (a hung GPU?), so its "
+                                         "worker process was terminated; the next run starts a fresh one")
+                return
             try:
                 ready = conn.poll(q.poll_s)
                 msg = conn.recv() if ready else None
@@ -212,20 +229,6 @@ class _Slot:
                 return
             if gone:
                 self._died(job, proc)
-                return
-            now = time.monotonic()
-            if job.cancel_requested and deadline is None:
-                self.stop.set()
-                deadline = now + q.grace_s
-            if deadline is not None and now > deadline:
-                self.kill_worker()
-                q._finish(job, "cancelled", f"cancelled: the run did not stop within {q.grace_s:g} s, so its "
-                                            "worker process was terminated")
-                return
-            if q.timeout_s is not None and now - started > q.timeout_s:
-                self.kill_worker()
-                q._finish(job, "failed", f"the run took longer than {q.timeout_s:g} s (a hung GPU?), so its "
-                                         "worker process was terminated; the next run starts a fresh one")
                 return
 
     def _died(self, job: _Job, proc: Any) -> None:
