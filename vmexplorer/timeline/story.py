@@ -1,0 +1,100 @@
+"""The story panels' figures: where the time goes (stacked bars) and the paging cliff (iteration time
+against capacity), each updated in place through its data sources."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bokeh.models import (
+    ColumnDataSource,
+    DataRange1d,
+    FactorRange,
+    HoverTool,
+)
+from bokeh.plotting import figure
+
+from ..records.breakdown import PARTS as BREAKDOWN_PARTS
+from .axis import _plain_title
+
+BREAKDOWN_COLORS = ("#4c78a8", "#e45756", "#f58518", "#bab0ac")  # compute, faults, transfers, idle
+
+
+def breakdown_figure(rows: list[dict[str, Any]]) -> Any:
+    """Where the time goes, one stacked bar per row of `AppState.breakdown_rows` (this session first,
+    at the top), in ms. Later rows go in through `update_breakdown`, so the figure is built once."""
+    keys = [key.replace("_ns", "_ms") for key, _ in BREAKDOWN_PARTS]
+    fig = figure(height=60 + 34 * max(len(rows), 3), sizing_mode="stretch_width", toolbar_location=None,
+                 y_range=FactorRange(factors=[r["label"] for r in reversed(rows)]), x_range=DataRange1d(start=0),
+                 x_axis_label="ms per iteration (the typical one)", title=_plain_title("Where the time goes"), tools="")
+    source = ColumnDataSource(_breakdown_columns(rows, keys), name="breakdown")
+    fig.hbar_stack(keys, y="label", height=0.7, source=source, color=list(BREAKDOWN_COLORS),
+                   legend_label=[label for _, label in BREAKDOWN_PARTS])
+    fig.add_tools(HoverTool(tooltips=[("", "@label"), ("iteration", "@iteration_ms{0.0} ms"),
+                                      *((label, f"@{key}{{0.0}} ms") for key, (_, label) in
+                                        zip(keys, BREAKDOWN_PARTS))]))
+    fig.legend.location, fig.legend.orientation = "bottom_right", "vertical"
+    fig.legend.click_policy = "hide"
+    return fig
+
+
+def update_breakdown(fig: Any, rows: list[dict[str, Any]]) -> None:
+    """Put new rows into a figure from `breakdown_figure`: its data and its categories, not a new figure."""
+    keys = [key.replace("_ns", "_ms") for key, _ in BREAKDOWN_PARTS]
+    fig.y_range.factors = [r["label"] for r in reversed(rows)]
+    fig.select_one({"name": "breakdown"}).data = _breakdown_columns(rows, keys)
+
+
+def _breakdown_columns(rows: list[dict[str, Any]], keys: list[str]) -> dict[str, list[Any]]:
+    return {"label": [r["label"] for r in rows], "iteration_ms": [r["iteration_ms"] for r in rows],
+            **{k: [r[k] for r in rows] for k in keys}}
+
+
+POLICY_COLORS = ("#e45756", "#4c78a8", "#54a24b", "#b279a2", "#9d755d", "#72b7b2")  # by registry order
+
+
+def sweep_figure(sweep: dict[str, Any]) -> Any:
+    """The paging cliff from `AppState.capacity_sweep`: a line per policy (simulated) and the measured
+    samples as points on it. Every point is tappable (`sweep_points` selected rows say which), and a
+    new sweep goes in through `update_sweep`."""
+    fig = figure(height=300, sizing_mode="stretch_width", tools="pan,wheel_zoom,box_zoom,reset,tap",
+                 active_scroll=None, x_axis_label="capacity, % of the footprint",
+                 y_axis_label="ms per iteration", title=_plain_title("The paging cliff"))
+    lines, points = _sweep_columns(sweep)
+    fig.multi_line("xs", "ys", color="color", line_width=2, legend_field="policy",
+                   source=ColumnDataSource(lines, name="sweep_lines"))
+    dots = fig.scatter("capacity_pct", "iteration_ms", color="color", size="size", marker="marker",
+                       source=ColumnDataSource(points, name="sweep_points"))
+    fig.add_tools(HoverTool(renderers=[dots], tooltips=[("", "@label"), ("capacity", "@capacity_pct{0}%"),
+                                                        ("iteration", "@iteration_ms{0.0} ms")]))
+    fig.legend.location = "top_right"
+    return fig
+
+
+def update_sweep(fig: Any, sweep: dict[str, Any]) -> None:
+    lines, points = _sweep_columns(sweep)
+    fig.select_one({"name": "sweep_lines"}).data = lines
+    fig.select_one({"name": "sweep_points"}).data = points
+
+
+def _sweep_columns(sweep: dict[str, Any]) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+    color = {line["policy"]: POLICY_COLORS[i % len(POLICY_COLORS)] for i, line in enumerate(sweep["lines"])}
+    lines = {"xs": [line["capacity_pct"] for line in sweep["lines"]],
+             "ys": [line["iteration_ms"] for line in sweep["lines"]],
+             "policy": [f"{line['policy']} (simulated)" for line in sweep["lines"]],
+             "color": [color[line["policy"]] for line in sweep["lines"]]}
+    points: dict[str, list[Any]] = {k: [] for k in ("policy", "capacity_pct", "iteration_ms", "label", "color",
+                                                   "size", "marker", "name")}
+    for line in sweep["lines"]:
+        for x, y in zip(line["capacity_pct"], line["iteration_ms"]):
+            _point(points, line["policy"], x, y, f"{line['policy']}, simulated", color[line["policy"]], 5, "circle", "")
+    for m in sweep["measured"]:
+        _point(points, m["policy"], m["capacity_pct"], m["iteration_ms"], f"{m['policy']}, measured sample",
+               color.get(m["policy"], "#333333"), 11, "diamond", m["name"])
+    return lines, points
+
+
+def _point(points: dict[str, list[Any]], policy: str, x: float, y: float, label: str, color: str, size: int,
+           marker: str, name: str) -> None:
+    for key, value in (("policy", policy), ("capacity_pct", x), ("iteration_ms", y), ("label", label),
+                       ("color", color), ("size", size), ("marker", marker), ("name", name)):
+        points[key].append(value)
