@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import panel as pn
 import param
 import pytest
@@ -20,7 +21,7 @@ import pytest
 from vmexplorer.appstate import DEFAULT_SAMPLE, SAMPLES, AppState
 from vmexplorer.plan.validate import validate_plan
 from vmexplorer.session import load_session
-from vmexplorer.timeline import comparison_figure, issue_after_at, timeline_figure
+from vmexplorer.timeline import SUMMARY_ROWS, comparison_figure, issue_after_at, timeline_figure, timeline_source
 
 UVM_TWIN = "vgg19-b64-uvm-50pct.measured.vms"
 pytestmark = pytest.mark.skipif(not (SAMPLES / DEFAULT_SAMPLE).is_file(), reason="sample sessions are missing")
@@ -130,6 +131,27 @@ def test_comparison_rows_align_by_op_index(state: AppState) -> None:
     assert lanes[0].x_range is lanes[1].x_range
 
 
+def test_compare_draws_the_typical_iteration_of_each_on_one_time_scale_and_leads_with_where_the_time_goes(
+        state: AppState) -> None:
+    assert state.compare_with(SAMPLES / UVM_TWIN)
+    a, b = state.session, state.comparison
+    fig = comparison_figure(a, b)
+    ends = []
+    for child, s in zip(fig.children, (a, b)):
+        ops = timeline_source(child, "ops").data
+        assert len(ops["left"]) == len(s.graph.ops), "one iteration each"
+        assert min(ops["left"]) >= 0 and child.children[0].tags == ["time"]
+        ends.append(max(ops["right"]))
+        assert ends[-1] == pytest.approx(s.timeline.iteration_ns()[s.timeline.typical_iteration()] / 1e6, rel=0.02)
+    assert ends[1] > 1.3 * ends[0], "uvm's iteration is drawn longer than autovm's on the same scale"
+    assert fig.children[0].children[0].x_range.end >= max(ends)
+    rows = state.summary_delta_rows()
+    assert [r["figure"] for r in rows[:2]] == ["iteration time", SUMMARY_ROWS[1][1]]
+    assert rows[0]["b - a"].startswith("+")
+    bars = state.compare_breakdown_rows()
+    assert [r["label"][:2] for r in bars] == ["A:", "B:"] and bars[1]["iteration_ms"] > bars[0]["iteration_ms"]
+
+
 def test_before_and_after_an_edit_compare_by_op(state: AppState) -> None:
     move = state.moves[0]
     assert state.drag("prefetch", move.tensor, move.offload_after + 1)
@@ -203,10 +225,30 @@ def test_a_session_keeps_its_own_cost_model(state: AppState) -> None:
     assert stored is not None and state.cost_model is stored
 
 
+def test_after_an_edit_the_summary_holds_it_beside_the_unedited_plan_simulated_with_the_same_model(
+        state: AppState) -> None:
+    from vmexplorer.simulator import simulate
+    from vmexplorer.units import format_ns
+
+    assert state.unedited() is None and "value" in state.summary_rows()[0]
+    mv = next(mv for mv in state.moves if mv.prefetch_after is not None)
+    assert state.drag("prefetch", mv.tensor, mv.prefetch_after - 3), state.message
+    rows = {r["figure"]: r for r in state.summary_rows()}
+    loaded = state.loaded
+    expected = simulate(loaded.graph, loaded.plan, state.cost_model)
+    assert rows["iteration time"]["before the edits"] == format_ns(int(np.median(expected.iteration_ns())))
+    assert rows["iteration time"]["edited"] == format_ns(state.session.summary["iteration_ns"])
+    assert rows["iteration time"]["edited"] != rows["iteration time"]["before the edits"]
+    labels = [r["label"] for r in state.breakdown_rows()]
+    assert labels[1].startswith("before the edits") and "simulated" in labels[1]
+    state.reset_edits()
+    assert state.unedited() is None and not any(r["label"].startswith("before") for r in state.breakdown_rows())
+
+
 def test_editable_markers_map_a_dragged_x_back_to_an_op(state: AppState) -> None:
     for axis in ("op", "time"):
         fig = timeline_figure(state.session, axis, editable=True)
-        data = next(iter(fig.select({"name": "prefetch_markers"}))).data_source.data
+        data = timeline_source(fig, "prefetch_markers").data
         for x, it, after in zip(data["x"], data["iteration"], data["issue_after"]):
             assert issue_after_at(state.session, x, axis, int(it)) == after
 
@@ -214,8 +256,8 @@ def test_editable_markers_map_a_dragged_x_back_to_an_op(state: AppState) -> None
 def drag_first_marker(fig: Any, kind: str, ops_earlier: int) -> tuple[int, int]:
     """What the PointDrawTool sends back after the first `kind` marker is dragged onto the op boundary
     `ops_earlier` ops before the one it is issued after, on the axis drawn: (its tensor, that op)."""
-    src = next(iter(fig.select({"name": f"{kind}_markers"}))).data_source
-    ends = next(iter(fig.select({"name": "ops"}))).data_source.data["right"]  # one iteration's ops, in order
+    src = timeline_source(fig, f"{kind}_markers")
+    ends = timeline_source(fig, "ops").data["right"]  # one iteration's ops, in order
     data = dict(src.data)
     to = int(data["issue_after"][0]) - ops_earlier
     data["x"] = [ends[to], *list(data["x"])[1:]]
@@ -232,10 +274,95 @@ def test_the_page_builds_without_a_server_and_a_browser_drag_replans() -> None:
     fig = view.timeline.object
     drag_first_marker(fig, "prefetch", 3)
     assert view.state.session.plan.policy == "manual" and view.state.message == ""
-    assert view.timeline.object is not fig
     view.capacity.value = "nonsense"
     view._on_simulate(None)
     assert view.alert.visible and "not a size" in view.alert.object
+
+
+def test_an_edit_refills_the_drawn_figures_in_place_and_the_measured_lanes_step_aside() -> None:
+    from bokeh.models import Model
+
+    from vmexplorer.app import AppView
+
+    view = AppView()
+    fig = view.timeline.object
+    models = {m.id for m in fig.references()}
+    ops_before = dict(timeline_source(fig, "ops").data)
+    drag_first_marker(fig, "prefetch", 3)
+    assert view.timeline.object is fig, "the same figures: the browser keeps its models and its zoom"
+    after = {m.id for m in fig.references()}
+    assert after == models, "an edit adds no models and drops none"
+    assert list(timeline_source(fig, "ops").data["right"]) != list(ops_before["right"])
+    assert all(not child.visible for child in fig.children[3:]), "CUPTI's lanes are not the edit's simulation"
+    assert isinstance(fig, Model)
+
+
+def test_two_drags_in_a_row_both_take_effect_and_a_ghost_marks_where_each_marker_was() -> None:
+    from vmexplorer.app import AppView
+
+    view = AppView()
+    fig = view.timeline.object
+    first, to_first = drag_first_marker(fig, "prefetch", 3)
+    second, to_second = drag_first_marker(fig, "offload", -2)  # later: it may not go before its last use
+    moves = {mv.tensor: mv for mv in view.state.moves}
+    assert moves[first].prefetch_after == to_first and moves[second].offload_after == to_second
+    ghosts = timeline_source(fig, "ghost_markers").data
+    names = {view.state.session.graph.tensors[t].name for t in (first, second)}
+    assert len(ghosts["x"]) >= 2 and all(any(n in w for w in ghosts["what"]) for n in names)
+    view.reset.clicks += 1
+    view.state.reset_edits()
+    assert len(timeline_source(view.timeline.object, "ghost_markers").data["x"]) == 0
+
+
+def test_selecting_a_tensor_selects_its_transfers_and_markers_and_nothing_else() -> None:
+    from vmexplorer.app import AppView
+
+    view = AppView()
+    frame = view.tensors.value
+    row = int(frame.index[frame["offloaded"]][0])
+    tensor = int(frame["id"].iloc[row])
+    view.tensors.selection = [row]
+    fig = view.timeline.object
+    for name in ("memops", "prefetch_markers", "offload_markers"):
+        src = timeline_source(fig, name)
+        picked = set(src.selected.indices)
+        ids = [int(t) for t in src.data["tensor_id"]]
+        assert picked == {i for i, t in enumerate(ids) if t == tensor}
+    assert timeline_source(fig, "memops").selected.indices, "an offloaded tensor has transfers to light up"
+    view.tensors.selection = []
+    assert not timeline_source(fig, "memops").selected.indices
+
+
+def test_a_row_picked_in_the_finder_zooms_the_timeline_to_it_on_the_time_axis() -> None:
+    from vmexplorer.app import AppView
+
+    view = AppView()
+    view.x_axis.value = "op"
+    view.finder.search.value_input = "features.0"
+    view.finder.ops.selection = [0]
+    assert view.x_axis.value == "time"
+    x_range = view.timeline.object.children[0].x_range
+    start, end = view.finder.focus
+    assert x_range.start <= start < end <= x_range.end
+    assert x_range.end - x_range.start < 0.5 * float(timeline_source(view.timeline.object, "ops").data["right"].max())
+
+
+def test_tapping_an_op_or_a_transfer_in_the_timeline_shows_its_details_and_lights_up_its_tensor() -> None:
+    from vmexplorer.app import AppView
+
+    view = AppView()
+    fig = view.timeline.object
+    ops = timeline_source(fig, "ops")
+    ops.selected.indices = [5]
+    name = view.state.session.graph.ops[int(view._drawn.timeline.op_index[5])].name
+    assert name in view.finder.details.object
+    memops = timeline_source(fig, "memops")
+    row = next(i for i, k in enumerate(memops.data["kind"]) if k == "prefetch")
+    memops.selected.indices = [row]
+    tensor = int(memops.data["tensor_id"][row])
+    assert view.state.session.graph.tensors[tensor].name in view.finder.details.object
+    picked = set(timeline_source(fig, "memops").selected.indices)
+    assert row in picked and all(int(memops.data["tensor_id"][i]) == tensor for i in picked)
 
 
 def test_an_edited_session_saves_and_exports_from_the_page() -> None:
@@ -495,7 +622,7 @@ def test_a_marker_dragged_on_the_time_axis_is_issued_after_the_op_boundary_it_is
     assert view.state.message == ""
     assert next(mv for mv in view.state.moves if mv.tensor == tensor).prefetch_after == to
     shown = view.state.session
-    src = next(iter(view.timeline.object.select({"name": "prefetch_markers"}))).data_source
+    src = timeline_source(view.timeline.object, "prefetch_markers")
     data = dict(src.data)
     data["x"] = [data["x"][0] + 1e-6, *list(data["x"])[1:]]  # nudged within its op: nothing to re-plan
     src.data = data
@@ -542,10 +669,10 @@ def test_a_measured_session_is_drawn_one_iteration_at_a_time_the_median_first_an
     titles = [p.title.text.text for p in view.timeline.object.select({"type": Plot}) if p.title.text]
     assert any("(unified memory counted: slower than the timed ones)" in t for t in titles)
     assert list(view.timeline.object.select({"name": "measured_htod"}))
-    ops = next(iter(view.timeline.object.select({"name": "ops"}))).data_source.data
+    ops = timeline_source(view.timeline.object, "ops").data
     assert len(ops["left"]) == len(s.graph.ops)  # one iteration's ops
     view.iteration.value = ALL_ITERATIONS
-    ops = next(iter(view.timeline.object.select({"name": "ops"}))).data_source.data
+    ops = timeline_source(view.timeline.object, "ops").data
     assert len(ops["left"]) == n * len(s.graph.ops)
     view.iteration.value = "1"
     drag_first_marker(view.timeline.object, "prefetch", 3)  # a drag in the shown iteration re-plans like any other

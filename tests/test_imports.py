@@ -22,6 +22,7 @@ STAGES = (
     ("records",),
     ("simulator",),
     ("session",),
+    ("details",),
     ("collectors",),
     ("engine",),
     ("timeline",),

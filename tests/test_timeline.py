@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from bokeh.models import GlyphRenderer, Span
+from bokeh.models import GlyphRenderer, Legend, Span
 from bokeh.models.widgets import Div
 
 from vmexplorer.graph import build_graph
@@ -18,7 +18,7 @@ from vmexplorer.records import Timeline
 from vmexplorer.records.collected import UM_KINDS, Collected, CollectorStatus
 from vmexplorer.session import Session, new_session
 from vmexplorer.simulator import H100_DEFAULT, simulate
-from vmexplorer.timeline import MEMOP_COLORS, PHASE_COLORS, summary_table, timeline_figure
+from vmexplorer.timeline import MEMOP_COLORS, PHASE_COLORS, summary_table, timeline_figure, timeline_source
 
 NAMES = ("ops", "memops", "offload_markers", "prefetch_markers", "faults", "resident")
 
@@ -56,9 +56,7 @@ def two_iterations(s: Session) -> Session:
 
 
 def data(layout: Any, name: str) -> dict[str, Any]:
-    renderers = list(layout.select({"name": name}))
-    assert len(renderers) == 1, name
-    return renderers[0].data_source.data
+    return timeline_source(layout, name).data
 
 
 def planned(s: Session, direction: Direction) -> list[int]:
@@ -82,15 +80,28 @@ def test_every_op_memop_marker_fault_and_resident_step_is_drawn(session: Session
     assert len(data(fig, "resident")["x"]) == len(tl.resident_t_ns)
 
 
-def test_ops_are_coloured_by_phase_and_driver_transfers_as_forced(session: Session) -> None:
+def test_ops_are_coloured_by_phase_and_the_drivers_transfers_as_demand_faults_and_evictions(session: Session) -> None:
     fig = timeline_figure(session)
     ops = data(fig, "ops")
     assert set(ops["phase"]) == set(PHASE_COLORS)
     assert all(c == PHASE_COLORS[p] for c, p in zip(ops["color"], ops["phase"]))
     memops = data(fig, "memops")
-    forced = memops["origin"] == Origin.DRIVER.value
-    assert forced.any() and set(memops["color"][forced]) == {MEMOP_COLORS["forced"]}
-    assert MEMOP_COLORS["forced"] not in set(memops["color"][~forced])
+    driver = memops["origin"] == Origin.DRIVER.value
+    to_device = memops["direction"] == Direction.TO_DEVICE.value
+    assert (driver & to_device).any() and (driver & ~to_device).any()
+    assert set(memops["kind"][driver & to_device]) == {"demand fault"}
+    assert set(memops["kind"][driver & ~to_device]) == {"driver eviction"}
+    assert all(c == MEMOP_COLORS[k] for c, k in zip(memops["color"], memops["kind"]))
+    assert all("demand fault" in w for w in memops["what"][driver & to_device])
+
+
+def test_the_legend_names_each_phase_and_kind_of_transfer_and_hides_it_on_a_click(session: Session) -> None:
+    (legend,) = timeline_figure(session).children[0].select({"type": Legend})
+    labels = [item.label["value"] for item in legend.items]
+    assert set(PHASE_COLORS) | set(MEMOP_COLORS) <= set(labels)
+    assert not any("forced" in label for label in labels)
+    assert legend.click_policy == "hide"
+    assert all(len(item.renderers) == 1 for item in legend.items)  # each entry hides its own kind only
 
 
 def test_the_time_axis_is_in_milliseconds(session: Session) -> None:

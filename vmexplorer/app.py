@@ -23,11 +23,18 @@ from typing import Any
 
 import panel as pn
 import param
+from bokeh.resources import Resources as BkResources
 from panel.theme.fast import Fast
 
 # the Fast design links a web font; offline (a classroom, a lent machine) that is two failed requests
 # and console errors, so the page uses the system's sans-serif instead
 Fast._resources = {k: v for k, v in Fast._resources.items() if k != "font"}  # type: ignore[assignment]
+# Panel links Bokeh's MathJax bundle (1.8 MB, over a third of the page) whenever a page has a Markdown or
+# HTML pane, math or not, and Bokeh's WebGL bundle whatever the plots ask for; nothing here typesets math
+# (what users type is escaped, the Markdown has none) and no plot draws with WebGL, so pages load neither.
+# No public setting says so (Panel decides in `panel.io.resources.bundle_resources`); this is the list
+# every Resources of the server starts from. A plot given output_backend="webgl" would need "bokeh-gl" back.
+BkResources._default_components = ["bokeh", "bokeh-widgets", "bokeh-tables"]  # type: ignore[misc]
 
 ROOT = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):
@@ -35,22 +42,28 @@ if __package__ in (None, ""):
     # installed: make the package importable from the repository it sits in
     sys.path.insert(0, str(ROOT))
 
-from vmexplorer import worker  # noqa: E402
-from vmexplorer.appstate import SAMPLES, AppState, Shown, samples  # noqa: E402
+from vmexplorer import details, worker  # noqa: E402
+from vmexplorer.appstate import MARKER_KINDS, SAMPLES, AppState, Shown, samples_by_gpu  # noqa: E402
 from vmexplorer.config import capacity_text, share_of_footprint  # noqa: E402
 from vmexplorer.graph import MODELS, Graph, GraphError, build_graph  # noqa: E402
 from vmexplorer.policies import POLICIES, OptionSpec  # noqa: E402
 from vmexplorer.session import Session, session_to_bytes  # noqa: E402
 from vmexplorer.session.trace import chrome_trace_chunks  # noqa: E402
 from vmexplorer.timeline import (  # noqa: E402
+    breakdown_figure,
     comparison_figure,
+    highlight_tensor,
     issue_after_at,
     iteration_view,
     standalone_html,
     timeline_figure,
+    timeline_source,
+    typical_iteration,
+    update_breakdown,
+    update_timeline,
 )
 from vmexplorer.units import format_bytes, format_ns  # noqa: E402
-from vmexplorer.views import Lesson, PagingCliff, Text, WhereTimeGoes  # noqa: E402
+from vmexplorer.views import Finder, Lesson, PagingCliff, Text, WhereTimeGoes  # noqa: E402
 from vmexplorer.views import widget as _w  # noqa: E402
 
 pd: Any = importlib.import_module("pandas")  # Panel's own dependency (its tables take DataFrames); no stubs
@@ -125,7 +138,7 @@ class AppView:
 
     def _session_widgets(self) -> None:
         """Open, save and export."""
-        self.sample = _w(pn.widgets.Select, "Sample session", options=samples())
+        self.sample = _w(pn.widgets.Select, "Sample session", groups=_sample_groups())
         self.open_sample = _w(pn.widgets.Button, "Open sample", button_type="primary")
         self.upload = pn.widgets.FileInput(accept=".vms,.gz", multiple=False)
         self.save = pn.widgets.FileDownload(callback=self._session_bytes, filename="session.vms",
@@ -171,6 +184,10 @@ class AppView:
         # a measured session holds several iterations; one at a time keeps pan and zoom light
         self.iteration = _w(pn.widgets.Select, "Iteration shown", options=[ALL_ITERATIONS], width=170)
         self._drawn: Session | None = None  # the session (or iteration of it) the timeline shows
+        # each marker source's data as the server last set it: a drag is told apart from it
+        self._marker_data: dict[str, dict[str, list[Any]]] = {}
+        self._filling = False  # the server is refilling the timeline's sources: not a drag, not a tap
+        self._picked: int | None = None  # the tensor lit up in the timeline
         self.timeline = pn.pane.Bokeh(sizing_mode="stretch_width")
         self.summary = pn.widgets.Tabulator(disabled=True, show_index=False, sizing_mode="stretch_width",
                                             layout="fit_data_stretch")
@@ -187,11 +204,14 @@ class AppView:
     def _compare_widgets(self) -> None:
         """A second session beside the shown one."""
         self.compare_pick = _w(pn.widgets.Select, "Compare the shown session (A) with (B)",
-                                              options=[BEFORE_EDITS, *samples()])
+                               groups={"the shown session": [BEFORE_EDITS], **_sample_groups()})
         self.compare_upload = pn.widgets.FileInput(accept=".vms,.gz", multiple=False)
         self.compare_go = _w(pn.widgets.Button, "Compare", button_type="primary", align="end")
         self.compare_clear = _w(pn.widgets.Button, "Clear", align="end")
         self.compare_fig = pn.pane.Bokeh(sizing_mode="stretch_width")
+        self._compared: Session | None = None  # the B the comparison figure draws
+        self.compare_bars_figure = breakdown_figure([])
+        self.compare_bars = pn.pane.Bokeh(self.compare_bars_figure, sizing_mode="stretch_width", visible=False)
         self.compare_summary = pn.widgets.Tabulator(disabled=True, show_index=False, sizing_mode="stretch_width",
                                                     layout="fit_data_stretch")
         self.deltas = pn.widgets.Tabulator(disabled=True, show_index=False, height=300, sizing_mode="stretch_width",
@@ -207,6 +227,9 @@ class AppView:
         # the cliff is drawn when its tab is first opened, and follows the session from then on
         self.tabs.param.watch(lambda *_: setattr(self.cliff, "live", self.cliff.live or self.tabs.active == 1),
                               "active")
+        self.finder = Finder(state=self.state)
+        self.finder.param.watch(lambda e: self._zoom_to(e.new), "focus")
+        self.finder.param.watch(lambda e: self._highlight(e.new), "selected_tensor")
         self.lesson = Lesson(state=self.state)
         self.lesson.param.watch(lambda *_: setattr(self.tabs, "active", 2), "step")  # a step is shown in its tab
 
@@ -228,6 +251,8 @@ class AppView:
         self.marker_kind.param.watch(lambda *_: self._draw_marker_range(), "value")
         self.marker_tensor.param.watch(lambda *_: self._draw_marker_range(), "value")
         self.toggle.on_click(self._on_toggle)
+        self.tensors.param.watch(lambda *_: self._highlight(self._selected_tensor()), "selection")
+        self.iteration.param.watch(lambda *_: setattr(self.finder, "iteration", self._iteration_index()), "value")
         self.compare_go.on_click(self._on_compare)
         self.compare_clear.on_click(lambda *_: self._act(s.compare_with, None))
         self.compare_twin.on_click(self._on_compare_twin)
@@ -456,13 +481,15 @@ class AppView:
         else:
             self._act(self.state.compare_with, SAMPLES / pick, pick)
 
-    def _on_marker_drag(self, kind: str, before: dict[str, list[Any]]) -> Any:
+    def _on_marker_drag(self, kind: str) -> Any:
         """A PointDrawTool drag in the browser: find the marker whose x changed, turn its x into the op
         it is issued after, and drag it there in the state (which snaps, clamps and re-simulates)."""
         def changed(attr: str, old: Any, new: Any) -> None:
-            s = self._drawn
+            s, before = self._drawn, self._marker_data.get(kind)
+            if self._filling or s is None or before is None:
+                return
             xs = list(new.get("x", []))
-            if s is None or len(xs) != len(before["x"]):
+            if len(xs) != len(before["x"]):
                 self._draw_timeline()  # a marker was deleted (Backspace): put it back
                 return
             # moved: now nearer another op boundary (on the time axis, half a millisecond can be several ops)
@@ -513,9 +540,12 @@ class AppView:
                 if n > 1 else [ALL_ITERATIONS]
             self.iteration.value = str(s.timeline.typical_iteration() + 1) if n > 1 else ALL_ITERATIONS
         self.iteration.visible = n > 1
+        self.finder.iteration = self._iteration_index()
         self._draw_timeline()
 
     def _draw_timeline(self) -> None:
+        """Put the shown session (or its chosen iteration) into the timeline: in place where the drawn
+        figures can hold it, so a person's zoom survives an edit; drawn anew otherwise."""
         s = self.state.session
         if s is None:
             return
@@ -527,12 +557,79 @@ class AppView:
                 which += " (unified memory counted: slower than the timed ones)"
         self._drawn = shown
         title = f"{self.state.origin}: {s.plan.policy} on {s.graph.model}, {s.timeline.source}{which}"
-        fig = timeline_figure(shown, self.x_axis.value, editable=True, title=title)
-        for kind in ("offload", "prefetch"):
-            for r in fig.select({"name": f"{kind}_markers"}):
-                before = {k: list(v) for k, v in r.data_source.data.items()}
-                r.data_source.on_change("data", self._on_marker_drag(kind, before))
-        self.timeline.object = fig
+        loaded = self.state.loaded
+        before = loaded.plan if loaded is not None and loaded.graph.key == s.graph.key else None
+        fig, axis = self.timeline.object, self.x_axis.value
+        self._filling = True
+        try:
+            if fig is None or not update_timeline(fig, shown, axis, title, before):
+                fig = timeline_figure(shown, axis, editable=True, title=title, before=before)
+                for kind in MARKER_KINDS:
+                    timeline_source(fig, f"{kind}_markers").on_change("data", self._on_marker_drag(kind))
+                timeline_source(fig, "ops").selected.on_change("indices", self._on_tap("op"))
+                timeline_source(fig, "memops").selected.on_change("indices", self._on_tap("memop"))
+                self.timeline.object = fig
+            self._marker_data = {kind: {k: list(v) for k, v in timeline_source(fig, f"{kind}_markers").data.items()}
+                                 for kind in MARKER_KINDS}
+            highlight_tensor(fig, shown, axis, self._picked)
+        finally:
+            self._filling = False
+
+    def _selected_tensor(self) -> int | None:
+        """The tensor picked in the tensor table, if it is still one of the shown graph's."""
+        rows = self.tensors.selection
+        frame = self.tensors.value
+        if not rows or frame is None or "id" not in frame or rows[0] >= len(frame):
+            return None
+        return int(frame["id"].iloc[rows[0]])
+
+    def _highlight(self, tensor: int | None) -> None:
+        """Light up one tensor's transfers, markers and resident bytes (None: none), from whichever
+        table or tap picked it; it stays lit through edits."""
+        self._picked = tensor
+        fig, s = self.timeline.object, self._drawn
+        if fig is not None and s is not None and not self._filling:
+            self._filling = True  # the selections set here are not taps
+            try:
+                highlight_tensor(fig, s, self.x_axis.value, tensor)
+            finally:
+                self._filling = False
+
+    def _on_tap(self, what: str) -> Any:
+        """A tap on an op or a transfer in the timeline: the Finder shows its details."""
+        def tapped(attr: str, old: Any, new: Any) -> None:
+            s, drawn = self.state.session, self._drawn
+            if self._filling or not new or s is None or drawn is None:
+                return
+            row = int(new[0])
+            if what == "op":
+                self.finder.selected_op = int(drawn.timeline.op_index[row])
+                return
+            it = self._iteration_index()
+            memop = int(drawn.timeline.memop_index[row])
+            self.finder.selected_memop = row if it is None else details.memop_row(s, memop, it)
+            self._highlight(int(s.plan.memops[memop].tensor))
+        return tapped
+
+    def _iteration_index(self) -> int | None:
+        """The recorded iteration shown, from 0; None when the whole session is."""
+        v = self.iteration.value
+        return None if v == ALL_ITERATIONS else int(v) - 1
+
+    def _zoom_to(self, span_ms: tuple[float, float] | None) -> None:
+        """Zoom the timeline's time axis to a span of the iteration shown (in ms from its start)."""
+        s, fig = self._drawn, self.timeline.object
+        if span_ms is None or s is None or fig is None:
+            return
+        if self.x_axis.value != "time":
+            self.x_axis.value = "time"  # draws anew, on time
+            fig = self.timeline.object
+        start, end = details.zoom_window(span_ms)
+        if self.iteration.value == ALL_ITERATIONS and s.timeline.iterations > 1:
+            origin = details.iteration_spans(s).origin_ns / 1e6  # the typical iteration's
+            start, end = start + origin, end + origin
+        x_range = fig.children[0].x_range
+        x_range.start, x_range.end = start, end
 
     def _draw_marker_range(self) -> None:
         t = self.marker_tensor.value
@@ -571,11 +668,22 @@ class AppView:
         a, b = self.state.session, self.state.comparison
         if a is None or b is None:
             self.compare_fig.object = None
+            self.compare_bars.visible = False
             self.compare_summary.value = pd.DataFrame()
             self.deltas.value = pd.DataFrame()
             self.compare_note.object = "Pick a session to compare with: the shown one is A."
             return
-        self.compare_fig.object = comparison_figure(a, b, ("A", f"B ({self.state.comparison_origin})"))
+        fig, top = self.compare_fig.object, typical_iteration(a)
+        title = f"A: {top.plan.policy} on {top.graph.model}, {top.timeline.source}, its typical iteration"
+        # an edit of A with B unchanged: A's figures take the edit in place, as the Session tab's do
+        if fig is None or self._compared is not b or not update_timeline(fig.children[0], top, "time", title):
+            fig = comparison_figure(a, b, ("A", f"B ({self.state.comparison_origin})"))
+            self.compare_fig.object = fig
+        self._compared = b
+        x_range = fig.children[0].children[0].x_range
+        x_range.end = max(x_range.end, 1.02 * float(top.timeline.op_end_ns.max(initial=0)) / 1e6)
+        update_breakdown(self.compare_bars_figure, self.state.compare_breakdown_rows())
+        self.compare_bars.visible = True
         self.compare_summary.value = pd.DataFrame(self.state.summary_delta_rows())
         rows = self.state.delta_rows()
         frame = pd.DataFrame([{**r, **{k: _ns(r[k]) for k in ("a_ns", "b_ns", "delta_ns")}} for r in rows])
@@ -627,18 +735,28 @@ class AppView:
             self.marker_range, self.tensors, self.toggle, name="Edit the plan")
         comparison = pn.Column(self.compare_note, pn.Row(self.compare_pick, self.compare_go, self.compare_clear),
                                pn.Row(pn.pane.Markdown("or upload B:"), self.compare_upload),
-                               self.compare_summary, self.compare_fig, self.deltas, name="Compare")
+                               self.compare_bars, self.compare_summary, self.compare_fig, self.deltas,
+                               name="Compare")
         # the story first: at 1280x720 the headline and the timeline fill the first screen, where the
         # time goes beside the baselines right under it, the full table after
         session = pn.Column(self.story.headline,
                             pn.Row(pn.pane.Markdown("x axis:"), self.x_axis, self.iteration, self.compare_twin),
-                            self.timeline, self.story.bars, self.summary, editing, sizing_mode="stretch_width")
+                            self.timeline, self.story.bars,
+                            pn.Card(self.finder, title="Find ops and tensors", collapsed=False,
+                                    sizing_mode="stretch_width"),
+                            self.summary, editing, sizing_mode="stretch_width")
         cliff = pn.Column(pn.pane.Markdown("Iteration time against capacity, simulated with the shown "
                                            "session's cost model; the diamonds were measured. Tap a point "
                                            "to open it."), self.cliff, name="Paging cliff")
         self.tabs[:] = [("Session", session), ("Paging cliff", cliff), ("Lesson", self.lesson),
                         ("Compare", comparison)]
         return [pn.Column(self.alert, self.info, self.tabs, sizing_mode="stretch_width")]
+
+
+def _sample_groups() -> dict[str, list[str]]:
+    """The samples by the GPU they were measured on: a session from another GPU is another machine."""
+    return {gpu if gpu in ("simulated", "unreadable") else f"measured on {gpu}": names
+            for gpu, names in samples_by_gpu().items()}
 
 
 def _knob(name: str, opt: OptionSpec, value: Any) -> Any:

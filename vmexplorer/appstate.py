@@ -75,6 +75,7 @@ class AppState(param.Parameterized):
         super().__init__(**params)
         self._baselines: dict[tuple[Any, ...], _Baseline] = {}
         self._sweeps: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+        self._unedited: tuple[Any, Session | None] = (None, None)
 
     # --- loading and configuring ------------------------------------------------------------------
     def load(self, source: str | os.PathLike[str] | bytes, name: str | None = None) -> bool:
@@ -182,6 +183,25 @@ class AppState(param.Parameterized):
         self.status = "edits undone"
         return True
 
+    @property
+    def edited(self) -> bool:
+        """Whether the shown session is an edit of the one loaded."""
+        return self.session is not None and self.loaded is not None and self.session is not self.loaded
+
+    def unedited(self) -> Session | None:
+        """The loaded plan simulated with the cost model edits are simulated with: what an edit is
+        held against, so its effect is never confused with the model's error against a measurement.
+        None when nothing is edited."""
+        if not self.edited:
+            return None
+        loaded, cost = self.loaded, self.cost_model or H100_DEFAULT
+        key = (id(loaded), cost.name)
+        if self._unedited[0] != key:
+            g = loaded.graph
+            self._unedited = (key, new_session(g, loaded.plan, simulate(g, loaded.plan, cost), cost,
+                                               notes=[f"the plan before the edits, simulated with {cost.name}"]))
+        return self._unedited[1]
+
     # --- comparing --------------------------------------------------------------------------------
     def compare_with(self, other: Session | str | os.PathLike[str] | bytes | None, name: str | None = None) -> bool:
         """Set the session compared against (None clears it); paths and uploads are opened first."""
@@ -217,7 +237,9 @@ class AppState(param.Parameterized):
     def summary_rows(self) -> list[dict[str, str]]:
         """The figures of the shown session, each labelled measured or simulated, then its speedup
         against `device` and `uvm` for the same model, batch and capacity (measured where a sample
-        session has it, else simulated with the same cost model, and labelled so)."""
+        session has it, else simulated with the same cost model, and labelled so). After an edit,
+        `edited` and `before the edits` (the loaded plan, simulated with the same cost model) in place
+        of `value`."""
         s = self.session
         if s is None:
             return []
@@ -231,6 +253,17 @@ class AppState(param.Parameterized):
             value = times_than(fig["iteration_ns"], base.iteration_ns, policy)
             rows.append({"figure": f"against {policy}", "value": value,
                          "source": f"{source} vs {base.source} {policy} ({format_ns(base.iteration_ns)})"})
+        unedited = self.unedited()
+        if unedited is not None and unedited.cost_model is not None:
+            # the edit beside the plan it came from, both from one cost model
+            was = figures(unedited)
+            before = {label: value for _, label, value in summary_items(was)}
+            for policy in ("device", "uvm"):
+                base = self._baseline(policy)
+                if base is not None:
+                    before[f"against {policy}"] = times_than(was["iteration_ns"], base.iteration_ns, policy)
+            rows = [{"figure": r["figure"], "edited": r["value"], "before the edits": before.get(r["figure"], ""),
+                     "source": r["source"]} for r in rows]
         return rows
 
     def capacity_sweep(self, points: int = 16) -> dict[str, Any]:
@@ -244,10 +277,9 @@ class AppState(param.Parameterized):
         key = (g.key, cost.name, points)
         if key not in self._sweeps:
             self._sweeps[key] = _sweep(g, cost, points)
-        measured = [{"name": name, "policy": pol, "capacity_pct": share_of_footprint(cap, g.footprint),
-                     "iteration_ms": ns / 1e6}
-                    for name, (key, cap, pol, defaults, source, ns) in _sample_index().items()
-                    if key == g.key and source == "measured" and defaults]
+        measured = [{"name": name, "policy": x.policy, "capacity_pct": share_of_footprint(x.capacity, g.footprint),
+                     "iteration_ms": x.iteration_ns / 1e6, "gpu": x.gpu}
+                    for name, x in _sample_index().items() if x.key == g.key and x.source == "measured" and x.defaults]
         return {"lines": self._sweeps[key], "measured": measured, "cost_model": cost.name}
 
     def open_sweep_point(self, policy: str, capacity_pct: float) -> bool:
@@ -256,9 +288,9 @@ class AppState(param.Parameterized):
         if s is None:
             return self.fail("nothing shown to sweep")
         g = s.graph
-        for name, (key, cap, pol, defaults, source, _) in _sample_index().items():
-            if (key, pol, source, defaults) == (g.key, policy, "measured", True) and \
-                    abs(share_of_footprint(cap, g.footprint) - capacity_pct) < 0.5:
+        for name, x in _sample_index().items():
+            if (x.key, x.policy, x.source, x.defaults) == (g.key, policy, "measured", True) and \
+                    abs(share_of_footprint(x.capacity, g.footprint) - capacity_pct) < 0.5:
                 return self.load(SAMPLES / name)
         capacity = int(g.footprint * capacity_pct / 100)
         return self.simulate_config(g.model, g.batch, str(max(capacity, g.min_capacity[0])), policy)
@@ -273,16 +305,17 @@ class AppState(param.Parameterized):
             return []
         bars: list[tuple[str | None, str, str, TimeSplit]] = [
             (None, f"this session ({s.plan.policy})", s.timeline.source, s.time_split())]
+        unedited = self.unedited()
+        if unedited is not None:
+            bars.append(("before the edits", f"before the edits ({unedited.plan.policy})", "simulated",
+                         unedited.time_split()))
         for policy in POLICIES:
             if policy == s.plan.policy or POLICIES[policy].takes_moves:
                 continue
             base = self._baseline(policy)
             if base is not None:
                 bars.append((policy, policy, base.source, base.split))
-        return [{"policy": policy, "label": f"{label}, {source}", "source": source,
-                 "iteration_ns": split.iteration_ns,
-                 **{key.replace("_ns", "_ms"): getattr(split, key) / 1e6 for key, _ in BREAKDOWN_PARTS},
-                 "iteration_ms": split.iteration_ns / 1e6} for policy, label, source, split in bars]
+        return [_bar(policy, f"{label}, {source}", source, split) for policy, label, source, split in bars]
 
     def delta_rows(self) -> list[dict[str, Any]]:
         """Per op, B (the comparison) against A (the shown session): time per iteration (stall plus
@@ -291,18 +324,29 @@ class AppState(param.Parameterized):
         return [] if a is None or b is None else align_op_times(a, b)[1]
 
     def summary_delta_rows(self) -> list[dict[str, str]]:
-        """The headline figures of A and B side by side, with B/A."""
+        """The figures of A and B side by side, where the time goes first, with B - A and B/A."""
         a, b = self.session, self.comparison
         if a is None or b is None:
             return []
         sa, sb = figures(a), figures(b)
-        rows = [{"figure": "source", "a": str(sa["source"]), "b": str(sb["source"]), "b/a": ""}]
+        rows = []
         for key, label, fmt in SUMMARY_ROWS:
             if key in sa and key in sb and key not in ("iterations", "counted_iterations"):
                 va, vb = sa[key], sb[key]
-                ratio = f"{vb / va:.2f}" if isinstance(va, int | float) and va else ""
-                rows.append({"figure": label, "a": fmt(va), "b": fmt(vb), "b/a": ratio})
+                numbers = isinstance(va, int | float) and isinstance(vb, int | float)
+                delta = ("-" if vb < va else "+") + fmt(abs(vb - va)) if numbers else ""
+                ratio = f"{vb / va:.2f}" if numbers and va else ""
+                rows.append({"figure": label, "a": fmt(va), "b": fmt(vb), "b - a": delta, "b/a": ratio})
+        rows.append({"figure": "source", "a": str(sa["source"]), "b": str(sb["source"]), "b - a": "", "b/a": ""})
         return rows
+
+    def compare_breakdown_rows(self) -> list[dict[str, Any]]:
+        """Where the time goes in A and in B (their typical iterations), as bars of `breakdown_rows`."""
+        a, b = self.session, self.comparison
+        if a is None or b is None:
+            return []
+        return [_bar(None, f"{name}: {s.plan.policy}, {s.timeline.source}", s.timeline.source, s.time_split())
+                for name, s in (("A", a), ("B", b))]
 
     def tensor_rows(self) -> list[dict[str, Any]]:
         """Tensors worth paging (2 MiB and more, with a gap between uses), largest first, with their trips."""
@@ -437,6 +481,13 @@ class AppState(param.Parameterized):
         return self._baselines[key]
 
 
+def _bar(policy: str | None, label: str, source: str, split: TimeSplit) -> dict[str, Any]:
+    """One bar of where the time goes, in ms."""
+    return {"policy": policy, "label": label, "source": source, "iteration_ns": split.iteration_ns,
+            **{key.replace("_ns", "_ms"): getattr(split, key) / 1e6 for key, _ in BREAKDOWN_PARTS},
+            "iteration_ms": split.iteration_ns / 1e6}
+
+
 def _sweep(g: Graph, cost: CostModel, points: int) -> list[dict[str, Any]]:
     """Each policy's simulated iteration time (ms) at `points` capacities from the least to the
     footprint, where it plans at all (`device` only at the footprint)."""
@@ -481,15 +532,38 @@ def samples() -> list[str]:
     return sorted(names, key=lambda n: n != DEFAULT_SAMPLE)
 
 
-def _sample_index() -> dict[str, tuple[Any, int, str, bool, str, int]]:
-    """name -> (graph key, capacity, policy, default options?, source, iteration ns) of every readable sample, read
-    once per change of the folder (a page asks at every draw)."""
+@dataclass(frozen=True)
+class _Sample:
+    """What the app needs to know of a sample session without opening it again."""
+
+    key: Any  # the graph's (model, batch, image size)
+    capacity: int
+    policy: str
+    defaults: bool  # run with the policy's default options
+    source: str
+    iteration_ns: int
+    gpu: str  # the GPU it was measured on, or how it was made
+
+
+def samples_by_gpu() -> dict[str, list[str]]:
+    """The sample sessions grouped by the GPU they were measured on (simulated ones by themselves),
+    the default sample's group first, for a picker with groups."""
+    groups: dict[str, list[str]] = {}
+    index = _sample_index()
+    for name in samples():
+        info = index.get(name)
+        groups.setdefault("unreadable" if info is None else info.gpu, []).append(name)
+    return groups
+
+
+def _sample_index() -> dict[str, _Sample]:
+    """Every readable sample by name, read once per change of the folder (a page asks at every draw)."""
     stamp = tuple((p.name, p.stat().st_mtime_ns) for p in sorted(SAMPLES.glob("*.vms"))) if SAMPLES.is_dir() else ()
     return _index(stamp)
 
 
 @functools.lru_cache(maxsize=2)
-def _index(stamp: tuple[tuple[str, int], ...]) -> dict[str, tuple[Any, int, str, bool, str, int]]:
+def _index(stamp: tuple[tuple[str, int], ...]) -> dict[str, _Sample]:
     out = {}
     for name, _ in stamp:
         try:
@@ -497,17 +571,18 @@ def _index(stamp: tuple[tuple[str, int], ...]) -> dict[str, tuple[Any, int, str,
         except SessionError:
             continue
         defaults = not non_default_options(s.plan.policy, s.plan.options)
-        out[name] = (s.graph.key, s.plan.capacity, s.plan.policy, defaults, s.timeline.source,
-                     int(s.summary["iteration_ns"]))
+        gpu = s.environment.get("gpu", "an unnamed GPU") if s.timeline.source == "measured" else "simulated"
+        out[name] = _Sample(s.graph.key, s.plan.capacity, s.plan.policy, defaults, s.timeline.source,
+                            int(s.summary["iteration_ns"]), str(gpu))
     return out
 
 
 def _measured_samples(graph: Graph, capacity: int, policy: str) -> list[str]:
     """The measured samples of `policy` with its default options on this graph at this capacity (any
     capacity holding the footprint, for `device`), by file name."""
-    return [name for name, (key, cap, pol, defaults, source, _) in _sample_index().items()
-            if (source, key, pol, defaults) == ("measured", graph.key, policy, True)
-            and (cap >= graph.footprint if policy == "device" else cap == capacity)]
+    return [name for name, x in _sample_index().items()
+            if (x.source, x.key, x.policy, x.defaults) == ("measured", graph.key, policy, True)
+            and (x.capacity >= graph.footprint if policy == "device" else x.capacity == capacity)]
 
 
 def _measured_baseline(graph: Graph, capacity: int, policy: str) -> _Baseline | None:

@@ -6,6 +6,7 @@ set of models and a person's zoom.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
@@ -13,7 +14,9 @@ from typing import Any
 
 import panel as pn
 import param
+from panel.custom import JSComponent
 
+from . import details
 from .appstate import AppState, times_than
 from .records.breakdown import PARTS as BREAKDOWN_PARTS
 from .simulator import simulate
@@ -187,6 +190,33 @@ LESSON = (
 )
 
 
+class ArrowKeys(JSComponent):
+    """Left and right arrow keys, while this component is on screen and no text field has the focus:
+    a lesson on a projector is stepped through from the keyboard (or a presenter's clicker, which
+    sends the same keys). `pressed` counts the presses, -1 for left and +1 for right, as `last`."""
+
+    last = param.Integer(default=0, doc="-1: left, +1: right (the last key pressed)")
+    pressed = param.Integer(default=0, doc="how many arrow keys were pressed (each press changes it)")
+
+    _esm = """
+    export function render({ model, el }) {
+      const box = document.createElement("span");
+      const onkey = (e) => {
+        const t = e.target;
+        if (t && (t.tagName === "INPUT" || t.tagName === "TEXTAREA" || t.isContentEditable)) { return; }
+        if (e.key !== "ArrowLeft" && e.key !== "ArrowRight") { return; }
+        if (!box.isConnected || el.offsetParent === null) { return; }  // on a hidden tab: not for us
+        model.last = e.key === "ArrowRight" ? 1 : -1;
+        model.pressed = model.pressed + 1;
+        e.preventDefault();
+      };
+      document.addEventListener("keydown", onkey);
+      model.on("remove", () => document.removeEventListener("keydown", onkey));
+      return box;
+    }
+    """
+
+
 class Lesson(pn.viewable.Viewer):
     """The guided lesson: each step opens a session and says what it shows, in words large enough for
     a projector. `step` is 1-based, so it reads well in a URL (`?step=3`)."""
@@ -205,6 +235,8 @@ class Lesson(pn.viewable.Viewer):
         self.next = widget(pn.widgets.Button, "Next", button_type="primary", width=110)
         self.previous.on_click(lambda *_: self._go(self.step - 1))
         self.next.on_click(lambda *_: self._go(self.step + 1))
+        self.keys = ArrowKeys(height=0, width=0, margin=0)
+        self.keys.param.watch(lambda *_: self._go(self.step + self.keys.last), "pressed")
         self.param.watch(lambda *_: self.open_step(), "step")
 
     def _go(self, step: int) -> None:
@@ -222,7 +254,9 @@ class Lesson(pn.viewable.Viewer):
         return ok
 
     def __panel__(self) -> Any:
-        return pn.Column(pn.Row(self.previous, self.next, self.title), self.words, sizing_mode="stretch_width")
+        return pn.Column(pn.Row(self.previous, self.next, self.title), self.words, self.keys,
+                         pn.pane.Markdown("*← and → step through the lesson too.*", styles={"color": "#555"}),
+                         sizing_mode="stretch_width")
 
 
 def _drag_largest_prefetch_late(state: AppState) -> bool:
@@ -235,3 +269,171 @@ def _drag_largest_prefetch_late(state: AppState) -> bool:
         return state.fail("this session plans no prefetch that could be issued later")
     move, latest = max(later, key=lambda ml: s.graph.tensors[ml[0].tensor].nbytes)
     return state.drag("prefetch", move.tensor, latest, move.prefetch_after)
+
+
+pd: Any = importlib.import_module("pandas")  # Panel's own dependency (its tables take DataFrames); no stubs
+_SELECTIONS = ("selected_op", "selected_tensor", "selected_memop")
+_OP_COLUMNS = {"op": "#", "name": "op", "kind": "kind", "phase": "phase", "layer": "layer", "time_ms": "ms",
+               "stall_ms": "waited ms", "fault_bytes": "faulted MiB"}
+_TENSOR_COLUMNS = {"tensor": "#", "name": "tensor", "kind": "kind", "layer": "layer", "bytes": "MiB",
+                   "producer": "made by", "uses": "uses", "offloaded": "offloaded", "evicted": "evicted",
+                   "faulted": "faulted"}
+_MIB_COLUMNS = ("fault_bytes", "bytes")
+ALL_KINDS = "every kind"
+
+
+def details_text(lines: details.Details) -> str:
+    """(label, value) lines as a two-column text table, for a `Text` pane in a fixed-width font."""
+    width = max((len(label) for label, _ in lines), default=0)
+    return "\n".join(f"{label.ljust(width)}  {value}" for label, value in lines)
+
+
+def _frame(rows: list[dict[str, Any]], columns: dict[str, str]) -> Any:
+    """Rows as the table shows them: its own column titles, bytes in MiB (numbers, so they sort)."""
+    shown = [{title: round(r[key] / 2**20, 2) if key in _MIB_COLUMNS else r[key] for key, title in columns.items()}
+             for r in rows]
+    return pd.DataFrame(shown, columns=list(columns.values()))
+
+
+class Finder(pn.viewable.Viewer):
+    """Find an op or a tensor by name, layer or kind; see what it did; zoom the timeline to it.
+
+    A row clicked in a table sets `focus`, the (start, end) in ms from the iteration's start to zoom the
+    time axis to, and shows its details. The page sets `selected_op`, `selected_tensor` or `selected_memop`
+    (a row of the shown session's timeline memory operations) from a tap on the timeline, and the Finder
+    shows that one's details. Rows are built once per session (and iteration)."""
+
+    state = param.ClassSelector(class_=AppState)
+    iteration = param.Integer(default=None, allow_None=True,
+                              doc="the recorded iteration (from 0) the figures come from; None: the typical one")
+    focus = param.Tuple(default=None, allow_None=True, length=2, doc="(start_ms, end_ms) to zoom the time axis to")
+    selected_op = param.Integer(default=None, allow_None=True, doc="the op whose details are shown")
+    selected_tensor = param.Integer(default=None, allow_None=True, doc="the tensor whose details are shown")
+    selected_memop = param.Integer(default=None, allow_None=True,
+                                   doc="the timeline row of the memory operation whose details are shown")
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        if not isinstance(self.state, AppState):
+            raise TypeError("the finder needs the page's AppState")
+        self.app: AppState = self.state
+        self.search = widget(pn.widgets.TextInput, "Find", placeholder="search ops and tensors by name or layer",
+                             max_length=details.MAX_QUERY_CHARS, sizing_mode="stretch_width")
+        self.kind = widget(pn.widgets.Select, "Kind", options={ALL_KINDS: ""}, value="", width=200)
+        table = {"disabled": True, "show_index": False, "selectable": 1, "height": 300, "pagination": None,
+                 "sizing_mode": "stretch_width", "layout": "fit_data_stretch"}
+        self.ops = pn.widgets.Tabulator(**table)
+        self.tensors = pn.widgets.Tabulator(**table)
+        self.tabs = pn.Tabs(("Ops", self.ops), ("Tensors", self.tensors), sizing_mode="stretch_width")
+        self.count = Text(styles={"font-size": "0.85em"})
+        self.details = Text(styles={"white-space": "pre-wrap", "font-family": "monospace", "font-size": "0.85em"},
+                            width=460)
+        self._rows: tuple[Any, int | None, list[dict[str, Any]], list[dict[str, Any]]] = (None, None, [], [])
+        self._shown: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
+        self._quiet = False  # set while the Finder itself changes a table's selection
+        self.search.param.watch(self._filter, "value_input")
+        self.kind.param.watch(self._filter, "value")
+        self.ops.param.watch(lambda e: self._on_row(e, "op"), "selection")
+        self.tensors.param.watch(lambda e: self._on_row(e, "tensor"), "selection")
+        self.param.watch(self._on_selected, list(_SELECTIONS))
+        self.param.watch(self._rebuild, "iteration")
+        self.app.param.watch(self._rebuild, "session")
+        self._rebuild()
+
+    def _rebuild(self, *_: Any) -> None:
+        """New rows for another session or iteration; another model forgets what was selected."""
+        s, (was, was_iteration, _ops, _tensors) = self.app.session, self._rows
+        if s is was and self.iteration == was_iteration:
+            return
+        ops: list[dict[str, Any]] = []
+        tensors: list[dict[str, Any]] = []
+        if s is not None:
+            try:
+                ops = details.op_rows(s, self.iteration)
+            except ValueError:  # an iteration this session does not have: the typical one's figures
+                ops = details.op_rows(s)
+            tensors = details.tensor_rows(s)
+        self._rows = (s, self.iteration, ops, tensors)
+        self._kinds(ops, tensors)
+        if s is not was:  # an edit keeps the graph, and the op or tensor picked; a transfer's row is another's
+            same_graph = s is not None and was is not None and (s.graph is was.graph or s.graph == was.graph)
+            with param.parameterized.discard_events(self):
+                self.param.update({name: None for name in _SELECTIONS if not same_graph or name == "selected_memop"})
+        self._filter()
+        self._show()
+
+    def _kinds(self, ops: list[dict[str, Any]], tensors: list[dict[str, Any]]) -> None:
+        """The kinds this session has: passes and op kinds filter the ops, tensor kinds the tensors."""
+        options = {ALL_KINDS: ""}
+        options.update({f"{p} pass": p for p in dict.fromkeys(r["phase"] for r in ops)})
+        options.update({f"op: {k}": k for k in sorted({r["kind"] for r in ops})})
+        options.update({f"tensor: {k}": k for k in sorted({r["kind"] for r in tensors})})
+        value = self.kind.value if self.kind.value in options.values() else ""
+        self.kind.param.update(options=options, value=value)
+
+    def _filter(self, *_: Any) -> None:
+        """Show the rows that match the search and the kind (which applies to the table that has it)."""
+        ops, tensors = self._rows[2:]
+        text, kind = self.search.value_input or "", self.kind.value or ""
+        op_kind = kind if any(kind in (r["kind"], r["phase"]) for r in ops) else ""
+        tensor_kind = kind if any(kind == r["kind"] for r in tensors) else ""
+        self._shown = (details.filter_rows(ops, text, op_kind), details.filter_rows(tensors, text, tensor_kind))
+        self._quiet = True
+        try:
+            self.ops.param.update(value=_frame(self._shown[0], _OP_COLUMNS), selection=[])
+            self.tensors.param.update(value=_frame(self._shown[1], _TENSOR_COLUMNS), selection=[])
+        finally:
+            self._quiet = False
+        self.count.object = (f"{len(self._shown[0])} of {len(ops)} ops, "
+                             f"{len(self._shown[1])} of {len(tensors)} tensors")
+
+    def _on_row(self, event: Any, what: str) -> None:
+        """A row clicked: show its details and zoom to where it ran (a tensor: from its first use to its last)."""
+        rows = self._shown[0 if what == "op" else 1]
+        if self._quiet or not event.new or event.new[0] >= len(rows) or self.app.session is None:
+            return
+        key = int(rows[event.new[0]][what])
+        span = details.op_span_ms if what == "op" else details.tensor_span_ms
+        try:
+            window: tuple[float, float] | None = details.zoom_window(span(self.app.session, key, self.iteration))
+        except ValueError:  # a tensor no op uses, or an iteration the session lacks: nothing to zoom to
+            window = None
+        setattr(self, f"selected_{what}", key)
+        if window is not None:
+            if self.focus == window:
+                self.param.trigger("focus")  # the same row again, after a pan: zoom back to it
+            self.focus = window
+
+    def _on_selected(self, *events: Any) -> None:
+        chosen = next((e for e in events if e.new is not None), None)
+        if chosen is None:
+            return
+        with param.parameterized.discard_events(self):  # one thing is selected at a time
+            self.param.update({name: None for name in _SELECTIONS if name != chosen.name})
+        self._show()
+
+    def _show(self) -> None:
+        """The details of what is selected, and its row highlighted where the table shows it."""
+        s = self.app.session
+        lines: details.Details = []
+        try:
+            if s is not None and self.selected_op is not None:
+                lines = details.op_details(s, self.selected_op, self.iteration)
+            elif s is not None and self.selected_tensor is not None:
+                lines = details.tensor_details(s, self.selected_tensor)
+            elif s is not None and self.selected_memop is not None:
+                lines = details.memop_details(s, self.selected_memop)
+        except ValueError as e:  # an index from elsewhere that this session does not have
+            lines = [("not found", str(e))]
+        self.details.object = details_text(lines)
+        self._quiet = True
+        try:
+            for table, rows, key, value in ((self.ops, self._shown[0], "op", self.selected_op),
+                                            (self.tensors, self._shown[1], "tensor", self.selected_tensor)):
+                table.selection = [i for i, r in enumerate(rows) if r[key] == value][:1]
+        finally:
+            self._quiet = False
+
+    def __panel__(self) -> Any:
+        finder = pn.Column(pn.Row(self.search, self.kind), self.count, self.tabs, sizing_mode="stretch_width")
+        return pn.Row(finder, self.details, sizing_mode="stretch_width")

@@ -125,14 +125,14 @@ def _open_offline(watched: Any, path: Path) -> None:
 # one it is issued after (the end of that op, from the "ops" bars: one iteration's, in order), on either axis
 _MARKER_AT = """([name, i, ops]) => {
     const doc = Bokeh.documents[0];
-    const m = doc.get_model_by_name(name);
+    const m = doc.get_model_by_name(name.replace("_markers", "_marker_glyphs"));
     const view = m && Bokeh.index.find_one(m);
     if (!view) return null;
     const d = m.data_source.data;
     const k = i < 0 ? d.x.length + i : i;
     const to = d.issue_after[k] - ops;
     if (to < 0) return null;
-    const ends = doc.get_model_by_name("ops").data_source.data.right;
+    const ends = doc.get_model_by_name("ops").data.right;
     const canvas = (view.parent.canvas_view ?? view.parent.canvas).el;
     canvas.scrollIntoView({block: "center"});
     const box = canvas.getBoundingClientRect();
@@ -143,6 +143,13 @@ _MARKER_AT = """([name, i, ops]) => {
 }"""
 
 
+def _wait_for_markers(page: Any) -> None:
+    page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0 && "
+                           "Bokeh.documents[0].get_model_by_name('prefetch_marker_glyphs') !== null && "
+                           "Bokeh.index.find_one(Bokeh.documents[0].get_model_by_name('prefetch_marker_glyphs'))",
+                           timeout=CANVAS_TIMEOUT_MS)
+
+
 def test_dragging_a_prefetch_marker_with_the_mouse_changes_the_iteration_time(app_url: str,
                                                                                 watched_page: Any) -> None:
     from playwright.sync_api import expect
@@ -150,10 +157,7 @@ def test_dragging_a_prefetch_marker_with_the_mouse_changes_the_iteration_time(ap
     page = watched_page.page
     page.goto(app_url)
     _wait_for_canvas(page)
-    page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0 && "
-                           "Bokeh.documents[0].get_model_by_name('prefetch_markers') !== null && "
-                           "Bokeh.index.find_one(Bokeh.documents[0].get_model_by_name('prefetch_markers'))",
-                           timeout=CANVAS_TIMEOUT_MS)
+    _wait_for_markers(page)
     row = page.locator(".tabulator-row", has_text="iteration time").first
     expect(row).to_be_visible(timeout=CANVAS_TIMEOUT_MS)
     before = row.text_content()

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..collectors import Collector, CuptiCollector, NvmlSampler
+from ..details import memop_range_name, op_range_name
 from ..graph import Graph
 from ..graph.ops import OPS, op_attrs
 from ..plan import Direction, Mode, Plan
@@ -225,7 +226,7 @@ def _iteration(cp: Any, graph: Graph, plan: Plan, arena: Arena, streams: dict[St
         begin.record(stream)
         if step.kind is StepKind.OP:
             op = graph.ops[step.index]
-            ranges.push(op.name)
+            ranges.push(op_range_name(op))
             with stream:
                 OPS[op.kind](cp, [arena.views[t] for t in op.reads], [arena.views[t] for t in op.writes],
                              attrs[step.index])
@@ -234,7 +235,7 @@ def _iteration(cp: Any, graph: Graph, plan: Plan, arena: Arena, streams: dict[St
                 resident[t] = graph.tensors[t].nbytes
         elif step.kind is not StepKind.FAULT:
             m = plan.memops[step.index]
-            ranges.push(f"{m.direction.value} {graph.tensors[m.tensor].name}")
+            ranges.push(memop_range_name(graph, m))
             ptr, size = arena.ptr(m.tensor), graph.tensors[m.tensor].nbytes
             if m.direction is Direction.TO_DEVICE:
                 gpu.prefetch(ptr, size, True, stream)

@@ -168,6 +168,16 @@ def resident_by_kind(graph: Graph, plan: Plan, op_start: np.ndarray, op_end: np.
     return t_sorted[keep], levels
 
 
+def resident_steps(graph: Graph, plan: Plan, op_start: np.ndarray, op_end: np.ndarray, mem_start: np.ndarray,
+                   mem_end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The changes `resident_curve` adds up, in the order it adds them: when (ns), by how many bytes,
+    and of which tensor, so a figure can split the curve by tensor and still add up to it."""
+    times, deltas, tensors = _resident_steps(graph, plan, op_start, op_end, mem_start, mem_end)
+    t = np.array(times, dtype=np.float64)
+    order = np.argsort(t, kind="stable")
+    return t[order], np.array(deltas, dtype=np.int64)[order], np.array(tensors, dtype=np.int64)[order]
+
+
 def _resident_steps(graph: Graph, plan: Plan, op_start: np.ndarray, op_end: np.ndarray, mem_start: np.ndarray,
                     mem_end: np.ndarray) -> tuple[list[float], list[int], list[int]]:
     """Every change of the resident bytes: when, by how much, and of which tensor."""

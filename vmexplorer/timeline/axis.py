@@ -16,7 +16,8 @@ from ..session import Session
 from ..units import format_bytes, format_ns
 
 PHASE_COLORS = {"forward": "#4c78a8", "loss": "#b279a2", "backward": "#f58518", "update": "#54a24b"}
-MEMOP_COLORS = {"prefetch": "#2ca3a3", "offload": "#8c6d4f", "forced": "#d62728"}
+# what moved bytes, in the words of the legend: the plan's copies, and what the driver did on its own
+MEMOP_COLORS = {"prefetch": "#2ca3a3", "offload": "#8c6d4f", "demand fault": "#d62728", "driver eviction": "#9467bd"}
 LANES = {"compute": 2, "to device": 1, "to host": 0}  # y of each lane's bottom edge
 _BAR = 0.8  # height of a span inside its lane
 

@@ -35,8 +35,12 @@ class _PageResources(Resources):
     Panel's (its tables' stylesheet on a CDN, scripts under the server's static/) would be linked from a
     page that has to open offline, and fail there."""
 
-    def __init__(self, classes: frozenset[type], **kwargs: Any) -> None:
-        super().__init__(mode="inline", **kwargs)
+    # every bundle, for `file_html` to drop those the page does not use (it removes them by name): the
+    # app's server starts its own Resources from fewer (app.py), and an export must not depend on that
+    EVERY_COMPONENT: tuple[Any, ...] = ("bokeh", "bokeh-gl", "bokeh-widgets", "bokeh-tables", "bokeh-mathjax")
+
+    def __init__(self, classes: frozenset[type], components: list[Any] | None = None) -> None:
+        super().__init__(mode="inline", components=list(self.EVERY_COMPONENT if components is None else components))
         self.classes = classes
 
     def clone(self, *, components: list[Any] | None = None) -> _PageResources:

@@ -9,92 +9,185 @@ import numpy as np
 from bokeh.layouts import column
 from bokeh.models import (
     BasicTicker,
+    CDSView,
     ColumnDataSource,
     CustomJS,
+    GroupFilter,
     HoverTool,
     PointDrawTool,
     Range1d,
 )
-from bokeh.models.annotations import Legend, LegendItem
+from bokeh.models.annotations import Label, Legend, LegendItem
+from bokeh.models.renderers import GlyphRenderer
 from bokeh.plotting import figure
 
-from ..plan import Direction, Origin
+from ..graph import Graph
+from ..plan import Direction, MemOp, Mode, Origin, Plan
 from ..records.collected import CollectorStatus
 from ..records.collected import one_iteration as collected_iteration
 from ..session import Session
 from ..units import format_bytes, format_ns
+from . import memory
 from .axis import _BAR, LANES, MEMOP_COLORS, PHASE_COLORS, _Axis, _axis, _byte_unit, _op_columns, _plain_title, _texts
 from .measured import _measured
 from .memory import _resident
 
 
 def timeline_figure(session: Session, x_axis: str = "time", editable: bool = False, x_range: Any = None,
-                    title: str | None = None) -> Any:
+                    title: str | None = None, before: Plan | None = None) -> Any:
     """A column of linked figures: lanes with markers, fault bytes per op, resident bytes.
 
     editable: the planned offload/prefetch markers get a PointDrawTool (drag only: it adds nothing),
-    and a browser-side callback snaps a dragged marker back onto its lane, and in the op axis onto
-    the nearest op boundary, so a drag moves it along x only. The markers' sources carry the
+    and a browser-side callback keeps a dragged marker on its row and snaps it to the nearest op
+    boundary, on either axis, so a drag moves it along x only. The markers' sources carry the
     `tensor_id`, `iteration` and `issue_after` of each marker; `issue_after_at` turns a dragged x
-    back into the op it is issued after. x_range: share one (e.g. a comparison's other figure's)."""
+    back into the op it is issued after. x_range: share one (e.g. a comparison's other figure's).
+    before: the plan as it was before edits; a hollow ghost marks where each moved marker was.
+    `update_timeline` puts another session into the same figures."""
     if x_axis not in ("time", "op"):
         raise ValueError(f"x_axis has to be 'time' or 'op', not {x_axis!r}")
     axis = _axis(session, x_axis)
-    lanes = figure(height=220, x_axis_label=axis.label, tools="xpan,xwheel_zoom,box_zoom,reset,save",
+    lanes = figure(height=230, x_axis_label=axis.label, tools="xpan,xwheel_zoom,box_zoom,reset,save,tap",
                    **({"x_range": x_range} if x_range is not None else {}),
-                   active_scroll="xwheel_zoom", sizing_mode="stretch_width",
-                   y_range=Range1d(start=-0.2, end=3.2),
-                   title=_plain_title(title or f"{session.plan.policy} on {session.graph.model}: "
-                                               f"{session.timeline.source}"))
+                   # the wheel scrolls the page until a person picks the zoom tool: a lecture hall scrolls
+                   active_scroll=None, sizing_mode="stretch_width", y_range=Range1d(start=-0.2, end=3.2),
+                   title=_plain_title(""), name="lanes", tags=[x_axis])
     lanes.yaxis.ticker = [v + _BAR / 2 for v in LANES.values()]
     lanes.yaxis.major_label_overrides = {v + _BAR / 2: k for k, v in LANES.items()}
     lanes.ygrid.grid_line_color = None
-    ops = lanes.quad(left="left", right="right", bottom=LANES["compute"], top=LANES["compute"] + _BAR,
-                     color="color", source=ColumnDataSource(_op_columns(session, axis)), name="ops")
-    lanes.add_tools(HoverTool(renderers=[ops], tooltips=[
-        ("op", "@name"), ("kind", "@kind"), ("phase", "@phase"), ("duration", "@duration"),
-        ("stall", "@stall"), ("faulted in", "@fault")]))
-    mem = _memop_columns(session, axis)
-    memops = lanes.quad(left="left", right="right", bottom="bottom", top="top", color="color",
-                        alpha=0.75, source=ColumnDataSource(mem), name="memops")
-    lanes.add_tools(HoverTool(renderers=[memops], tooltips=[
-        ("tensor", "@tensor"), ("bytes", "@size"), ("direction", "@direction"), ("mode", "@mode"),
-        ("origin", "@origin"), ("duration", "@duration")]))
-    planned = mem["origin"] == Origin.PLAN.value
-    markers: list[Any] = []
-    for direction, marker, kind in ((Direction.TO_HOST, "inverted_triangle", "offload"),
-                                    (Direction.TO_DEVICE, "triangle", "prefetch")):
-        pick = planned & (mem["direction"] == direction.value)
-        lane = LANES["to host" if direction is Direction.TO_HOST else "to device"]
-        src = ColumnDataSource({"x": mem["issue"][pick], "y": np.full(int(pick.sum()), lane + _BAR + 0.1),
-                                "tensor": mem["tensor"][pick], "size": mem["size"][pick],
-                                "tensor_id": mem["tensor_id"][pick], "iteration": mem["iteration"][pick],
-                                "issue_after": mem["issue_after"][pick]})
-        markers.append(lanes.scatter("x", "y", marker=marker, size=12 if editable else 9, color=MEMOP_COLORS[kind],
-                                     source=src, name=f"{kind}_markers"))
-    lanes.add_tools(HoverTool(renderers=markers, tooltips=[("planned", "$name"), ("tensor", "@tensor"),
-                                                           ("bytes", "@size"), ("issued after op", "@issue_after")]))
+    sources = {name: ColumnDataSource(name=name) for name in _SOURCES}
+    # one source per glyph kind keeps a large session fast; a view per phase or kind of transfer gives
+    # the legend one renderer to hide each
+    ops: list[Any] = [lanes.quad(left="left", right="right", bottom=LANES["compute"], top=LANES["compute"] + _BAR,
+                      color="color", source=sources["ops"], name=f"ops_{phase}", view=_only("phase", phase))
+           for phase in PHASE_COLORS]
+    lanes.add_tools(HoverTool(renderers=ops, tooltips=[
+        ("op", "@name"), ("what it does", "@kind, @phase pass"), ("ran for", "@duration"),
+        ("waited before it", "@stall"), ("faulted in while it ran", "@fault")]))
+    memops: list[Any] = [lanes.quad(left="left", right="right", bottom="bottom", top="top", color="color", alpha=0.75,
+                         source=sources["memops"], name=f"memops_{kind.replace(' ', '_')}", view=_only("kind", kind))
+              for kind in MEMOP_COLORS]
+    lanes.add_tools(HoverTool(renderers=memops, tooltips=[
+        ("tensor", "@tensor"), ("bytes", "@size"), ("what", "@what"), ("took", "@duration")]))
+    markers: list[Any] = [lanes.scatter("x", "y", marker=shape, size=12 if editable else 9, color=MEMOP_COLORS[kind],
+                             source=sources[f"{kind}_markers"], name=f"{kind}_marker_glyphs")
+               for kind, shape in (("offload", "inverted_triangle"), ("prefetch", "triangle"))]
+    ghosts = lanes.scatter("x", "y", marker="marker", size=12, fill_alpha=0, line_color="color", line_width=1.5,
+                           line_dash="dotted", source=sources["ghost_markers"], name="ghost_marker_glyphs")
+    lanes.add_tools(HoverTool(renderers=markers, tooltips=[
+        ("tensor", "@tensor"), ("bytes", "@size"), ("what", "@what"), ("issued after", "@after")]))
+    lanes.add_tools(HoverTool(renderers=[ghosts], tooltips=[("before the edits", "@what")]))
     if editable:
-        draw = PointDrawTool(renderers=markers, add=False, drag=True, description="drag a marker along the op axis")
+        draw = PointDrawTool(renderers=markers, add=False, drag=True,
+                             description="drag a marker along the x axis (it snaps to op boundaries)")
         lanes.add_tools(draw)
         lanes.toolbar.active_drag = draw
-        for m, lane in zip(markers, (LANES["to host"], LANES["to device"])):
+        for m in markers:
             m.data_source.js_on_change("data", CustomJS(
-                args={"src": m.data_source, "snap": x_axis == "op", "y0": lane + _BAR + 0.1}, code=_SNAP_JS))
-    lanes.add_layout(_legend(ops, memops, markers), "above")
-    return column(lanes, _faults(session, axis, lanes), _resident(session, axis, lanes),
-                  *_measured(session, axis, lanes), sizing_mode="stretch_width")
+                args={"src": m.data_source, "bounds": sources["boundaries"]}, code=_SNAP_JS))
+    lanes.add_layout(_legend(ops, memops, markers, ghosts), "above")
+    layout = column(lanes, _faults(sources["faults"], lanes), _resident(session, axis, lanes),
+                    *_measured(session, axis, lanes), sizing_mode="stretch_width")
+    _fill(layout, session, axis, title, before)
+    return layout
 
 
-# Keep a dragged marker on its lane (y never changes) and, on the op axis, on an op boundary.
-# Writing only when something moved keeps the change event from firing again for nothing.
+# the named sources `update_timeline` refills; "boundaries" is drawn by none: the snapping reads it
+_SOURCES = ("ops", "memops", "offload_markers", "prefetch_markers", "ghost_markers", "boundaries", "faults")
+
+
+def update_timeline(layout: Any, session: Session, x_axis: str, title: str | None = None,
+                    before: Plan | None = None) -> bool:
+    """Put `session` into figures `timeline_figure` drew, through their data sources, keeping their
+    ranges (a person's zoom) and the models the browser holds. False, changing nothing, where that
+    cannot show it as `timeline_figure` would: on another x axis, or a measured session (the
+    collectors' lanes are drawn once, with the figure; an edit's simulation has none: they are hidden)."""
+    lanes = _lanes(layout)
+    if session.timeline.source == "measured" or lanes is None or lanes.tags[0] != x_axis:
+        return False
+    axis = _axis(session, x_axis)
+    for child in layout.children[3:]:  # what the collectors recorded: not what the edit simulates
+        child.visible = False
+    _fill(layout, session, axis, title, before)
+    return True
+
+
+def highlight_tensor(layout: Any, session: Session, x_axis: str, tensor: int | None) -> None:
+    """Select one tensor's transfers and markers (the rest dims) and draw its resident bytes over the
+    kinds' in the memory plot; None clears it. `session` is the one the layout shows."""
+    for name in ("memops", "offload_markers", "prefetch_markers"):
+        src = timeline_source(layout, name)
+        ids = src.data.get("tensor_id", [])
+        src.selected.indices = [] if tensor is None else [i for i, t in enumerate(ids) if int(t) == tensor]
+    if len(layout.children) > 2 and hasattr(memory, "highlight_tensor"):
+        memory.highlight_tensor(layout.children[2], session, _axis(session, x_axis), tensor)
+
+
+def timeline_source(layout: Any, name: str) -> ColumnDataSource:
+    """The data source of `timeline_figure`'s `layout` named `name` ("ops", "memops",
+    "offload_markers", "prefetch_markers", "ghost_markers", "faults", ...): one per glyph kind,
+    whatever renderers draw it), or the source of the one renderer named `name` ("resident",
+    "measured_htod", ...)."""
+    found = [m for m in layout.select({"name": name, "type": ColumnDataSource})]
+    if not found:
+        found = [r.data_source for r in layout.select({"name": name, "type": GlyphRenderer})]
+    if len(found) != 1:
+        raise KeyError(f"the timeline has {len(found)} data sources named {name!r}")
+    return found[0]
+
+
+def _lanes(layout: Any) -> Any:
+    found = list(layout.select({"name": "lanes"}))
+    return found[0] if len(found) == 1 and found[0].tags else None
+
+
+def _fill(layout: Any, session: Session, axis: _Axis, title: str | None, before: Plan | None) -> None:
+    lanes = _lanes(layout)
+    lanes.title.text.text = title or f"{session.plan.policy} on {session.graph.model}: {session.timeline.source}"
+    # "boundaries" is in the document only where the snapping reads it (an editable figure)
+    found = {m.name: m for m in layout.select({"type": ColumnDataSource}) if m.name in _SOURCES}
+    sources = {name: found.get(name, ColumnDataSource()) for name in _SOURCES}
+    ops = _op_columns(session, axis)
+    mem = _memop_columns(session, axis)
+    sources["ops"].data = ops
+    sources["memops"].data = mem
+    for kind, direction in (("offload", Direction.TO_HOST), ("prefetch", Direction.TO_DEVICE)):
+        sources[f"{kind}_markers"].data = _marker_columns(mem, axis, kind, direction)
+    sources["ghost_markers"].data = _ghost_columns(session, axis, before)
+    sources["boundaries"].data = {"x": np.unique(np.concatenate([ops["left"], ops["right"]]))}
+    faults, unit = _fault_columns(session, ops)
+    sources["faults"].data = faults
+    figure_of_faults = layout.children[1]
+    figure_of_faults.yaxis.axis_label = f"faulted ({unit})"
+    none = next(iter(figure_of_faults.select({"name": "no_faults"})))
+    none.visible = len(faults["left"]) == 0
+    if len(layout.children) > 2 and hasattr(memory, "update_resident"):
+        memory.update_resident(layout.children[2], session, axis)
+
+
+def _only(column_name: str, value: str) -> CDSView:
+    return CDSView(filter=GroupFilter(column_name=column_name, group=value))
+
+
+# Keep a dragged marker on its row (y never changes) and on the op boundary nearest where it is
+# dropped (`bounds`: every op's start and end on the axis drawn, sorted), so what a person sees on
+# release is where the plan will issue it. Writing only when something moved keeps the change event
+# from firing again for nothing.
 _SNAP_JS = """
 const d = src.data; const n = d.x.length; if (n == 0) { return; }
+const b = bounds.data.x; const m = b.length;
+function nearest(v) {
+  let lo = 0, hi = m - 1;
+  if (m == 0) { return v; }
+  while (hi - lo > 1) { const mid = (lo + hi) >> 1; if (b[mid] <= v) { lo = mid; } else { hi = mid; } }
+  return Math.abs(b[lo] - v) <= Math.abs(b[hi] - v) ? b[lo] : b[hi];
+}
 let changed = false;
 const x = Array.from(d.x); const y = Array.from(d.y);
 for (let i = 0; i < n; i++) {
-  if (y[i] != y0) { y[i] = y0; changed = true; }
-  if (snap && Math.round(x[i]) != x[i]) { x[i] = Math.round(x[i]); changed = true; }
+  if (y[i] != d.y0[i]) { y[i] = d.y0[i]; changed = true; }
+  const s = nearest(x[i]);
+  if (s != x[i]) { x[i] = s; changed = true; }
 }
 if (changed) { src.data = Object.assign({}, d, {x: x, y: y}); }
 """
@@ -129,26 +222,45 @@ def iteration_view(session: Session, iteration: int) -> Session:
     return replace(session, timeline=timeline, collected=collected)
 
 
+def typical_iteration(session: Session) -> Session:
+    """The session's typical (median) iteration as a session of its own, or the session itself when it
+    holds one iteration."""
+    tl = session.timeline
+    return iteration_view(session, tl.typical_iteration()) if tl.iterations > 1 else session
+
+
 def comparison_figure(a: Session, b: Session, titles: tuple[str, str] = ("A", "B")) -> Any:
-    """Two sessions one above the other on the op axis (aligned by op index), x ranges linked."""
-    top = timeline_figure(a, "op", title=f"{titles[0]}: {a.plan.policy} on {a.graph.model}, {a.timeline.source}")
-    lanes = top.children[0]
-    bottom = timeline_figure(b, "op", x_range=lanes.x_range,
-                             title=f"{titles[1]}: {b.plan.policy} on {b.graph.model}, {b.timeline.source}")
-    return column(top, bottom, sizing_mode="stretch_width")
+    """Two sessions one above the other on one time scale: the typical iteration of each, from its
+    start, so the longer one is visibly longer; panning or zooming one moves both."""
+    shown = [typical_iteration(s) for s in (a, b)]
+    end_ms = max(float(max(s.timeline.op_end_ns.max(initial=0), s.timeline.memop_end_ns.max(initial=0))) / 1e6
+                 for s in shown)
+    x_range = Range1d(start=0, end=1.02 * end_ms if end_ms > 0 else 1.0)
+    figures = [timeline_figure(s, "time", x_range=x_range,
+                               title=f"{label}: {s.plan.policy} on {s.graph.model}, {s.timeline.source}, "
+                                     f"its typical iteration ({format_ns(int(s.timeline.iteration_ns()[0]))})")
+               for s, label in zip(shown, titles)]
+    return column(*figures, sizing_mode="stretch_width")
 
 
-def _legend(ops: Any, memops: Any, markers: list[Any]) -> Legend:
-    """One entry per phase and per kind of transfer, each pointing at a row that has it: one
-    renderer per glyph kind keeps the figure fast, so entries are rows, not renderers."""
-    items = []
-    for renderer, column_name, labels in ((ops, "phase", PHASE_COLORS), (memops, "kind", MEMOP_COLORS)):
-        values = list(renderer.data_source.data[column_name])
-        items += [LegendItem(label=label, renderers=[renderer], index=values.index(label))
-                  for label in labels if label in values]
+def _legend(ops: list[Any], memops: list[Any], markers: list[Any], ghosts: Any) -> Legend:
+    """One entry per phase, per kind of transfer and per kind of marker; a click hides or shows it."""
+    items = [LegendItem(label=r.name.split("_", 1)[1].replace("_", " "), renderers=[r]) for r in [*ops, *memops]]
     items += [LegendItem(label=f"{m.name.split('_')[0]} issued", renderers=[m]) for m in markers]
-    return Legend(items=items, orientation="horizontal", click_policy="none", border_line_alpha=0,
+    items.append(LegendItem(label="before the edits", renderers=[ghosts]))
+    return Legend(items=items, orientation="horizontal", click_policy="hide", border_line_alpha=0,
                   label_text_font_size="9pt")
+
+
+def _what(m: MemOp) -> str:
+    """A memory operation in words: who moved the bytes, which way, and what it cost the ops."""
+    if m.origin is Origin.DRIVER:
+        if m.direction is Direction.TO_DEVICE:
+            return "demand fault: an op touched it, the driver migrated it to the GPU while the op waited"
+        return "driver eviction: the GPU was full, the driver moved it to the host"
+    way = "to the GPU" if m.direction is Direction.TO_DEVICE else "to the host"
+    how = "while the ops waited" if m.mode is Mode.SYNC else "on a copy stream, beside the ops"
+    return f"planned {'prefetch' if m.direction is Direction.TO_DEVICE else 'offload'} {way}, {how}"
 
 
 def _memop_columns(session: Session, axis: _Axis) -> dict[str, Any]:
@@ -156,51 +268,116 @@ def _memop_columns(session: Session, axis: _Axis) -> dict[str, Any]:
     ms = [p.memops[i] for i in tl.memop_index.tolist()]
     to_device = np.array([m.direction is Direction.TO_DEVICE for m in ms], dtype=bool)
     bottom = np.where(to_device, LANES["to device"], LANES["to host"]).astype(np.float64)
-    kind = ["forced" if m.origin is Origin.DRIVER else "prefetch" if m.direction is Direction.TO_DEVICE
-            else "offload" for m in ms]
+    kind = [("demand fault" if m.direction is Direction.TO_DEVICE else "driver eviction") if m.origin is Origin.DRIVER
+            else "prefetch" if m.direction is Direction.TO_DEVICE else "offload" for m in ms]
+    after = np.array([m.issue_after for m in ms], dtype=np.int64)
     return {"left": axis.x(tl.memop_start_ns), "right": axis.x(tl.memop_end_ns), "bottom": bottom,
-            "tensor_id": np.array([m.tensor for m in ms], dtype=np.int64),
-            "issue_after": np.array([m.issue_after for m in ms], dtype=np.int64),
+            "tensor_id": np.array([m.tensor for m in ms], dtype=np.int64), "issue_after": after,
             "iteration": tl.memop_iteration.astype(np.int64),
-            "top": bottom + _BAR, "issue": _issue_x(session, axis),
+            "top": bottom + _BAR, "issue": _issue_x(session, axis, tl.memop_iteration, after, tl.memop_start_ns),
             "color": np.array([MEMOP_COLORS[k] for k in kind], dtype=object),
             "kind": np.array(kind, dtype=object),
             "tensor": np.array([g.tensors[m.tensor].name for m in ms], dtype=object),
             "size": np.array([format_bytes(m.nbytes) for m in ms], dtype=object),
             "direction": np.array([m.direction.value for m in ms], dtype=object),
-            "mode": np.array([m.mode.value for m in ms], dtype=object),
             "origin": np.array([m.origin.value for m in ms], dtype=object),
+            "what": np.array([_what(m) for m in ms], dtype=object),
+            "after": np.array([_after(g, a) for a in after.tolist()], dtype=object),
             "duration": _texts(format_ns, tl.memop_end_ns - tl.memop_start_ns)}
 
 
-def _issue_x(session: Session, axis: _Axis) -> np.ndarray:
-    """Where each memory operation is issued: at the end of its `issue_after` op in its iteration
-    (the start of the iteration for -1). This is the point a person drags, not when the copy began."""
-    g, p, tl = session.graph, session.plan, session.timeline
+def _after(graph: Graph, op: int) -> str:
+    return "the start of the iteration" if op < 0 else f"{graph.ops[op].name} (op {op})"
+
+
+_CROWD = 120  # markers closer than 1/120 of the drawn span share a column and are stacked
+_STACK = 4  # rows of a stack before it starts again at the top
+
+
+def _marker_columns(mem: dict[str, Any], axis: _Axis, kind: str, direction: Direction) -> dict[str, Any]:
+    """The plan's markers of one kind; markers that crowd one place are stacked down their lane,
+    each on its own row (`y0`), so each can be grabbed."""
+    pick = (mem["origin"] == Origin.PLAN.value) & (mem["direction"] == direction.value)
+    x = mem["issue"][pick]
+    lane = LANES["to host" if direction is Direction.TO_HOST else "to device"]
+    span = float(axis.knots_x[-1]) if axis.mode == "op" else float(axis.x(axis.knots_ns[-1:])[0])
+    column_of = np.floor(x / max(span / _CROWD, 1e-9)).astype(np.int64)
+    order = np.lexsort((x, column_of))
+    row = np.zeros(len(x), dtype=np.int64)
+    for k in range(1, len(order)):  # the k-th marker of a column goes one row further down
+        same = column_of[order[k]] == column_of[order[k - 1]]
+        row[order[k]] = (row[order[k - 1]] + 1) % _STACK if same else 0
+    y0 = lane + _BAR + 0.1 - 0.28 * row
+    return {"x": x, "y": y0, "y0": y0, "tensor": mem["tensor"][pick], "size": mem["size"][pick],
+            "tensor_id": mem["tensor_id"][pick], "iteration": mem["iteration"][pick],
+            "issue_after": mem["issue_after"][pick], "what": mem["what"][pick], "after": mem["after"][pick]}
+
+
+def _planned_issues(plan: Plan) -> dict[tuple[int, Direction, int], int]:
+    """The op each planned memory operation is issued after, by (tensor, direction, n-th of those)."""
+    seen: dict[tuple[int, Direction], int] = {}
+    out = {}
+    for m in plan.memops:
+        if m.origin is Origin.PLAN:
+            n = seen.get((m.tensor, m.direction), 0)
+            seen[(m.tensor, m.direction)] = n + 1
+            out[(m.tensor, m.direction, n)] = m.issue_after
+    return out
+
+
+def _ghost_columns(session: Session, axis: _Axis, before: Plan | None) -> dict[str, Any]:
+    """Where the markers of `before` were that the shown plan issues elsewhere, or not at all."""
+    cols: dict[str, list[Any]] = {"x": [], "y": [], "marker": [], "color": [], "what": []}
+    if before is None:
+        return cols
+    now = _planned_issues(session.plan)
+    gone = [(key, after) for key, after in _planned_issues(before).items() if now.get(key) != after]
+    g = session.graph
+    for it in range(max(session.timeline.iterations, 1)):
+        for (tensor, direction, _), after in gone:
+            to_device = direction is Direction.TO_DEVICE
+            kind = "prefetch" if to_device else "offload"
+            x = _issue_x(session, axis, np.array([it]), np.array([after]), np.array([0]))[0]
+            cols["x"].append(float(x))
+            cols["y"].append(LANES["to device" if to_device else "to host"] + _BAR + 0.1)
+            cols["marker"].append("triangle" if to_device else "inverted_triangle")
+            cols["color"].append(MEMOP_COLORS[kind])
+            cols["what"].append(f"{kind} of {g.tensors[tensor].name}, issued after {_after(g, after)}")
+    return cols
+
+
+def _issue_x(session: Session, axis: _Axis, iteration: np.ndarray, after: np.ndarray,
+             fallback_ns: np.ndarray) -> np.ndarray:
+    """Where a memory operation issued after op `after` (-1: the iteration's start) of `iteration`
+    sits: at the end of that op. This is the point a person drags, not when the copy began
+    (`fallback_ns` where the timeline has no such op)."""
+    g, tl = session.graph, session.timeline
     n = len(g.ops)
-    after = np.array([p.memops[i].issue_after for i in tl.memop_index.tolist()], dtype=np.int64)
     if axis.mode == "op":
-        return (tl.memop_iteration * n + after + 1).astype(np.float64)
-    ends = np.full((max(tl.iterations, int(tl.memop_iteration.max(initial=-1)) + 1), n + 1), np.inf)
+        return (iteration * n + after + 1).astype(np.float64)
+    ends = np.full((max(tl.iterations, int(iteration.max(initial=-1)) + 1), n + 1), np.inf)
     ends[tl.op_iteration, tl.op_index + 1] = tl.op_end_ns
     np.minimum.at(ends[:, 0], tl.op_iteration, tl.op_start_ns)  # column 0: the iteration's start
-    issued = ends[tl.memop_iteration, after + 1] if len(after) else np.zeros(0)
-    return axis.x(np.where(np.isinf(issued), tl.memop_start_ns, issued))
+    issued = ends[iteration, after + 1] if len(after) else np.zeros(0)
+    return axis.x(np.where(np.isinf(issued), fallback_ns, issued))
 
 
-def _faults(session: Session, axis: _Axis, lanes: Any) -> Any:
+def _fault_columns(session: Session, ops: dict[str, Any]) -> tuple[dict[str, Any], str]:
     tl = session.timeline
     hit = tl.op_fault_bytes > 0
-    cols = _op_columns(session, axis)
     scale, unit = _byte_unit(int(tl.op_fault_bytes.max(initial=0)))
-    f = figure(height=110, x_range=lanes.x_range, sizing_mode="stretch_width", tools="",
-               y_axis_label=f"faulted ({unit})", toolbar_location=None)
-    src = ColumnDataSource({"left": cols["left"][hit], "right": cols["right"][hit],
-                            "top": tl.op_fault_bytes[hit] / scale, "name": cols["name"][hit],
-                            "fault": cols["fault"][hit]})
-    bars = f.quad(left="left", right="right", bottom=0, top="top", color=MEMOP_COLORS["forced"],
-                  source=src, name="faults")
-    f.add_tools(HoverTool(renderers=[bars], tooltips=[("op", "@name"), ("faulted in", "@fault")]))
+    return {"left": ops["left"][hit], "right": ops["right"][hit], "top": tl.op_fault_bytes[hit] / scale,
+            "name": ops["name"][hit], "fault": ops["fault"][hit]}, unit
+
+
+def _faults(source: ColumnDataSource, lanes: Any) -> Any:
+    f = figure(height=110, x_range=lanes.x_range, sizing_mode="stretch_width", tools="", toolbar_location=None)
+    bars = f.quad(left="left", right="right", bottom=0, top="top", color=MEMOP_COLORS["demand fault"],
+                  source=source, name="fault_bars")
+    f.add_tools(HoverTool(renderers=[bars], tooltips=[("op", "@name"), ("faulted in while it ran", "@fault")]))
+    # an empty plot reads as "not recorded": say that nothing faulted
+    f.add_layout(Label(x=10, y=40, x_units="screen", y_units="screen", text="no demand faults",
+                       text_color="#555555", text_font_size="11pt", name="no_faults", visible=False))
     f.xaxis.visible = False
     f.yaxis.ticker = BasicTicker(desired_num_ticks=3)
     return f
