@@ -314,7 +314,7 @@ def test_two_drags_in_a_row_both_take_effect_and_a_ghost_marks_where_each_marker
     assert len(timeline_source(view.timeline.object, "ghost_markers").data["x"]) == 0
 
 
-def test_selecting_a_tensor_selects_its_transfers_and_markers_and_nothing_else() -> None:
+def test_selecting_a_tensor_lights_up_its_transfers_and_markers_and_fades_the_rest() -> None:
     from vmexplorer.app import AppView
 
     view = AppView()
@@ -324,13 +324,11 @@ def test_selecting_a_tensor_selects_its_transfers_and_markers_and_nothing_else()
     view.tensors.selection = [row]
     fig = view.timeline.object
     for name in ("memops", "prefetch_markers", "offload_markers"):
-        src = timeline_source(fig, name)
-        picked = set(src.selected.indices)
-        ids = [int(t) for t in src.data["tensor_id"]]
-        assert picked == {i for i, t in enumerate(ids) if t == tensor}
-    assert timeline_source(fig, "memops").selected.indices, "an offloaded tensor has transfers to light up"
+        data = timeline_source(fig, name).data
+        lit = {i for i, a in enumerate(data["alpha"]) if a > 0.5}
+        assert lit == {i for i, t in enumerate(data["tensor_id"]) if int(t) == tensor} != set()
     view.tensors.selection = []
-    assert not timeline_source(fig, "memops").selected.indices
+    assert min(timeline_source(fig, "memops").data["alpha"]) > 0.5
 
 
 def test_a_row_picked_in_the_finder_zooms_the_timeline_to_it_on_the_time_axis() -> None:
@@ -348,21 +346,62 @@ def test_a_row_picked_in_the_finder_zooms_the_timeline_to_it_on_the_time_axis() 
 
 
 def test_tapping_an_op_or_a_transfer_in_the_timeline_shows_its_details_and_lights_up_its_tensor() -> None:
+    from bokeh.events import Tap
+
     from vmexplorer.app import AppView
+    from vmexplorer.timeline import LANES
 
     view = AppView()
     fig = view.timeline.object
-    ops = timeline_source(fig, "ops")
-    ops.selected.indices = [5]
+    lanes = fig.children[0]
+    ops = timeline_source(fig, "ops").data
+    x = (ops["left"][5] + ops["right"][5]) / 2
+    view._on_tap(Tap(lanes, x=x, y=LANES["compute"] + 0.4))
     name = view.state.session.graph.ops[int(view._drawn.timeline.op_index[5])].name
     assert name in view.finder.details.object
-    memops = timeline_source(fig, "memops")
-    row = next(i for i, k in enumerate(memops.data["kind"]) if k == "prefetch")
-    memops.selected.indices = [row]
-    tensor = int(memops.data["tensor_id"][row])
+    memops = timeline_source(fig, "memops").data
+    row = next(i for i, k in enumerate(memops["kind"]) if k == "prefetch")
+    x = (memops["left"][row] + memops["right"][row]) / 2
+    view._on_tap(Tap(lanes, x=x, y=LANES["to device"] + 0.4))
+    tensor = int(memops["tensor_id"][row])
     assert view.state.session.graph.tensors[tensor].name in view.finder.details.object
-    picked = set(timeline_source(fig, "memops").selected.indices)
-    assert row in picked and all(int(memops.data["tensor_id"][i]) == tensor for i in picked)
+    lit = {i for i, a in enumerate(timeline_source(fig, "memops").data["alpha"]) if a > 0.5}
+    assert row in lit and all(int(memops["tensor_id"][i]) == tensor for i in lit)
+    view._on_tap(Tap(lanes, x=x, y=LANES["to device"] - 0.1))  # between the lanes: nothing changes
+    assert {i for i, a in enumerate(timeline_source(fig, "memops").data["alpha"]) if a > 0.5} == lit
+
+
+def test_the_link_follows_the_view_and_a_new_page_given_that_link_shows_the_same_edits() -> None:
+    from vmexplorer.app import AppView
+
+    view = AppView()
+    assert view.link.sample == view.state.sample != "" and view.link.edits == ""
+    drag_first_marker(view.timeline.object, "prefetch", 3)
+    view.x_axis.value = "op"
+    link = dict(view.link.param.values())
+    assert link["edits"] and link["axis"] == "op"
+    other = AppView()
+    other.link.param.update({k: link[k] for k in ("sample", "iteration", "axis", "edits")})
+    assert other.state.message == ""
+    assert sorted(other.state.moves, key=repr) == sorted(view.state.moves, key=repr)
+    assert other.x_axis.value == "op" and other.state.session.summary == view.state.session.summary
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("sample", "../../etc/passwd", "there is no sample session"),
+    ("edits", "<b>1:2</b>", "the link's edits cannot be applied"),
+    ("edits", "3:999999.1", "the link's edits cannot be applied"),
+])
+def test_a_link_that_does_not_fit_says_so_once_and_the_page_keeps_what_it_shows(
+        field: str, value: str, says: str) -> None:
+    from vmexplorer.app import AppView
+
+    view = AppView()
+    shown = view.state.session
+    setattr(view.link, field, value)
+    assert says in view.state.message and view.alert.visible
+    assert view.state.session is shown
+    assert getattr(view.link, field) != value, "the link says what the page shows, not what it could not"
 
 
 def test_an_edited_session_saves_and_exports_from_the_page() -> None:

@@ -23,18 +23,17 @@ from typing import Any
 
 import panel as pn
 import param
-from bokeh.resources import Resources as BkResources
+from bokeh.events import Tap
 from panel.theme.fast import Fast
 
 # the Fast design links a web font; offline (a classroom, a lent machine) that is two failed requests
 # and console errors, so the page uses the system's sans-serif instead
 Fast._resources = {k: v for k, v in Fast._resources.items() if k != "font"}  # type: ignore[assignment]
-# Panel links Bokeh's MathJax bundle (1.8 MB, over a third of the page) whenever a page has a Markdown or
-# HTML pane, math or not, and Bokeh's WebGL bundle whatever the plots ask for; nothing here typesets math
-# (what users type is escaped, the Markdown has none) and no plot draws with WebGL, so pages load neither.
-# No public setting says so (Panel decides in `panel.io.resources.bundle_resources`); this is the list
-# every Resources of the server starts from. A plot given output_backend="webgl" would need "bokeh-gl" back.
-BkResources._default_components = ["bokeh", "bokeh-widgets", "bokeh-tables"]  # type: ignore[misc]
+# Panel links Bokeh's MathJax bundle (the largest file of the page) into every page holding a Markdown
+# or HTML pane, math or not (`panel.io.resources.bundle_resources`); no pane here typesets math (what users
+# type is escaped, the Markdown has none), so only a Bokeh model asking for math (Bokeh's own check, still
+# made) would bring it in. No public setting says so; this is the function Panel asks.
+pn.io.resources._panel_use_mathjax = lambda roots: False
 
 ROOT = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):
@@ -51,10 +50,12 @@ from vmexplorer.session import Session, session_to_bytes  # noqa: E402
 from vmexplorer.session.trace import chrome_trace_chunks  # noqa: E402
 from vmexplorer.timeline import (  # noqa: E402
     breakdown_figure,
+    can_update,
     comparison_figure,
     highlight_tensor,
     issue_after_at,
     iteration_view,
+    row_at,
     standalone_html,
     timeline_figure,
     timeline_source,
@@ -111,6 +112,18 @@ class TextAlert(Text):
         super().__init__(css_classes=["alert", "alert-danger"], **params)
 
 
+class ViewLink(param.Parameterized):
+    """What a link to the page holds beside the lesson step: `AppView` keeps it in step with what it
+    shows, and shows what a link sets. Every value is untrusted (anyone can type a URL): a sample is
+    one of the samples, edits are parsed and checked, the rest is picked from what the page offers."""
+
+    FIELDS = ("sample", "edits", "iteration", "axis")
+    sample = param.String(default="", doc="a sample session's file name")
+    edits = param.String(default="", doc="the plan's edits, as `AppState.edits_text` writes them")
+    iteration = param.String(default="", doc="the iteration shown, from 1, or 'all'")
+    axis = param.String(default="", doc="'time' or 'op'")
+
+
 class DrawError(Exception):
     """The page could not draw what the state holds now; `AppView._act` puts back what it showed."""
 
@@ -129,6 +142,8 @@ class AppView:
         self._timeline_widgets()
         self._compare_widgets()
         self._story_widgets()
+        self.link = ViewLink()
+        self._linking = False  # the link is being written from the view, or the view from the link
         self._wire()
 
     def _message_widgets(self) -> None:
@@ -188,6 +203,7 @@ class AppView:
         self._marker_data: dict[str, dict[str, list[Any]]] = {}
         self._filling = False  # the server is refilling the timeline's sources: not a drag, not a tap
         self._picked: int | None = None  # the tensor lit up in the timeline
+        self.document: Any = None  # the served document (set by `page`); None: built outside a server
         self.timeline = pn.pane.Bokeh(sizing_mode="stretch_width")
         self.summary = pn.widgets.Tabulator(disabled=True, show_index=False, sizing_mode="stretch_width",
                                             layout="fit_data_stretch")
@@ -211,7 +227,10 @@ class AppView:
         self.compare_fig = pn.pane.Bokeh(sizing_mode="stretch_width")
         self._compared: Session | None = None  # the B the comparison figure draws
         self.compare_bars_figure = breakdown_figure([])
-        self.compare_bars = pn.pane.Bokeh(self.compare_bars_figure, sizing_mode="stretch_width", visible=False)
+        # shown and hidden through a Column: Panel copies a Bokeh pane's own `visible` onto the figure and
+        # fails on the figure's stylesheets then
+        self.compare_bars = pn.Column(pn.pane.Bokeh(self.compare_bars_figure, sizing_mode="stretch_width"),
+                                      visible=False, sizing_mode="stretch_width")
         self.compare_summary = pn.widgets.Tabulator(disabled=True, show_index=False, sizing_mode="stretch_width",
                                                     layout="fit_data_stretch")
         self.deltas = pn.widgets.Tabulator(disabled=True, show_index=False, height=300, sizing_mode="stretch_width",
@@ -262,6 +281,9 @@ class AppView:
         s.param.watch(lambda *_: self._drawing(self._draw_session), "session")
         s.param.watch(lambda *_: self._drawing(self._draw_comparison), ["comparison", "session"])
         s.param.watch(lambda *_: self._draw_messages(), ["message", "status"])
+        self.link.param.watch(lambda *_: self._show_link(), list(ViewLink.FIELDS))
+        for widget in (self.x_axis, self.iteration):
+            widget.param.watch(lambda *_: self._write_link(), "value")
         self._draw_session()
         self._draw_comparison()
         self._draw_messages()
@@ -510,6 +532,51 @@ class AppView:
         self.alert.visible = bool(self.state.message)
         self.info.object = self.state.status
 
+    def _in_document(self, change: Callable[[], None]) -> None:
+        """Make `change` to the page's Bokeh figures now or, served, on the document's next tick: a
+        widget's callback runs without the document's lock, and Bokeh sends a figure's changes only
+        under it (a drag's callback has it; a tick callback always does)."""
+        doc = self.document
+        if doc is None or doc.session_context is None:
+            change()
+        else:
+            doc.add_next_tick_callback(change)
+
+    def _write_link(self) -> None:
+        """Put what is shown into the link (and so into the page's URL)."""
+        if self._linking:
+            return
+        self._linking = True
+        try:
+            st = self.state
+            self.link.param.update(sample=st.sample, edits=st.edits_text() if st.sample else "",
+                                   iteration=str(self.iteration.value) if self.iteration.visible else "",
+                                   axis=self.x_axis.value)
+            self.link.param.trigger(*ViewLink.FIELDS)  # every field into the URL, not only those that changed
+        finally:
+            self._linking = False
+
+    def _show_link(self) -> None:
+        """Show what the link says: its sample, then its edits, iteration and axis. Called once per field
+        a link sets, in any order, so each call brings the whole view to the link."""
+        if self._linking:
+            return
+        self._linking = True
+        try:
+            st, link = self.state, self.link
+            if link.sample and link.sample != st.sample:
+                self._act(st.load_sample, link.sample)
+            if st.sample and link.sample == st.sample and link.edits != st.edits_text():
+                self._act(st.apply_edits, link.edits)
+            if link.axis in ("time", "op"):
+                self.x_axis.value = link.axis
+            if link.iteration in (self.iteration.options.values() if isinstance(self.iteration.options, dict)
+                                  else self.iteration.options):
+                self.iteration.value = link.iteration
+        finally:
+            self._linking = False
+        self._write_link()  # what the link asked that could not be shown is not kept in it
+
     def _draw_session(self) -> None:
         s = self.state.session
         if s is None:
@@ -542,6 +609,7 @@ class AppView:
         self.iteration.visible = n > 1
         self.finder.iteration = self._iteration_index()
         self._draw_timeline()
+        self._write_link()
 
     def _draw_timeline(self) -> None:
         """Put the shown session (or its chosen iteration) into the timeline: in place where the drawn
@@ -560,15 +628,24 @@ class AppView:
         loaded = self.state.loaded
         before = loaded.plan if loaded is not None and loaded.graph.key == s.graph.key else None
         fig, axis = self.timeline.object, self.x_axis.value
+        if fig is not None and can_update(fig, shown, axis):
+            self._in_document(lambda: self._refill(fig, shown, axis, title, before))
+            return
+        fig = timeline_figure(shown, axis, editable=True, title=title, before=before)
+        for kind in MARKER_KINDS:
+            timeline_source(fig, f"{kind}_markers").on_change("data", self._on_marker_drag(kind))
+        # a plot event, not a TapTool: the marker drag tool takes the tap gesture of the toolbar
+        fig.children[0].on_event(Tap, self._on_tap)
+        self._refill(fig, shown, axis, title, before, drawn=True)
+        self.timeline.object = fig
+
+    def _refill(self, fig: Any, shown: Session, axis: str, title: str, before: Any, drawn: bool = False) -> None:
+        """The figures' part of `_draw_timeline`: their data (unless just `drawn` with it), what a drag is
+        told apart from, and the tensor lit up."""
         self._filling = True
         try:
-            if fig is None or not update_timeline(fig, shown, axis, title, before):
-                fig = timeline_figure(shown, axis, editable=True, title=title, before=before)
-                for kind in MARKER_KINDS:
-                    timeline_source(fig, f"{kind}_markers").on_change("data", self._on_marker_drag(kind))
-                timeline_source(fig, "ops").selected.on_change("indices", self._on_tap("op"))
-                timeline_source(fig, "memops").selected.on_change("indices", self._on_tap("memop"))
-                self.timeline.object = fig
+            if not drawn:
+                update_timeline(fig, shown, axis, title, before)
             self._marker_data = {kind: {k: list(v) for k, v in timeline_source(fig, f"{kind}_markers").data.items()}
                                  for kind in MARKER_KINDS}
             highlight_tensor(fig, shown, axis, self._picked)
@@ -584,6 +661,10 @@ class AppView:
         return int(frame["id"].iloc[rows[0]])
 
     def _highlight(self, tensor: int | None) -> None:
+        self._picked = tensor
+        self._in_document(lambda: self._highlight_now(tensor))
+
+    def _highlight_now(self, tensor: int | None) -> None:
         """Light up one tensor's transfers, markers and resident bytes (None: none), from whichever
         table or tap picked it; it stays lit through edits."""
         self._picked = tensor
@@ -595,21 +676,21 @@ class AppView:
             finally:
                 self._filling = False
 
-    def _on_tap(self, what: str) -> Any:
-        """A tap on an op or a transfer in the timeline: the Finder shows its details."""
-        def tapped(attr: str, old: Any, new: Any) -> None:
-            s, drawn = self.state.session, self._drawn
-            if self._filling or not new or s is None or drawn is None:
-                return
-            row = int(new[0])
-            if what == "op":
-                self.finder.selected_op = int(drawn.timeline.op_index[row])
-                return
-            it = self._iteration_index()
-            memop = int(drawn.timeline.memop_index[row])
-            self.finder.selected_memop = row if it is None else details.memop_row(s, memop, it)
-            self._highlight(int(s.plan.memops[memop].tensor))
-        return tapped
+    def _on_tap(self, event: Any) -> None:
+        """A tap on an op or a transfer in the timeline: the Finder shows its details, and a transfer's
+        tensor lights up."""
+        s, drawn, fig = self.state.session, self._drawn, self.timeline.object
+        hit = None if s is None or drawn is None or fig is None else row_at(fig, event.x, event.y)
+        if hit is None or s is None or drawn is None:
+            return
+        what, row = hit
+        if what == "op":
+            self.finder.selected_op = int(drawn.timeline.op_index[row])
+            return
+        it = self._iteration_index()
+        memop = int(drawn.timeline.memop_index[row])
+        self.finder.selected_memop = row if it is None else details.memop_row(s, memop, it)
+        self._highlight(int(s.plan.memops[memop].tensor))
 
     def _iteration_index(self) -> int | None:
         """The recorded iteration shown, from 0; None when the whole session is."""
@@ -617,13 +698,15 @@ class AppView:
         return None if v == ALL_ITERATIONS else int(v) - 1
 
     def _zoom_to(self, span_ms: tuple[float, float] | None) -> None:
+        if span_ms is not None and self.x_axis.value != "time":
+            self.x_axis.value = "time"  # draws anew, on time
+        self._in_document(lambda: self._zoom_to_now(span_ms))
+
+    def _zoom_to_now(self, span_ms: tuple[float, float] | None) -> None:
         """Zoom the timeline's time axis to a span of the iteration shown (in ms from its start)."""
         s, fig = self._drawn, self.timeline.object
         if span_ms is None or s is None or fig is None:
             return
-        if self.x_axis.value != "time":
-            self.x_axis.value = "time"  # draws anew, on time
-            fig = self.timeline.object
         start, end = details.zoom_window(span_ms)
         if self.iteration.value == ALL_ITERATIONS and s.timeline.iterations > 1:
             origin = details.iteration_spans(s).origin_ns / 1e6  # the typical iteration's
@@ -668,6 +751,7 @@ class AppView:
         a, b = self.state.session, self.state.comparison
         if a is None or b is None:
             self.compare_fig.object = None
+            self._compared = None
             self.compare_bars.visible = False
             self.compare_summary.value = pd.DataFrame()
             self.deltas.value = pd.DataFrame()
@@ -675,14 +759,22 @@ class AppView:
             return
         fig, top = self.compare_fig.object, typical_iteration(a)
         title = f"A: {top.plan.policy} on {top.graph.model}, {top.timeline.source}, its typical iteration"
+        rows_ab = self.state.compare_breakdown_rows()
+
+        def refill(fig: Any = fig) -> None:  # the figures' part: their data, under the document's lock
+            if fig is not None:
+                update_timeline(fig.children[0], top, "time", title)
+                x_range = fig.children[0].children[0].x_range
+                x_range.end = max(x_range.end, 1.02 * float(top.timeline.op_end_ns.max(initial=0)) / 1e6)
+            update_breakdown(self.compare_bars_figure, rows_ab)
+
         # an edit of A with B unchanged: A's figures take the edit in place, as the Session tab's do
-        if fig is None or self._compared is not b or not update_timeline(fig.children[0], top, "time", title):
-            fig = comparison_figure(a, b, ("A", f"B ({self.state.comparison_origin})"))
-            self.compare_fig.object = fig
+        if fig is None or self._compared is not b or not can_update(fig.children[0], top, "time"):
+            self.compare_fig.object = comparison_figure(a, b, ("A", f"B ({self.state.comparison_origin})"))
+            update_breakdown(self.compare_bars_figure, rows_ab)
+        else:
+            self._in_document(refill)
         self._compared = b
-        x_range = fig.children[0].children[0].x_range
-        x_range.end = max(x_range.end, 1.02 * float(top.timeline.op_end_ns.max(initial=0)) / 1e6)
-        update_breakdown(self.compare_bars_figure, self.state.compare_breakdown_rows())
         self.compare_bars.visible = True
         self.compare_summary.value = pd.DataFrame(self.state.summary_delta_rows())
         rows = self.state.delta_rows()
@@ -788,15 +880,23 @@ def _ns(value: Any) -> str:
 
 def page(state: AppState | None = None) -> pn.template.FastListTemplate:
     view = AppView(state)
+    # laid out before a link is read: a lesson step opens in its tab, which must be there
+    template = pn.template.FastListTemplate(title="vmexplorer", sidebar=view.sidebar(), main=view.main())
     doc = pn.state.curdoc
     if doc is not None:  # served: the view follows its browser tab (built outside a server, there is none)
+        view.document = doc
         view.tab_open = _tab_open(doc)
         # a bound method: it holds the view, and the view all it needs to cancel its run
         doc.on_session_destroyed(view.session_destroyed)
         _ClosedTabWrites.install()
-        if pn.state.location is not None:  # `?step=3` opens the lesson at its third step: a link per step
+        if pn.state.location is not None:
+            # `?step=3` opens the lesson at its third step: a link per step; the rest of the view (the
+            # sample, its edits, the iteration and the axis) follows, so a link reproduces what it shows
             pn.state.location.sync(view.lesson, {"step": "step"})
-    return pn.template.FastListTemplate(title="vmexplorer", sidebar=view.sidebar(), main=view.main())
+            pn.state.location.sync(view.link, {name: name for name in ViewLink.FIELDS})
+            # the browser sends its own address once it connects: the page's is written after that
+            pn.state.onload(view._write_link)
+    return template
 
 
 def _tab_open(doc: Any) -> Callable[[], bool]:
@@ -850,4 +950,9 @@ if __name__.startswith("bokeh"):  # served by `panel serve`; importing the modul
     # and the one run queue it holds is the same for every session.
     from vmexplorer.app import page as served_page
 
-    served_page().servable()
+    # the template adds its parts to the document one root at a time, and Bokeh walks every model at
+    # each: frozen, it walks them once
+    served_doc = pn.state.curdoc
+    assert served_doc is not None  # Bokeh serves this script into a document
+    with served_doc.models.freeze():
+        served_page().servable()

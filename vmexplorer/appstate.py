@@ -24,6 +24,7 @@ import param
 from .config import share_of_footprint
 from .graph import Graph, GraphError, build_graph
 from .plan import Move, PlanError
+from .plan.moves import format_edits, parse_edits
 from .plan.residency import next_use
 from .policies import POLICIES, compile_plan, non_default_options
 from .policies.common import reuse_gaps
@@ -33,7 +34,7 @@ from .session import Session, SessionError, load_session, new_session, session_f
 from .session.compare import align_op_times
 from .simulator import H100_DEFAULT, CostModel, calibrate, simulate
 from .timeline import SUMMARY_ROWS, figures, summary_items
-from .units import format_bytes, format_ns, parse_bytes
+from .units import format_bytes, format_ns, parse_bytes, quoted
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_sessions"
 DEFAULT_SAMPLE = "vgg19-b64-autovm-50pct.measured.vms"
@@ -66,6 +67,7 @@ class AppState(param.Parameterized):
     loaded = param.Parameter(default=None, doc="the session as loaded or configured, before any edit")
     cost_model = param.Parameter(default=None, doc="what edits are simulated with")
     moves = param.List(default=[], item_type=Move, doc="the plan's round trips, as edited")
+    sample = param.String(default="", doc="the sample session shown (by file name), or empty: a link can name it")
     comparison = param.Parameter(default=None, doc="the session compared against, or None")
     comparison_origin = param.String(default="")
     message = param.String(default="", doc="the last problem, in words; empty when the last action worked")
@@ -104,8 +106,12 @@ class AppState(param.Parameterized):
 
     def load_sample(self, name: str = DEFAULT_SAMPLE) -> bool:
         if Path(name).name != name or not (SAMPLES / name).is_file():
-            return self.fail(f"there is no sample session {name!r}; the samples are: {', '.join(samples())}")
-        return self.load(SAMPLES / name)
+            return self.fail(f"there is no sample session {quoted(name[:80])}; the samples are: "
+                             f"{', '.join(samples())}")
+        if not self.load(SAMPLES / name):
+            return False
+        self.sample = name
+        return True
 
     def simulate_config(self, model: str, batch: int, capacity_text: str, policy: str,
                         options: Mapping[str, Any] | None = None) -> bool:
@@ -201,6 +207,28 @@ class AppState(param.Parameterized):
             self._unedited = (key, new_session(g, loaded.plan, simulate(g, loaded.plan, cost), cost,
                                                notes=[f"the plan before the edits, simulated with {cost.name}"]))
         return self._unedited[1]
+
+    def edits_text(self) -> str:
+        """The edits of the shown plan against the loaded one, as a link holds them (empty: none)."""
+        if not self.edited:
+            return ""
+        return format_edits(self.loaded.plan.moves, self.moves)
+
+    def apply_edits(self, text: str) -> bool:
+        """Apply a link's edits (`edits_text`) to the loaded plan and simulate; False and `message` when
+        the text is not edits of this plan."""
+        if self.loaded is None:
+            return self.fail("nothing is loaded to apply the link's edits to")
+        try:
+            moves = parse_edits(self.loaded.graph, self.loaded.plan.moves, text)
+            if self.session is not self.loaded:
+                self.reset_edits()
+            if moves != list(self.loaded.plan.moves):
+                self._replan(moves)
+        except PlanError as e:
+            return self.fail(f"the link's edits cannot be applied: {_text(e)}")
+        self.status = "opened the link's edits" if text else self.status
+        return True
 
     # --- comparing --------------------------------------------------------------------------------
     def compare_with(self, other: Session | str | os.PathLike[str] | bytes | None, name: str | None = None) -> bool:
@@ -418,6 +446,7 @@ class AppState(param.Parameterized):
 
     def _show(self, session: Session, origin: str, loaded: Session, cost: CostModel) -> None:
         with param.parameterized.batch_call_watchers(self):
+            self.sample = self.sample if loaded is self.loaded else ""
             self.loaded, self.cost_model = loaded, cost
             self.moves = list(session.plan.moves)
             self.origin = origin

@@ -187,3 +187,147 @@ def test_a_lesson_step_has_its_own_link(app_url: str, watched_page: Any) -> None
     page.goto(f"{app_url}?step={step}")
     _wait_for_canvas(page)
     page.get_by_text(LESSON[step - 1].title, exact=True).wait_for(timeout=CANVAS_TIMEOUT_MS)
+
+
+def _open_app(page: Any, url: str) -> Any:
+    """Open the app, wait for its markers to be drawn; the summary's iteration-time row."""
+    from playwright.sync_api import expect
+
+    page.goto(url)
+    _wait_for_canvas(page)
+    _wait_for_markers(page)
+    row = page.locator(".tabulator-row", has_text="iteration time").first
+    expect(row).to_be_visible(timeout=CANVAS_TIMEOUT_MS)
+    return row
+
+
+def _drag(page: Any, name: str, i: int, ops: int) -> dict[str, Any]:
+    """Drag marker `i` of `name` with the mouse onto the op boundary `ops` ops before its own."""
+    at = page.evaluate(_MARKER_AT, [name, i, ops])
+    assert at is not None and at["n"] > 0, at
+    page.mouse.move(at["x"], at["y"])
+    page.mouse.down()
+    for step in range(1, 6):  # a drag is several moves, as a hand makes
+        page.mouse.move(at["x"] + (at["to_x"] - at["x"]) * step / 5, at["y"], steps=2)
+    page.mouse.up()
+    return dict(at)
+
+
+_X_RANGE = "() => { const r = Bokeh.documents[0].get_model_by_name('lanes').x_range; return [r.start, r.end]; }"
+
+
+def test_the_first_screen_at_1280x720_shows_the_headline_and_the_timeline_on_a_time_axis(
+        app_url: str, browser: Any) -> None:
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    try:
+        page = context.new_page()
+        _open_app(page, app_url)
+        lanes = page.evaluate("""() => {
+            const m = Bokeh.documents[0].get_model_by_name('lanes');
+            const box = Bokeh.index.find_one(m).el.getBoundingClientRect();
+            return {top: box.top, bottom: box.bottom, label: m.below[0].axis_label};
+        }""")
+        assert lanes["label"] == "time (ms)"
+        assert 0 <= lanes["top"] and lanes["bottom"] <= 720, lanes
+        headline = page.get_by_text(re.compile(r"ms per iteration .*of it")).first
+        box = headline.bounding_box()
+        assert box is not None and box["y"] + box["height"] <= 720, box
+    finally:
+        context.close()
+
+
+def test_zoom_survives_a_drag_and_the_edit_lands_in_the_same_figures(app_url: str, watched_page: Any) -> None:
+    from playwright.sync_api import expect
+
+    page = watched_page.page
+    row = _open_app(page, app_url)
+    before = row.text_content()
+    whole = page.evaluate(_X_RANGE)
+    at = page.evaluate(_MARKER_AT, ["prefetch_markers", -1, 1])
+    page.evaluate("""() => {  // pick the wheel zoom, as a person does in the toolbar
+        const plot = Bokeh.documents[0].get_model_by_name('lanes');
+        plot.toolbar.active_scroll = plot.toolbar.tools.find(t => t.type === 'WheelZoomTool');
+    }""")
+    page.mouse.move(at["x"], at["y"] + 20)
+    for _ in range(4):
+        page.mouse.wheel(0, -200)
+        page.wait_for_timeout(100)
+    zoomed = page.evaluate(_X_RANGE)
+    assert zoomed[1] - zoomed[0] < 0.8 * (whole[1] - whole[0]), (whole, zoomed)
+    lanes_id = page.evaluate("() => Bokeh.documents[0].get_model_by_name('lanes').id")
+    _drag(page, "prefetch_markers", -1, 1)
+    expect(row).not_to_have_text(before or "", timeout=15_000)
+    page.wait_for_timeout(500)
+    assert page.evaluate(_X_RANGE) == zoomed
+    assert page.evaluate("() => Bokeh.documents[0].get_model_by_name('lanes').id") == lanes_id
+    assert not watched_page.page_errors, watched_page.page_errors
+
+
+def test_two_drags_in_a_row_both_take_effect(app_url: str, watched_page: Any) -> None:
+    from playwright.sync_api import expect
+
+    page = watched_page.page
+    row = _open_app(page, app_url)
+    first = row.text_content() or ""
+    _drag(page, "prefetch_markers", -1, 4)
+    expect(row).not_to_have_text(first, timeout=15_000)
+    second = row.text_content() or ""
+    status = page.get_by_text(re.compile(r"^prefetch of .* now issued after")).first
+    expect(status).to_be_visible(timeout=15_000)
+    said = status.text_content()
+    at = _drag(page, "prefetch_markers", 0, 2)
+    expect(row).not_to_have_text(second, timeout=15_000)
+    expect(status).not_to_have_text(said or "", timeout=15_000)
+    assert at["tensor"] in (status.text_content() or "")
+    expect(page.locator(".alert-danger").first).to_be_hidden()
+
+
+def test_selecting_a_tensor_lights_up_its_transfers_and_markers(app_url: str, watched_page: Any) -> None:
+    page = watched_page.page
+    _open_app(page, app_url)
+    table = page.locator(".tabulator", has_text="offload after").first
+    table.scroll_into_view_if_needed()
+    table.locator(".tabulator-row").first.click()
+    page.wait_for_function("() => Math.min(...Bokeh.documents[0].get_model_by_name('memops').data.alpha) < 0.5",
+                           timeout=15_000)
+    lit = page.evaluate("""() => {
+        const doc = Bokeh.documents[0];
+        const ids = name => { const d = doc.get_model_by_name(name).data;
+                              return Array.from(d.tensor_id).filter((t, i) => d.alpha[i] > 0.5); };
+        return {memops: ids('memops'), prefetch: ids('prefetch_markers'), offload: ids('offload_markers')};
+    }""")
+    tensors = set(lit["memops"]) | set(lit["prefetch"]) | set(lit["offload"])
+    assert len(tensors) == 1 and lit["offload"], lit
+
+
+def test_a_link_holds_the_edits_and_opens_them_again(app_url: str, watched_page: Any, browser: Any) -> None:
+    from playwright.sync_api import expect
+
+    page = watched_page.page
+    row = _open_app(page, app_url)
+    before = row.text_content() or ""
+    _drag(page, "prefetch_markers", -1, 4)
+    expect(row).not_to_have_text(before, timeout=15_000)
+    page.wait_for_function("() => window.location.search.includes('edits=')", timeout=15_000)
+    edited, link = row.text_content(), page.url
+    assert "sample=" in link
+    other = browser.new_context(viewport={"width": 1400, "height": 900})
+    try:
+        again = _open_app(other.new_page(), link)
+        expect(again).to_have_text(edited or "", timeout=15_000)
+    finally:
+        other.close()
+
+
+def test_the_arrow_keys_step_through_the_lesson_and_the_link_follows(app_url: str, watched_page: Any) -> None:
+    from vmexplorer.views import LESSON
+
+    page = watched_page.page
+    page.goto(f"{app_url}?step=2")
+    page.get_by_text(LESSON[1].title, exact=True).wait_for(timeout=CANVAS_TIMEOUT_MS)
+    page.mouse.click(5, 300)  # the page, not a text field, has the focus
+    page.keyboard.press("ArrowRight")
+    page.get_by_text(LESSON[2].title, exact=True).wait_for(timeout=CANVAS_TIMEOUT_MS)
+    page.wait_for_function("() => window.location.search.includes('step=3')", timeout=15_000)
+    page.keyboard.press("ArrowLeft")
+    page.get_by_text(LESSON[1].title, exact=True).wait_for(timeout=CANVAS_TIMEOUT_MS)

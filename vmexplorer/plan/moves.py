@@ -203,3 +203,51 @@ def _is_int(value: Any) -> bool:
 
 def _op(graph: Graph, k: int) -> str:
     return "the iteration start" if k < 0 else graph.ops[k].name
+
+
+# --- edits in a link -----------------------------------------------------------------------------------
+# A link holds an edited plan as the tensors whose round trips differ from the plan it was edited from:
+# "12:14.70" (tensor 12 goes out after op 14 and comes back after op 70), "7:2.87~90.-" (two trips, the
+# second never prefetched), "5:" (no trip at all), joined by commas. Digits and ":.~,-" only, so it
+# needs no escaping in a URL, and a link of a few edits stays short.
+MAX_EDITS_CHARS = 16_384
+_EDIT = re.compile(r"(\d{1,9}):((?:\d{1,9}\.(?:\d{1,9}|-))(?:~\d{1,9}\.(?:\d{1,9}|-))*)?")
+
+
+def format_edits(before: Sequence[Move], after: Sequence[Move]) -> str:
+    """The edits that turn the moves `before` into `after`, for a link (see `parse_edits`)."""
+    def trips(moves: Sequence[Move]) -> dict[int, list[tuple[int, int | None]]]:
+        out: dict[int, list[tuple[int, int | None]]] = {}
+        for mv in moves:
+            out.setdefault(mv.tensor, []).append((mv.offload_after, mv.prefetch_after))
+        return out
+
+    was, now = trips(before), trips(after)
+    entries = []
+    for t in sorted(set(was) | set(now)):
+        if was.get(t) != now.get(t):
+            entries.append(f"{t}:" + "~".join(f"{o}.{'-' if p is None else p}" for o, p in now.get(t, [])))
+    return ",".join(entries)
+
+
+def parse_edits(graph: Graph, before: Sequence[Move], text: str) -> list[Move]:
+    """The moves `before` with a link's edits (`format_edits`) applied, checked against the graph.
+    The text is untrusted: anything but the format, or moves the graph refuses, raises PlanError."""
+    if len(text) > MAX_EDITS_CHARS:
+        raise PlanError(f"the link's edits are {len(text)} characters; at most {MAX_EDITS_CHARS} are read")
+    replaced: dict[int, list[Move]] = {}
+    for k, entry in enumerate(text.split(",") if text else []):
+        m = _EDIT.fullmatch(entry)
+        if m is None:
+            raise PlanError(f"edit {k + 1} of the link, {quoted(entry[:40])}, is not tensor:offload.prefetch")
+        t = int(m.group(1))
+        if t >= len(graph.tensors):
+            raise PlanError(f"edit {k + 1} of the link names tensor {t}; {graph.model} has {len(graph.tensors)}")
+        if t in replaced:
+            raise PlanError(f"the link edits tensor {t} twice")
+        replaced[t] = [Move(t, int(o), None if p == "-" else int(p))
+                       for o, p in (trip.split(".") for trip in (m.group(2).split("~") if m.group(2) else []))]
+    moves = [mv for mv in before if mv.tensor not in replaced] + [mv for ms in replaced.values() for mv in ms]
+    moves.sort(key=lambda mv: (mv.offload_after, mv.tensor))
+    check_moves(graph, moves)
+    return moves

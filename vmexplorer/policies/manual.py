@@ -18,5 +18,5 @@ def plan_moves(graph: Graph, capacity: int, options: Mapping[str, Any], moves: S
     return list(moves)
 
 
-SPEC = PolicySpec("manual", "a person's plan (moves), repaired with forced evictions where it would exceed "
+SPEC = PolicySpec("manual", "a person's plan (moves), with the driver's evictions where it would exceed "
                             "the capacity", plan_moves, takes_moves=True)

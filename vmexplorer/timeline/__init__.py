@@ -13,10 +13,12 @@ naming any collector that did not run, in their place.
 from .axis import LANES, MEMOP_COLORS, PHASE_COLORS
 from .export import export_html, standalone_html
 from .lanes import (
+    can_update,
     comparison_figure,
     highlight_tensor,
     issue_after_at,
     iteration_view,
+    row_at,
     timeline_figure,
     timeline_source,
     typical_iteration,
@@ -27,7 +29,7 @@ from .story import BREAKDOWN_COLORS, POLICY_COLORS, breakdown_figure, sweep_figu
 from .summary import SUMMARY_ROWS, figures, summary_items, summary_table
 
 __all__ = ["BREAKDOWN_COLORS", "COLLECTOR_LABELS", "LANES", "MEMOP_COLORS", "PHASE_COLORS", "POLICY_COLORS",
-           "SUMMARY_ROWS", "breakdown_figure", "comparison_figure", "export_html", "figures", "highlight_tensor",
-           "issue_after_at", "iteration_view", "standalone_html", "summary_items", "summary_table", "sweep_figure",
-           "timeline_figure", "timeline_source", "typical_iteration", "update_breakdown", "update_sweep",
-           "update_timeline"]
+           "SUMMARY_ROWS", "breakdown_figure", "can_update", "comparison_figure", "export_html", "figures",
+           "highlight_tensor", "issue_after_at", "iteration_view", "row_at", "standalone_html", "summary_items",
+           "summary_table", "sweep_figure", "timeline_figure", "timeline_source", "typical_iteration",
+           "update_breakdown", "update_sweep", "update_timeline"]

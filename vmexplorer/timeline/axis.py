@@ -50,10 +50,10 @@ def _axis(session: Session, mode: str) -> _Axis:
                  knots_x if knots_x.size else np.zeros(1))
 
 
-def _plain_title(text: str) -> Title:
+def _plain_title(text: str, **style: Any) -> Title:
     """A title shown as written: Bokeh reads $$...$$, \\[...\\] and \\(...\\) in a plain string as TeX,
     and a title names where a session came from (a file's name). Every title is one, so all read alike."""
-    return Title(text=PlainText(text=text))
+    return Title(text=PlainText(text=text), **style)
 
 
 def _op_columns(session: Session, axis: _Axis) -> dict[str, Any]:

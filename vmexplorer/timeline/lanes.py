@@ -47,11 +47,12 @@ def timeline_figure(session: Session, x_axis: str = "time", editable: bool = Fal
     if x_axis not in ("time", "op"):
         raise ValueError(f"x_axis has to be 'time' or 'op', not {x_axis!r}")
     axis = _axis(session, x_axis)
-    lanes = figure(height=230, x_axis_label=axis.label, tools="xpan,xwheel_zoom,box_zoom,reset,save,tap",
+    lanes = figure(height=230, x_axis_label=axis.label, tools="xpan,xwheel_zoom,box_zoom,reset,save",
                    **({"x_range": x_range} if x_range is not None else {}),
                    # the wheel scrolls the page until a person picks the zoom tool: a lecture hall scrolls
                    active_scroll=None, sizing_mode="stretch_width", y_range=Range1d(start=-0.2, end=3.2),
-                   title=_plain_title(""), name="lanes", tags=[x_axis])
+                   title=_plain_title("", text_font_style="normal", text_font_size="10pt"), name="lanes",
+                   tags=[x_axis])
     lanes.yaxis.ticker = [v + _BAR / 2 for v in LANES.values()]
     lanes.yaxis.major_label_overrides = {v + _BAR / 2: k for k, v in LANES.items()}
     lanes.ygrid.grid_line_color = None
@@ -64,13 +65,14 @@ def timeline_figure(session: Session, x_axis: str = "time", editable: bool = Fal
     lanes.add_tools(HoverTool(renderers=ops, tooltips=[
         ("op", "@name"), ("what it does", "@kind, @phase pass"), ("ran for", "@duration"),
         ("waited before it", "@stall"), ("faulted in while it ran", "@fault")]))
-    memops: list[Any] = [lanes.quad(left="left", right="right", bottom="bottom", top="top", color="color", alpha=0.75,
-                         source=sources["memops"], name=f"memops_{kind.replace(' ', '_')}", view=_only("kind", kind))
+    memops: list[Any] = [lanes.quad(left="left", right="right", bottom="bottom", top="top", color="color",
+                                    alpha="alpha", source=sources["memops"], view=_only("kind", kind),
+                                    name=f"memops_{kind.replace(' ', '_')}")
               for kind in MEMOP_COLORS]
     lanes.add_tools(HoverTool(renderers=memops, tooltips=[
         ("tensor", "@tensor"), ("bytes", "@size"), ("what", "@what"), ("took", "@duration")]))
     markers: list[Any] = [lanes.scatter("x", "y", marker=shape, size=12 if editable else 9, color=MEMOP_COLORS[kind],
-                             source=sources[f"{kind}_markers"], name=f"{kind}_marker_glyphs")
+                                        alpha="alpha", source=sources[f"{kind}_markers"], name=f"{kind}_marker_glyphs")
                for kind, shape in (("offload", "inverted_triangle"), ("prefetch", "triangle"))]
     ghosts = lanes.scatter("x", "y", marker="marker", size=12, fill_alpha=0, line_color="color", line_width=1.5,
                            line_dash="dotted", source=sources["ghost_markers"], name="ghost_marker_glyphs")
@@ -102,8 +104,7 @@ def update_timeline(layout: Any, session: Session, x_axis: str, title: str | Non
     ranges (a person's zoom) and the models the browser holds. False, changing nothing, where that
     cannot show it as `timeline_figure` would: on another x axis, or a measured session (the
     collectors' lanes are drawn once, with the figure; an edit's simulation has none: they are hidden)."""
-    lanes = _lanes(layout)
-    if session.timeline.source == "measured" or lanes is None or lanes.tags[0] != x_axis:
+    if not can_update(layout, session, x_axis):
         return False
     axis = _axis(session, x_axis)
     for child in layout.children[3:]:  # what the collectors recorded: not what the edit simulates
@@ -112,15 +113,44 @@ def update_timeline(layout: Any, session: Session, x_axis: str, title: str | Non
     return True
 
 
+_MEMOP_ALPHA = 0.75  # a transfer's bar, over the lane's grid
+_FADED = 0.12  # everything but a picked tensor
+
+
+def can_update(layout: Any, session: Session, x_axis: str) -> bool:
+    """Whether `update_timeline` can put `session` into `layout` on `x_axis`."""
+    lanes = _lanes(layout)
+    return session.timeline.source != "measured" and lanes is not None and lanes.tags[0] == x_axis
+
+
 def highlight_tensor(layout: Any, session: Session, x_axis: str, tensor: int | None) -> None:
-    """Select one tensor's transfers and markers (the rest dims) and draw its resident bytes over the
+    """Light up one tensor's transfers and markers (the rest fade) and draw its resident bytes over the
     kinds' in the memory plot; None clears it. `session` is the one the layout shows."""
-    for name in ("memops", "offload_markers", "prefetch_markers"):
+    # the picked tensor's rows keep their colour and the rest fade: through the data (a patch of one
+    # column), which the browser is sent as any edit's data is
+    for name, alpha in (("memops", _MEMOP_ALPHA), ("offload_markers", 1.0), ("prefetch_markers", 1.0)):
         src = timeline_source(layout, name)
-        ids = src.data.get("tensor_id", [])
-        src.selected.indices = [] if tensor is None else [i for i, t in enumerate(ids) if int(t) == tensor]
+        ids = np.asarray(src.data.get("tensor_id", []))
+        faded = np.where(ids == tensor, alpha, _FADED) if tensor is not None else np.full(len(ids), alpha)
+        if len(ids) and not np.array_equal(np.asarray(src.data["alpha"]), faded):
+            src.patch({"alpha": [(slice(0, len(ids)), faded.tolist())]})
     if len(layout.children) > 2 and hasattr(memory, "highlight_tensor"):
         memory.highlight_tensor(layout.children[2], session, _axis(session, x_axis), tensor)
+
+
+def row_at(layout: Any, x: float, y: float) -> tuple[str, int] | None:
+    """What a tap at (x, y) on the lanes of `layout` hit: ("op", row of the "ops" source) or ("memop",
+    row of the "memops" source), or None between the lanes."""
+    for what, bottom in (("op", LANES["compute"]), ("memop", LANES["to device"]), ("memop", LANES["to host"])):
+        if bottom <= y <= bottom + _BAR:
+            data = timeline_source(layout, "ops" if what == "op" else "memops").data
+            left, right = np.asarray(data["left"]), np.asarray(data["right"])
+            hit = (left <= x) & (x <= right)
+            if what == "memop":
+                hit &= np.asarray(data["bottom"]) == bottom
+            rows = np.flatnonzero(hit)
+            return (what, int(rows[0])) if len(rows) else None
+    return None
 
 
 def timeline_source(layout: Any, name: str) -> ColumnDataSource:
@@ -153,7 +183,10 @@ def _fill(layout: Any, session: Session, axis: _Axis, title: str | None, before:
     sources["memops"].data = mem
     for kind, direction in (("offload", Direction.TO_HOST), ("prefetch", Direction.TO_DEVICE)):
         sources[f"{kind}_markers"].data = _marker_columns(mem, axis, kind, direction)
-    sources["ghost_markers"].data = _ghost_columns(session, axis, before)
+    ghosts = _ghost_columns(session, axis, before)
+    sources["ghost_markers"].data = ghosts
+    for legend in lanes.select({"name": "lanes_legend"}):  # an entry with nothing to show reads as a bug
+        legend.items[-1].visible = bool(ghosts["x"])
     sources["boundaries"].data = {"x": np.unique(np.concatenate([ops["left"], ops["right"]]))}
     faults, unit = _fault_columns(session, ops)
     sources["faults"].data = faults
@@ -248,8 +281,10 @@ def _legend(ops: list[Any], memops: list[Any], markers: list[Any], ghosts: Any) 
     items = [LegendItem(label=r.name.split("_", 1)[1].replace("_", " "), renderers=[r]) for r in [*ops, *memops]]
     items += [LegendItem(label=f"{m.name.split('_')[0]} issued", renderers=[m]) for m in markers]
     items.append(LegendItem(label="before the edits", renderers=[ghosts]))
+    # two rows: one would be wider than a laptop's plot, and cut off its first entries
     return Legend(items=items, orientation="horizontal", click_policy="hide", border_line_alpha=0,
-                  label_text_font_size="9pt")
+                  label_text_font_size="9pt", nrows=2, glyph_height=12, label_height=12, margin=2,
+                  name="lanes_legend")
 
 
 def _what(m: MemOp) -> str:
@@ -283,7 +318,8 @@ def _memop_columns(session: Session, axis: _Axis) -> dict[str, Any]:
             "origin": np.array([m.origin.value for m in ms], dtype=object),
             "what": np.array([_what(m) for m in ms], dtype=object),
             "after": np.array([_after(g, a) for a in after.tolist()], dtype=object),
-            "duration": _texts(format_ns, tl.memop_end_ns - tl.memop_start_ns)}
+            "duration": _texts(format_ns, tl.memop_end_ns - tl.memop_start_ns),
+            "alpha": np.full(len(ms), _MEMOP_ALPHA)}
 
 
 def _after(graph: Graph, op: int) -> str:
@@ -310,7 +346,8 @@ def _marker_columns(mem: dict[str, Any], axis: _Axis, kind: str, direction: Dire
     y0 = lane + _BAR + 0.1 - 0.28 * row
     return {"x": x, "y": y0, "y0": y0, "tensor": mem["tensor"][pick], "size": mem["size"][pick],
             "tensor_id": mem["tensor_id"][pick], "iteration": mem["iteration"][pick],
-            "issue_after": mem["issue_after"][pick], "what": mem["what"][pick], "after": mem["after"][pick]}
+            "issue_after": mem["issue_after"][pick], "what": mem["what"][pick], "after": mem["after"][pick],
+            "alpha": np.ones(len(x))}
 
 
 def _planned_issues(plan: Plan) -> dict[tuple[int, Direction, int], int]:

@@ -64,7 +64,9 @@ def resident_figure(session: Session, axis: _Axis, x_range: Any) -> Any:
     f.add_tools(HoverTool(renderers=[hover], mode="vline", line_policy="prev", tooltips=[
         ("resident", "@total_text"), *((KIND_LABELS[k], f"@{k.value}_text") for k in KINDS),
         *((f"largest {i + 1}", f"@top{i}") for i in range(LARGEST))]))
-    f.varea_step(x="x", y1=0, y2="y", step_mode="after", source=ColumnDataSource(name="tensor_resident"),
+    # a plain area over corner points, not varea_step: BokehJS (3.9) hangs the page drawing an empty
+    # varea_step beside the kinds' areas, and this one is empty until a tensor is picked
+    f.varea(x="x", y1=0, y2="y", source=ColumnDataSource(name="tensor_resident"),
                  fill_color="#d62728", fill_alpha=0.25, hatch_pattern="/", hatch_color="#d62728",
                  name="tensor_resident")
     legend: Any = Legend(items=items, orientation="horizontal", click_policy="hide", border_line_alpha=0,
@@ -110,7 +112,9 @@ def highlight_tensor(fig: Any, session: Session, axis: _Axis, tensor: int | None
         return
     t_ns, level = tensor_resident(session, tensor)
     scale, _ = _scale(session)
-    _named(fig, "tensor_resident").data_source.data = {"x": axis.x(t_ns), "y": level / scale}
+    x = axis.x(t_ns)
+    # the step's corners: each level from its instant to the next
+    _named(fig, "tensor_resident").data_source.data = {"x": np.repeat(x, 2)[1:], "y": np.repeat(level / scale, 2)[:-1]}
 
 
 def tensor_resident(session: Session, tensor: int) -> tuple[np.ndarray, np.ndarray]:
