@@ -44,7 +44,7 @@ HELPERS = """() => {
   const B = window.Bokeh;
   window.__doc = () => B.documents[0];
   window.__markers = () => {
-    const r = [...__doc().all_models].filter(m => m.name === "prefetch_markers" && m.data_source);
+    const r = [...__doc().all_models].filter(m => m.name === "prefetch_marker_glyphs" && m.data_source);
     return r.length ? r[r.length - 1] : null;
   };
   window.__plot_of = (r) => [...__doc().all_models].find(m => m.renderers !== undefined

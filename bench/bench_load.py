@@ -47,7 +47,7 @@ from bench_page import ROOT, served  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "bench_load.txt"
 REPLY_TIMEOUT_S = 10.0
-MARKERS = "prefetch_markers"
+MARKERS = "prefetch_marker_glyphs"  # the renderer; its source is named "prefetch_markers"
 
 
 def register_panel_models() -> None:
@@ -60,6 +60,8 @@ def register_panel_models() -> None:
             importlib.import_module(f"panel.models.{info.name}")
         except Exception:  # an optional dependency missing: the app does not use that model
             pass
+    # and the app's own: its components (the lesson's arrow keys) are models made as the module loads
+    importlib.import_module("vmexplorer.views")
 
 
 @dataclass

@@ -18,7 +18,6 @@ from bokeh.models import (
     Range1d,
 )
 from bokeh.models.annotations import Label, Legend, LegendItem
-from bokeh.models.renderers import GlyphRenderer
 from bokeh.plotting import figure
 
 from ..graph import Graph
@@ -158,24 +157,43 @@ def timeline_source(layout: Any, name: str) -> ColumnDataSource:
     "offload_markers", "prefetch_markers", "ghost_markers", "faults", ...): one per glyph kind,
     whatever renderers draw it), or the source of the one renderer named `name` ("resident",
     "measured_htod", ...)."""
-    found = [m for m in layout.select({"name": name, "type": ColumnDataSource})]
-    if not found:
-        found = [r.data_source for r in layout.select({"name": name, "type": GlyphRenderer})]
-    if len(found) != 1:
-        raise KeyError(f"the timeline has {len(found)} data sources named {name!r}")
-    return found[0]
+    found = _named_sources(layout)
+    if name in found:
+        return found[name]
+    renderers = [r for child in layout.children for r in getattr(child, "renderers", []) if r.name == name]
+    if len(renderers) != 1:
+        raise KeyError(f"the timeline has {len(renderers)} data sources named {name!r}")
+    return renderers[0].data_source
+
+
+def _named_sources(layout: Any) -> dict[str, ColumnDataSource]:
+    """The named sources of the layout's figures, found through their renderers and the snapping's
+    arguments: Bokeh's `select` walks every model a layout references, tens of ms each time, and an
+    edit looks the sources up several times."""
+    out: dict[str, ColumnDataSource] = {}
+    for child in layout.children:
+        for r in getattr(child, "renderers", []):
+            source = getattr(r, "data_source", None)
+            if isinstance(source, ColumnDataSource) and source.name:
+                out.setdefault(source.name, source)
+                for callbacks in source.js_property_callbacks.values():
+                    for cb in callbacks:
+                        bounds = cb.args.get("bounds") if isinstance(cb, CustomJS) else None
+                        if isinstance(bounds, ColumnDataSource) and bounds.name:
+                            out.setdefault(bounds.name, bounds)
+    return out
 
 
 def _lanes(layout: Any) -> Any:
-    found = list(layout.select({"name": "lanes"}))
-    return found[0] if len(found) == 1 and found[0].tags else None
+    lanes: Any = layout.children[0] if getattr(layout, "children", None) else None
+    return lanes if getattr(lanes, "name", None) == "lanes" and lanes.tags else None
 
 
 def _fill(layout: Any, session: Session, axis: _Axis, title: str | None, before: Plan | None) -> None:
     lanes = _lanes(layout)
     lanes.title.text.text = title or f"{session.plan.policy} on {session.graph.model}: {session.timeline.source}"
     # "boundaries" is in the document only where the snapping reads it (an editable figure)
-    found = {m.name: m for m in layout.select({"type": ColumnDataSource}) if m.name in _SOURCES}
+    found = _named_sources(layout)
     sources = {name: found.get(name, ColumnDataSource()) for name in _SOURCES}
     ops = _op_columns(session, axis)
     mem = _memop_columns(session, axis)
@@ -185,14 +203,15 @@ def _fill(layout: Any, session: Session, axis: _Axis, title: str | None, before:
         sources[f"{kind}_markers"].data = _marker_columns(mem, axis, kind, direction)
     ghosts = _ghost_columns(session, axis, before)
     sources["ghost_markers"].data = ghosts
-    for legend in lanes.select({"name": "lanes_legend"}):  # an entry with nothing to show reads as a bug
-        legend.items[-1].visible = bool(ghosts["x"])
+    for legend in lanes.above:  # an entry with nothing to show reads as a bug
+        if legend.name == "lanes_legend":
+            legend.items[-1].visible = bool(ghosts["x"])
     sources["boundaries"].data = {"x": np.unique(np.concatenate([ops["left"], ops["right"]]))}
     faults, unit = _fault_columns(session, ops)
     sources["faults"].data = faults
     figure_of_faults = layout.children[1]
     figure_of_faults.yaxis.axis_label = f"faulted ({unit})"
-    none = next(iter(figure_of_faults.select({"name": "no_faults"})))
+    none = next(a for a in figure_of_faults.center if a.name == "no_faults")
     none.visible = len(faults["left"]) == 0
     if len(layout.children) > 2 and hasattr(memory, "update_resident"):
         memory.update_resident(layout.children[2], session, axis)
