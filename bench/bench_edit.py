@@ -12,11 +12,14 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from pathlib import Path
 
-from vmexplorer.graph import build_graph
-from vmexplorer.plan import Move
-from vmexplorer.policies import compile_plan
-from vmexplorer.simulator import simulate
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
+
+from vmexplorer.graph import build_graph  # noqa: E402
+from vmexplorer.plan import Move  # noqa: E402
+from vmexplorer.policies import compile_plan  # noqa: E402
+from vmexplorer.simulator import simulate  # noqa: E402
 
 CASES = [("vgg19", 64), ("resnet50", 64), ("alexnet", 256), ("resnet152", 64)]
 EDITS = 30
