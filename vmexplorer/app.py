@@ -549,9 +549,10 @@ class AppView:
         self._linking = True
         try:
             st = self.state
-            self.link.param.update(sample=st.sample, edits=st.edits_text() if st.sample else "",
-                                   iteration=str(self.iteration.value) if self.iteration.visible else "",
-                                   axis=self.x_axis.value)
+            with param.parameterized.discard_events(self.link):
+                self.link.param.update(sample=st.sample, edits=st.edits_text() if st.sample else "",
+                                       iteration=str(self.iteration.value) if self.iteration.visible else "",
+                                       axis=self.x_axis.value)
             self.link.param.trigger(*ViewLink.FIELDS)  # every field into the URL, not only those that changed
         finally:
             self._linking = False
@@ -653,7 +654,7 @@ class AppView:
             self._filling = False
 
     def _selected_tensor(self) -> int | None:
-        """The tensor picked in the tensor table, if it is still one of the shown graph's."""
+        """The tensor picked in the tensor table, if a row is picked."""
         rows = self.tensors.selection
         frame = self.tensors.value
         if not rows or frame is None or "id" not in frame or rows[0] >= len(frame):
@@ -667,7 +668,6 @@ class AppView:
     def _highlight_now(self, tensor: int | None) -> None:
         """Light up one tensor's transfers, markers and resident bytes (None: none), from whichever
         table or tap picked it; it stays lit through edits."""
-        self._picked = tensor
         fig, s = self.timeline.object, self._drawn
         if fig is not None and s is not None and not self._filling:
             self._filling = True  # the selections set here are not taps

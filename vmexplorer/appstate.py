@@ -201,8 +201,10 @@ class AppState(param.Parameterized):
         if not self.edited:
             return None
         loaded, cost = self.loaded, self.cost_model or H100_DEFAULT
-        key = (id(loaded), cost.name)
-        if self._unedited[0] != key:
+        # the loaded session itself in the key, not its id: a later one may be given a freed one's id
+        key = (loaded, cost.name)
+        was = self._unedited[0]
+        if was is None or was[0] is not loaded or was[1] != cost.name:
             g = loaded.graph
             self._unedited = (key, new_session(g, loaded.plan, simulate(g, loaded.plan, cost), cost,
                                                notes=[f"the plan before the edits, simulated with {cost.name}"]))
@@ -221,10 +223,10 @@ class AppState(param.Parameterized):
             return self.fail("nothing is loaded to apply the link's edits to")
         try:
             moves = parse_edits(self.loaded.graph, self.loaded.plan.moves, text)
-            if self.session is not self.loaded:
-                self.reset_edits()
             if moves != list(self.loaded.plan.moves):
-                self._replan(moves)
+                self._replan(moves)  # the shown plan's graph and capacity are the loaded one's
+            elif self.edited:
+                self.reset_edits()
         except PlanError as e:
             return self.fail(f"the link's edits cannot be applied: {_text(e)}")
         self.status = "opened the link's edits" if text else self.status

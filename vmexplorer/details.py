@@ -16,6 +16,7 @@ import numpy as np
 
 from .graph import Graph, Op
 from .plan import Direction, MemOp, Mode, Origin
+from .records.spans import one_iteration
 from .session import Session
 from .units import format_bytes, format_ns
 
@@ -55,18 +56,16 @@ def iteration_spans(session: Session, iteration: int | None = None) -> Iteration
     """The spans of `iteration` (the typical one when None); ValueError when the timeline lacks it."""
     tl = session.timeline
     it = tl.typical_iteration() if iteration is None else int(iteration)
-    ops = tl.op_iteration == it
-    if not ops.any():
-        raise ValueError(f"the timeline has no iteration {it} (it has {tl.iterations})")
-    rows = np.flatnonzero(tl.memop_iteration == it)
-    first_op = int(tl.op_start_ns[ops].min())
-    origin = min(first_op, int(tl.memop_start_ns[rows].min(initial=first_op)))  # as one_iteration sets it
+    try:
+        one, origin, _ = one_iteration(tl, it)  # the iteration the timeline draws, from the same origin
+    except ValueError:
+        raise ValueError(f"the timeline has no iteration {it} (it has {tl.iterations})") from None
     n = len(session.graph.ops)
-    idx = tl.op_index[ops]
+    idx = one.op_index
     start, end, stall, fault = (np.zeros(n, dtype=np.int64) for _ in range(4))
-    start[idx], end[idx] = tl.op_start_ns[ops] - origin, tl.op_end_ns[ops] - origin
-    stall[idx], fault[idx] = tl.op_stall_ns[ops], tl.op_fault_bytes[ops]
-    return IterationSpans(it, origin, start, end, stall, fault, rows)
+    start[idx], end[idx] = one.op_start_ns, one.op_end_ns
+    stall[idx], fault[idx] = one.op_stall_ns, one.op_fault_bytes
+    return IterationSpans(it, origin, start, end, stall, fault, np.flatnonzero(tl.memop_iteration == it))
 
 
 def op_span_ms(session: Session, op: int, iteration: int | None = None) -> tuple[float, float]:
@@ -158,10 +157,11 @@ def filter_rows(rows: list[dict[str, Any]], text: str | None, kind: str | None =
 # --- details, in words -------------------------------------------------------------------------------------
 def memop_what(m: MemOp) -> str:
     """What kind of transfer a memory operation is, in words a student reads."""
-    if m.mode is Mode.FAULT:
+    # the driver moves bytes to the GPU only when an op touches them: its every migration is a fault
+    if m.mode is Mode.FAULT or (m.origin is Origin.DRIVER and m.direction is Direction.TO_DEVICE):
         return "demand fault"
     if m.origin is Origin.DRIVER:
-        return "driver eviction" if m.direction is Direction.TO_HOST else "driver migration"
+        return "driver eviction"
     return "planned prefetch" if m.direction is Direction.TO_DEVICE else "planned offload"
 
 
@@ -172,6 +172,11 @@ def direction_words(direction: Direction) -> str:
 _HOW = {Mode.ASYNC: "asynchronously, on a copy stream, beside the ops",
         Mode.SYNC: "on the compute stream: the next op waits for it",
         Mode.FAULT: "inside the op's kernels, as they touch pages that are not on the GPU"}
+
+
+def memop_words(m: MemOp) -> str:
+    """A memory operation in one sentence: what it is, which way, and how it runs beside the ops."""
+    return f"{memop_what(m)} {direction_words(m.direction)}, {_HOW[m.mode]}"
 
 
 def op_details(session: Session, op: int, iteration: int | None = None) -> Details:

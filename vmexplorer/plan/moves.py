@@ -247,7 +247,7 @@ def parse_edits(graph: Graph, before: Sequence[Move], text: str) -> list[Move]:
             raise PlanError(f"the link edits tensor {t} twice")
         replaced[t] = [Move(t, int(o), None if p == "-" else int(p))
                        for o, p in (trip.split(".") for trip in (m.group(2).split("~") if m.group(2) else []))]
+    # the moves kept in their order, so text with no edits gives `before` back as it was
     moves = [mv for mv in before if mv.tensor not in replaced] + [mv for ms in replaced.values() for mv in ms]
-    moves.sort(key=lambda mv: (mv.offload_after, mv.tensor))
     check_moves(graph, moves)
     return moves

@@ -20,8 +20,9 @@ from bokeh.models import (
 from bokeh.models.annotations import Label, Legend, LegendItem
 from bokeh.plotting import figure
 
+from ..details import memop_what, memop_words
 from ..graph import Graph
-from ..plan import Direction, MemOp, Mode, Origin, Plan
+from ..plan import Direction, Origin, Plan
 from ..records.collected import CollectorStatus
 from ..records.collected import one_iteration as collected_iteration
 from ..session import Session
@@ -29,7 +30,6 @@ from ..units import format_bytes, format_ns
 from . import memory
 from .axis import _BAR, LANES, MEMOP_COLORS, PHASE_COLORS, _Axis, _axis, _byte_unit, _op_columns, _plain_title, _texts
 from .measured import _measured
-from .memory import _resident
 
 
 def timeline_figure(session: Session, x_axis: str = "time", editable: bool = False, x_range: Any = None,
@@ -87,7 +87,7 @@ def timeline_figure(session: Session, x_axis: str = "time", editable: bool = Fal
             m.data_source.js_on_change("data", CustomJS(
                 args={"src": m.data_source, "bounds": sources["boundaries"]}, code=_SNAP_JS))
     lanes.add_layout(_legend(ops, memops, markers, ghosts), "above")
-    layout = column(lanes, _faults(sources["faults"], lanes), _resident(session, axis, lanes),
+    layout = column(lanes, _faults(sources["faults"], lanes), memory.resident_figure(session, axis, lanes.x_range),
                     *_measured(session, axis, lanes), sizing_mode="stretch_width")
     _fill(layout, session, axis, title, before)
     return layout
@@ -95,6 +95,8 @@ def timeline_figure(session: Session, x_axis: str = "time", editable: bool = Fal
 
 # the named sources `update_timeline` refills; "boundaries" is drawn by none: the snapping reads it
 _SOURCES = ("ops", "memops", "offload_markers", "prefetch_markers", "ghost_markers", "boundaries", "faults")
+_MEMOP_ALPHA = 0.75  # a transfer's bar, over the lane's grid
+_FADED = 0.12  # everything but a picked tensor
 
 
 def update_timeline(layout: Any, session: Session, x_axis: str, title: str | None = None,
@@ -109,11 +111,8 @@ def update_timeline(layout: Any, session: Session, x_axis: str, title: str | Non
     for child in layout.children[3:]:  # what the collectors recorded: not what the edit simulates
         child.visible = False
     _fill(layout, session, axis, title, before)
+    memory.update_resident(layout.children[2], session, axis)
     return True
-
-
-_MEMOP_ALPHA = 0.75  # a transfer's bar, over the lane's grid
-_FADED = 0.12  # everything but a picked tensor
 
 
 def can_update(layout: Any, session: Session, x_axis: str) -> bool:
@@ -133,8 +132,7 @@ def highlight_tensor(layout: Any, session: Session, x_axis: str, tensor: int | N
         faded = np.where(ids == tensor, alpha, _FADED) if tensor is not None else np.full(len(ids), alpha)
         if len(ids) and not np.array_equal(np.asarray(src.data["alpha"]), faded):
             src.patch({"alpha": [(slice(0, len(ids)), faded.tolist())]})
-    if len(layout.children) > 2 and hasattr(memory, "highlight_tensor"):
-        memory.highlight_tensor(layout.children[2], session, _axis(session, x_axis), tensor)
+    memory.highlight_tensor(layout.children[2], session, _axis(session, x_axis), tensor)
 
 
 def row_at(layout: Any, x: float, y: float) -> tuple[str, int] | None:
@@ -213,8 +211,6 @@ def _fill(layout: Any, session: Session, axis: _Axis, title: str | None, before:
     figure_of_faults.yaxis.axis_label = f"faulted ({unit})"
     none = next(a for a in figure_of_faults.center if a.name == "no_faults")
     none.visible = len(faults["left"]) == 0
-    if len(layout.children) > 2 and hasattr(memory, "update_resident"):
-        memory.update_resident(layout.children[2], session, axis)
 
 
 def _only(column_name: str, value: str) -> CDSView:
@@ -306,24 +302,12 @@ def _legend(ops: list[Any], memops: list[Any], markers: list[Any], ghosts: Any) 
                   name="lanes_legend")
 
 
-def _what(m: MemOp) -> str:
-    """A memory operation in words: who moved the bytes, which way, and what it cost the ops."""
-    if m.origin is Origin.DRIVER:
-        if m.direction is Direction.TO_DEVICE:
-            return "demand fault: an op touched it, the driver migrated it to the GPU while the op waited"
-        return "driver eviction: the GPU was full, the driver moved it to the host"
-    way = "to the GPU" if m.direction is Direction.TO_DEVICE else "to the host"
-    how = "while the ops waited" if m.mode is Mode.SYNC else "on a copy stream, beside the ops"
-    return f"planned {'prefetch' if m.direction is Direction.TO_DEVICE else 'offload'} {way}, {how}"
-
-
 def _memop_columns(session: Session, axis: _Axis) -> dict[str, Any]:
     g, p, tl = session.graph, session.plan, session.timeline
     ms = [p.memops[i] for i in tl.memop_index.tolist()]
     to_device = np.array([m.direction is Direction.TO_DEVICE for m in ms], dtype=bool)
     bottom = np.where(to_device, LANES["to device"], LANES["to host"]).astype(np.float64)
-    kind = [("demand fault" if m.direction is Direction.TO_DEVICE else "driver eviction") if m.origin is Origin.DRIVER
-            else "prefetch" if m.direction is Direction.TO_DEVICE else "offload" for m in ms]
+    kind = [memop_what(m).removeprefix("planned ") for m in ms]  # the legend's words: MEMOP_COLORS
     after = np.array([m.issue_after for m in ms], dtype=np.int64)
     return {"left": axis.x(tl.memop_start_ns), "right": axis.x(tl.memop_end_ns), "bottom": bottom,
             "tensor_id": np.array([m.tensor for m in ms], dtype=np.int64), "issue_after": after,
@@ -335,7 +319,7 @@ def _memop_columns(session: Session, axis: _Axis) -> dict[str, Any]:
             "size": np.array([format_bytes(m.nbytes) for m in ms], dtype=object),
             "direction": np.array([m.direction.value for m in ms], dtype=object),
             "origin": np.array([m.origin.value for m in ms], dtype=object),
-            "what": np.array([_what(m) for m in ms], dtype=object),
+            "what": np.array([memop_words(m) for m in ms], dtype=object),
             "after": np.array([_after(g, a) for a in after.tolist()], dtype=object),
             "duration": _texts(format_ns, tl.memop_end_ns - tl.memop_start_ns),
             "alpha": np.full(len(ms), _MEMOP_ALPHA)}

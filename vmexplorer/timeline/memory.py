@@ -226,8 +226,3 @@ def _byte_texts(values: np.ndarray) -> np.ndarray:
     """`format_bytes` of each value, formatting each distinct value once (levels repeat a lot)."""
     distinct, where = np.unique(values, return_inverse=True)
     return np.array([format_bytes(v) for v in distinct.tolist()] or [""], dtype=object)[where.reshape(-1)]
-
-
-def _resident(session: Session, axis: _Axis, lanes: Any) -> Any:
-    """The name `lanes.timeline_figure` calls: `resident_figure` linked to the lanes' x range."""
-    return resident_figure(session, axis, lanes.x_range)
