@@ -20,8 +20,9 @@ import pytest
 
 from vmexplorer.appstate import DEFAULT_SAMPLE, SAMPLES, AppState
 from vmexplorer.plan.validate import validate_plan
+from vmexplorer.plots import SUMMARY_ROWS
 from vmexplorer.session import load_session
-from vmexplorer.timeline import SUMMARY_ROWS, comparison_figure, issue_after_at, timeline_figure, timeline_source
+from vmexplorer.timeline import comparison_figure, issue_after_at, timeline_figure, timeline_source
 
 UVM_TWIN = "vgg19-b64-uvm-50pct.measured.vms"
 pytestmark = pytest.mark.skipif(not (SAMPLES / DEFAULT_SAMPLE).is_file(), reason="sample sessions are missing")
@@ -349,7 +350,7 @@ def test_tapping_an_op_or_a_transfer_in_the_timeline_shows_its_details_and_light
     from bokeh.events import Tap
 
     from vmexplorer.app import AppView
-    from vmexplorer.timeline import LANES
+    from vmexplorer.plots import LANES
 
     view = AppView()
     fig = view.timeline.object

@@ -25,6 +25,7 @@ STAGES = (
     ("details",),
     ("collectors",),
     ("engine",),
+    ("plots",),
     ("timeline",),
     ("appstate", "worker"),
     ("views",),

@@ -13,12 +13,13 @@ from bokeh.models.widgets import Div
 
 from vmexplorer.graph import build_graph
 from vmexplorer.plan import Direction, Origin
+from vmexplorer.plots import MEMOP_COLORS, PHASE_COLORS, summary_table
 from vmexplorer.policies import compile_plan
 from vmexplorer.records import Timeline
 from vmexplorer.records.collected import UM_KINDS, Collected, CollectorStatus
 from vmexplorer.session import Session, new_session
 from vmexplorer.simulator import H100_DEFAULT, simulate
-from vmexplorer.timeline import MEMOP_COLORS, PHASE_COLORS, summary_table, timeline_figure, timeline_source
+from vmexplorer.timeline import timeline_figure, timeline_source
 
 NAMES = ("ops", "memops", "offload_markers", "prefetch_markers", "faults", "resident")
 
@@ -335,7 +336,7 @@ def _bar(label: str, compute: float, faults: float) -> dict[str, Any]:
 
 
 def test_where_the_time_goes_is_one_stacked_bar_per_row_the_first_row_on_top() -> None:
-    from vmexplorer.timeline import breakdown_figure
+    from vmexplorer.plots import breakdown_figure
 
     fig = breakdown_figure([_bar("this session (uvm), simulated", 10, 90), _bar("device, simulated", 10, 0)])
     assert list(fig.y_range.factors) == ["device, simulated", "this session (uvm), simulated"]
@@ -346,7 +347,7 @@ def test_where_the_time_goes_is_one_stacked_bar_per_row_the_first_row_on_top() -
 
 
 def test_new_rows_go_into_the_same_bars_not_a_new_figure() -> None:
-    from vmexplorer.timeline import breakdown_figure, update_breakdown
+    from vmexplorer.plots import breakdown_figure, update_breakdown
 
     fig = breakdown_figure([_bar("a", 1, 1)])
     source = fig.select_one({"name": "breakdown"})
@@ -362,7 +363,7 @@ def _sweep(scale: float) -> dict[str, Any]:
 
 
 def test_the_paging_cliff_draws_a_line_per_policy_and_the_measured_samples_as_larger_points() -> None:
-    from vmexplorer.timeline import sweep_figure
+    from vmexplorer.plots import sweep_figure
 
     fig = sweep_figure(_sweep(1))
     lines = fig.select_one({"name": "sweep_lines"}).data
@@ -374,7 +375,7 @@ def test_the_paging_cliff_draws_a_line_per_policy_and_the_measured_samples_as_la
 
 
 def test_a_new_sweep_goes_into_the_same_sources() -> None:
-    from vmexplorer.timeline import sweep_figure, update_sweep
+    from vmexplorer.plots import sweep_figure, update_sweep
 
     fig = sweep_figure(_sweep(1))
     source = fig.select_one({"name": "sweep_lines"})

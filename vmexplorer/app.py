@@ -45,11 +45,11 @@ from vmexplorer import details, worker  # noqa: E402
 from vmexplorer.appstate import MARKER_KINDS, SAMPLES, AppState, Shown, samples_by_gpu  # noqa: E402
 from vmexplorer.config import capacity_text, share_of_footprint  # noqa: E402
 from vmexplorer.graph import MODELS, Graph, GraphError, build_graph  # noqa: E402
+from vmexplorer.plots import breakdown_figure, update_breakdown  # noqa: E402
 from vmexplorer.policies import POLICIES, OptionSpec  # noqa: E402
 from vmexplorer.session import Session, session_to_bytes  # noqa: E402
 from vmexplorer.session.trace import chrome_trace_chunks  # noqa: E402
 from vmexplorer.timeline import (  # noqa: E402
-    breakdown_figure,
     can_update,
     comparison_figure,
     highlight_tensor,
@@ -60,7 +60,6 @@ from vmexplorer.timeline import (  # noqa: E402
     timeline_figure,
     timeline_source,
     typical_iteration,
-    update_breakdown,
     update_timeline,
 )
 from vmexplorer.units import format_bytes, format_ns  # noqa: E402

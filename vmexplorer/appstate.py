@@ -26,6 +26,7 @@ from .graph import Graph, GraphError, build_graph
 from .plan import Move, PlanError
 from .plan.moves import format_edits, parse_edits
 from .plan.residency import next_use
+from .plots import SUMMARY_ROWS, figures, summary_items
 from .policies import POLICIES, compile_plan, non_default_options
 from .policies.common import reuse_gaps
 from .records.breakdown import PARTS as BREAKDOWN_PARTS
@@ -33,7 +34,6 @@ from .records.breakdown import TimeSplit, time_split
 from .session import Session, SessionError, load_session, new_session, session_from_bytes
 from .session.compare import align_op_times
 from .simulator import H100_DEFAULT, CostModel, calibrate, simulate
-from .timeline import SUMMARY_ROWS, figures, summary_items
 from .units import format_bytes, format_ns, parse_bytes, quoted
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_sessions"

@@ -18,9 +18,9 @@ from panel.custom import JSComponent
 
 from . import details
 from .appstate import AppState, times_than
+from .plots import breakdown_figure, sweep_figure, update_breakdown, update_sweep
 from .records.breakdown import PARTS as BREAKDOWN_PARTS
 from .simulator import simulate
-from .timeline import breakdown_figure, sweep_figure, update_breakdown, update_sweep
 from .units import format_bytes, format_ns
 
 

@@ -75,7 +75,7 @@ def test_the_executor_and_the_command_line_offer_exactly_the_tables_parts(capsys
 
 
 def test_every_collector_and_part_has_a_label_on_the_timeline() -> None:
-    from vmexplorer.timeline import COLLECTOR_LABELS
+    from vmexplorer.plots import COLLECTOR_LABELS
 
     assert {p.status for p in PARTS} | {p.collector for p in PARTS} | {NVTX} <= set(COLLECTOR_LABELS)
 

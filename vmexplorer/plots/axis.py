@@ -19,11 +19,11 @@ PHASE_COLORS = {"forward": "#4c78a8", "loss": "#b279a2", "backward": "#f58518", 
 # what moved bytes, in the words of the legend: the plan's copies, and what the driver did on its own
 MEMOP_COLORS = {"prefetch": "#2ca3a3", "offload": "#8c6d4f", "demand fault": "#d62728", "driver eviction": "#9467bd"}
 LANES = {"compute": 2, "to device": 1, "to host": 0}  # y of each lane's bottom edge
-_BAR = 0.8  # height of a span inside its lane
+BAR = 0.8  # height of a span inside its lane
 
 
 @dataclass(frozen=True)
-class _Axis:
+class Axis:
     """Maps the timeline's ns onto the x axis: milliseconds, or op positions (op i of iteration j
     sits at [j * n_ops + i, +1), and times between are interpolated along the compute stream)."""
 
@@ -40,23 +40,23 @@ class _Axis:
         return "time (ms)" if self.mode == "time" else "op (position in execution order)"
 
 
-def _axis(session: Session, mode: str) -> _Axis:
+def make_axis(session: Session, mode: str) -> Axis:
     tl, n = session.timeline, len(session.graph.ops)
     order = np.argsort(tl.op_start_ns, kind="stable")
     pos = (tl.op_iteration * n + tl.op_index)[order].astype(np.float64)
     knots_ns = np.column_stack([tl.op_start_ns[order], tl.op_end_ns[order]]).ravel().astype(np.float64)
     knots_x = np.column_stack([pos, pos + 1]).ravel()
-    return _Axis(mode, np.maximum.accumulate(knots_ns) if knots_ns.size else np.zeros(1),
+    return Axis(mode, np.maximum.accumulate(knots_ns) if knots_ns.size else np.zeros(1),
                  knots_x if knots_x.size else np.zeros(1))
 
 
-def _plain_title(text: str, **style: Any) -> Title:
+def plain_title(text: str, **style: Any) -> Title:
     """A title shown as written: Bokeh reads $$...$$, \\[...\\] and \\(...\\) in a plain string as TeX,
     and a title names where a session came from (a file's name). Every title is one, so all read alike."""
     return Title(text=PlainText(text=text), **style)
 
 
-def _op_columns(session: Session, axis: _Axis) -> dict[str, Any]:
+def op_columns(session: Session, axis: Axis) -> dict[str, Any]:
     tl, ops = session.timeline, session.graph.ops
     idx = tl.op_index
     n = len(ops)
@@ -70,13 +70,13 @@ def _op_columns(session: Session, axis: _Axis) -> dict[str, Any]:
             "color": np.array([PHASE_COLORS[p] for p in phase], dtype=object),
             "name": np.array([ops[i].name for i in idx.tolist()], dtype=object),
             "kind": np.array([ops[i].kind for i in idx.tolist()], dtype=object),
-            "duration": _texts(format_ns, tl.op_end_ns - tl.op_start_ns),
-            "stall": _texts(format_ns, tl.op_stall_ns), "fault": _texts(format_bytes, tl.op_fault_bytes)}
+            "duration": texts(format_ns, tl.op_end_ns - tl.op_start_ns),
+            "stall": texts(format_ns, tl.op_stall_ns), "fault": texts(format_bytes, tl.op_fault_bytes)}
 
 
-def _byte_unit(n: int) -> tuple[float, str]:
+def byte_unit(n: int) -> tuple[float, str]:
     return (2**30, "GiB") if n >= 2**30 else (2**20, "MiB")
 
 
-def _texts(fmt: Any, values: np.ndarray) -> np.ndarray:
+def texts(fmt: Any, values: np.ndarray) -> np.ndarray:
     return np.array([fmt(v) for v in values.tolist()], dtype=object)

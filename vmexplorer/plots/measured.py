@@ -18,10 +18,10 @@ from bokeh.plotting import figure
 from ..records.collected import migration_shares, per_op
 from ..session import Session
 from ..units import format_bytes, format_ns
-from .axis import MEMOP_COLORS, _Axis, _byte_unit, _op_columns, _plain_title, _texts
+from .axis import MEMOP_COLORS, Axis, byte_unit, op_columns, plain_title, texts
 
 
-def _measured(session: Session, axis: _Axis, lanes: Any) -> list[Any]:
+def measured_lanes(session: Session, axis: Axis, lanes: Any) -> list[Any]:
     """What the collectors recorded, below the modelled lanes; a note in place of a lane whose
     collector did not run (an empty lane would read as "nothing happened")."""
     c = session.collected
@@ -65,27 +65,27 @@ def _coverage(session: Session) -> str:
             "to the GPU, and of the faults that brought them: its fault counts are a lower bound)")
 
 
-def _migrations(session: Session, axis: _Axis, lanes: Any) -> Any:
+def _migrations(session: Session, axis: Axis, lanes: Any) -> Any:
     """CUPTI's bytes each way per op, each transfer shared among the ops it ran under: to the device
     up, to the host down."""
     tl, c = session.timeline, session.collected
     assert c is not None
     f = per_op(session.graph, tl, c)
-    cols = _op_columns(session, axis)
+    cols = op_columns(session, axis)
     htod, dtoh = f["window_bytes_htod"], f["window_bytes_dtoh"]
-    scale, unit = _byte_unit(int(max(htod.max(initial=0), dtoh.max(initial=0))))
+    scale, unit = byte_unit(int(max(htod.max(initial=0), dtoh.max(initial=0))))
     title = "CUPTI's migrations per op, to device up, to host down" + _coverage(session)
     fig = figure(height=140, x_range=lanes.x_range, sizing_mode="stretch_width", tools="", toolbar_location=None,
-                 y_axis_label=f"CUPTI ({unit})", title=_plain_title(title))
+                 y_axis_label=f"CUPTI ({unit})", title=plain_title(title))
     def shown(table: str, texts: Any) -> Any:  # a column, or "not recorded" where its collector was off
         return texts() if c.available(table) else np.full(len(htod), "not recorded", dtype=object)
 
     base = {"left": cols["left"], "right": cols["right"], "name": cols["name"],
-            "htod": _texts(format_bytes, np.rint(htod).astype(np.int64)),
-            "dtoh": _texts(format_bytes, np.rint(dtoh).astype(np.int64)),
+            "htod": texts(format_bytes, np.rint(htod).astype(np.int64)),
+            "dtoh": texts(format_bytes, np.rint(dtoh).astype(np.int64)),
             "groups": shown("faults", lambda: f["fault_groups"].astype(str)),
             "pages": shown("faults", lambda: f["faulted_pages"].astype(str)),
-            "kernels": shown("kernel", lambda: _texts(format_ns, f["kernel_ns"]))}
+            "kernels": shown("kernel", lambda: texts(format_ns, f["kernel_ns"]))}
     tips = [("op", "@name"), ("to device", "@htod"), ("to host", "@dtoh"), ("fault groups", "@groups"),
             ("faulted pages", "@pages"), ("kernel time", "@kernels")]
     renderers: list[Any] = []
@@ -101,12 +101,12 @@ def _migrations(session: Session, axis: _Axis, lanes: Any) -> Any:
     return fig
 
 
-def _pcie(session: Session, axis: _Axis, lanes: Any) -> Any:
+def _pcie(session: Session, axis: Axis, lanes: Any) -> Any:
     c = session.collected
     assert c is not None
     x = axis.x(c.nvml_t_ns)
     fig = figure(height=120, x_range=lanes.x_range, sizing_mode="stretch_width", tools="", toolbar_location=None,
-                 y_axis_label="PCIe (GB/s)", title=_plain_title("PCIe throughput (NVML samples)"))
+                 y_axis_label="PCIe (GB/s)", title=plain_title("PCIe throughput (NVML samples)"))
     for name, values, color, label in (("nvml_rx", c.nvml_pcie_rx_bytes_per_s, MEMOP_COLORS["prefetch"], "to device"),
                                        ("nvml_tx", c.nvml_pcie_tx_bytes_per_s, MEMOP_COLORS["offload"], "to host")):
         fig.step(x=x, y=np.asarray(values, dtype=np.float64) / 1e9, mode="after", color=color, name=name,

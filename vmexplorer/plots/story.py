@@ -14,7 +14,7 @@ from bokeh.models import (
 from bokeh.plotting import figure
 
 from ..records.breakdown import PARTS as BREAKDOWN_PARTS
-from .axis import _plain_title
+from .axis import plain_title
 
 BREAKDOWN_COLORS = ("#4c78a8", "#e45756", "#f58518", "#bab0ac")  # compute, faults, transfers, idle
 
@@ -25,7 +25,7 @@ def breakdown_figure(rows: list[dict[str, Any]]) -> Any:
     keys = [key.replace("_ns", "_ms") for key, _ in BREAKDOWN_PARTS]
     fig = figure(height=60 + 34 * max(len(rows), 3), sizing_mode="stretch_width", toolbar_location=None,
                  y_range=FactorRange(factors=[r["label"] for r in reversed(rows)]), x_range=DataRange1d(start=0),
-                 x_axis_label="ms per iteration (the typical one)", title=_plain_title("Where the time goes"), tools="")
+                 x_axis_label="ms per iteration (the typical one)", title=plain_title("Where the time goes"), tools="")
     source = ColumnDataSource(_breakdown_columns(rows, keys), name="breakdown")
     fig.hbar_stack(keys, y="label", height=0.7, source=source, color=list(BREAKDOWN_COLORS),
                    legend_label=[label for _, label in BREAKDOWN_PARTS])
@@ -58,7 +58,7 @@ def sweep_figure(sweep: dict[str, Any]) -> Any:
     new sweep goes in through `update_sweep`."""
     fig = figure(height=300, sizing_mode="stretch_width", tools="pan,wheel_zoom,box_zoom,reset,tap",
                  active_scroll=None, x_axis_label="capacity, % of the footprint",
-                 y_axis_label="ms per iteration", title=_plain_title("The paging cliff"))
+                 y_axis_label="ms per iteration", title=plain_title("The paging cliff"))
     lines, points = _sweep_columns(sweep)
     fig.multi_line("xs", "ys", color="color", line_width=2, legend_field="policy",
                    source=ColumnDataSource(lines, name="sweep_lines"))

@@ -12,14 +12,14 @@ from bokeh.models import ColumnDataSource, HoverTool, Legend, Range1d, Span
 
 from vmexplorer.graph import build_graph
 from vmexplorer.plan import Direction
+from vmexplorer.plots.axis import make_axis
+from vmexplorer.plots.memory import KIND_LABELS, KINDS, highlight_tensor, resident_figure, update_resident
 from vmexplorer.policies import compile_plan
 from vmexplorer.session import Session, load_session, new_session
 from vmexplorer.simulator import H100_DEFAULT, simulate
-from vmexplorer.timeline.axis import _axis
-from vmexplorer.timeline.lanes import iteration_view
-from vmexplorer.timeline.memory import KIND_LABELS, KINDS, highlight_tensor, resident_figure, update_resident
+from vmexplorer.timeline import iteration_view
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_sessions"
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_sessions"
 
 
 def simulated(model: str = "resnet18", policy: str = "autovm", share: float = 0.5) -> Session:
@@ -38,7 +38,7 @@ def session() -> Session:
 
 
 def draw(s: Session) -> Any:
-    return resident_figure(s, _axis(s, "time"), Range1d())
+    return resident_figure(s, make_axis(s, "time"), Range1d())
 
 
 def part(fig: Any, name: str) -> Any:
@@ -150,7 +150,7 @@ def test_update_resident_puts_another_session_into_the_same_figure_and_sources(s
     sources = [r.data_source for r in fig.renderers]
     renderers, y_range = list(fig.renderers), fig.y_range
     other = iteration_view(measured("vgg19-b64-autovm-50pct"), 2)
-    update_resident(fig, other, _axis(other, "time"))
+    update_resident(fig, other, make_axis(other, "time"))
     assert list(fig.renderers) == renderers and [r.data_source for r in fig.renderers] == sources
     assert fig.y_range is y_range
     assert np.allclose(kinds(fig)["x"], kinds(draw(other))["x"])
@@ -166,7 +166,7 @@ def test_the_highlighted_tensor_is_its_bytes_while_resident_and_zero_outside(ses
     offloaded = {m.tensor for m in p.memops if m.direction is Direction.TO_HOST}
     t = next(t for t in offloaded if not g.tensors[t].persistent)  # created, moved out and back, released
     fig = draw(session)
-    highlight_tensor(fig, session, _axis(session, "time"), t)
+    highlight_tensor(fig, session, make_axis(session, "time"), t)
     d = kinds(fig)
     h = part(fig, "tensor_resident").data_source.data
     scale = 2**30 if fig.yaxis.axis_label.endswith("(GiB)") else 2**20
@@ -178,5 +178,5 @@ def test_the_highlighted_tensor_is_its_bytes_while_resident_and_zero_outside(ses
     gone = tl.op_end_ns[list(tl.op_index).index(g.last_use[t])] / 1e6
     assert np.all(drawn[(d["x"] < born) | (d["x"] >= gone)] == 0)
     assert np.any(drawn == g.tensors[t].nbytes) and np.any((drawn == 0) & (d["x"] > born) & (d["x"] < gone))
-    highlight_tensor(fig, session, _axis(session, "time"), None)
+    highlight_tensor(fig, session, make_axis(session, "time"), None)
     assert len(part(fig, "tensor_resident").data_source.data["x"]) == 0

@@ -21,7 +21,7 @@ from ..graph import Kind
 from ..records.spans import resident_steps
 from ..session import Session
 from ..units import format_bytes
-from .axis import _Axis, _byte_unit
+from .axis import Axis, byte_unit
 
 # persistent kinds at the bottom, so what comes and goes during the iteration stacks on a steady base
 KINDS = (Kind.WEIGHT, Kind.BUFFER, Kind.OPTIMIZER_STATE, Kind.INPUT, Kind.GRADIENT, Kind.ACTIVATION, Kind.WORKSPACE)
@@ -45,7 +45,7 @@ class _Steps:
     tensor: np.ndarray  # the tensor it changes
 
 
-def resident_figure(session: Session, axis: _Axis, x_range: Any) -> Any:
+def resident_figure(session: Session, axis: Axis, x_range: Any) -> Any:
     """Resident bytes stacked by tensor kind, the capacity as a dashed line, x linked to `x_range`.
     Hovering names the bytes per kind and the largest resident tensors at that instant; clicking a
     legend entry hides its kind."""
@@ -81,7 +81,7 @@ def resident_figure(session: Session, axis: _Axis, x_range: Any) -> Any:
     return f
 
 
-def update_resident(fig: Any, session: Session, axis: _Axis) -> None:
+def update_resident(fig: Any, session: Session, axis: Axis) -> None:
     """Put another session (an edit's, another iteration's) into a figure from `resident_figure`: new
     data in the same sources, the y range and capacity moved to it. The tensor highlight is cleared
     (its times were the old session's): call `highlight_tensor` again to keep it."""
@@ -104,7 +104,7 @@ def update_resident(fig: Any, session: Session, axis: _Axis) -> None:
     _named(fig, "capacity_label").y = capacity / scale
 
 
-def highlight_tensor(fig: Any, session: Session, axis: _Axis, tensor: int | None) -> None:
+def highlight_tensor(fig: Any, session: Session, axis: Axis, tensor: int | None) -> None:
     """Draw one tensor's bytes on the device over time (its share of the resident bytes) in a figure
     from `resident_figure` showing `session`; None clears it."""
     if tensor is None:
@@ -143,7 +143,7 @@ def _named(fig: Any, name: str) -> Any:
 
 
 def _scale(session: Session) -> tuple[float, str]:
-    return _byte_unit(max(session.plan.capacity, int(session.timeline.resident_bytes.max(initial=0))))
+    return byte_unit(max(session.plan.capacity, int(session.timeline.resident_bytes.max(initial=0))))
 
 
 def _session_steps(session: Session) -> list[_Steps]:

@@ -1,8 +1,18 @@
-"""The timeline's lanes: ops on the compute stream, transfers on the copy lanes, the plan's offload and
-prefetch markers (draggable), and the bytes each op faulted in."""
+"""The timeline of a session as Bokeh figures: op lanes, copy-stream lanes, fault bursts, resident bytes.
+
+Every glyph kind is one ColumnDataSource of numpy columns, so a session of thousands of ops draws as
+fast as one of ten; a renderer per phase or kind of transfer views its rows, so the legend hides each.
+The sources are named ("ops", "memops", "offload_markers", "prefetch_markers", "ghost_markers", "faults",
+"resident", ...; `timeline_source` finds one) and `update_timeline` refills them for another session, so
+a person's zoom and the browser's models survive an edit. A measured session with collector records
+adds what the GPU itself reported ("measured_htod", "measured_dtoh": CUPTI's migrations per op, with
+fault groups and kernel time on hover; "nvml_rx", "nvml_tx": NVML's PCIe throughput), and a note
+naming any collector that did not run, in their place.
+"""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -19,17 +29,31 @@ from bokeh.models import (
 )
 from bokeh.models.annotations import Label, Legend, LegendItem
 from bokeh.plotting import figure
+from bokeh.resources import Resources
 
-from ..details import memop_what, memop_words
-from ..graph import Graph
-from ..plan import Direction, Origin, Plan
-from ..records.collected import CollectorStatus
-from ..records.collected import one_iteration as collected_iteration
-from ..session import Session
-from ..units import format_bytes, format_ns
-from . import memory
-from .axis import _BAR, LANES, MEMOP_COLORS, PHASE_COLORS, _Axis, _axis, _byte_unit, _op_columns, _plain_title, _texts
-from .measured import _measured
+from .details import memop_what, memop_words
+from .fileio import atomic_write
+from .graph import Graph
+from .plan import Direction, Origin, Plan
+from .plots import memory
+from .plots.axis import (
+    BAR,
+    LANES,
+    MEMOP_COLORS,
+    PHASE_COLORS,
+    Axis,
+    byte_unit,
+    make_axis,
+    op_columns,
+    plain_title,
+    texts,
+)
+from .plots.measured import measured_lanes
+from .plots.summary import summary_table
+from .records.collected import CollectorStatus
+from .records.collected import one_iteration as collected_iteration
+from .session import Session
+from .units import format_bytes, format_ns
 
 
 def timeline_figure(session: Session, x_axis: str = "time", editable: bool = False, x_range: Any = None,
@@ -45,20 +69,20 @@ def timeline_figure(session: Session, x_axis: str = "time", editable: bool = Fal
     `update_timeline` puts another session into the same figures."""
     if x_axis not in ("time", "op"):
         raise ValueError(f"x_axis has to be 'time' or 'op', not {x_axis!r}")
-    axis = _axis(session, x_axis)
+    axis = make_axis(session, x_axis)
     lanes = figure(height=230, x_axis_label=axis.label, tools="xpan,xwheel_zoom,box_zoom,reset,save",
                    **({"x_range": x_range} if x_range is not None else {}),
                    # the wheel scrolls the page until a person picks the zoom tool: a lecture hall scrolls
                    active_scroll=None, sizing_mode="stretch_width", y_range=Range1d(start=-0.2, end=3.2),
-                   title=_plain_title("", text_font_style="normal", text_font_size="10pt"), name="lanes",
+                   title=plain_title("", text_font_style="normal", text_font_size="10pt"), name="lanes",
                    tags=[x_axis])
-    lanes.yaxis.ticker = [v + _BAR / 2 for v in LANES.values()]
-    lanes.yaxis.major_label_overrides = {v + _BAR / 2: k for k, v in LANES.items()}
+    lanes.yaxis.ticker = [v + BAR / 2 for v in LANES.values()]
+    lanes.yaxis.major_label_overrides = {v + BAR / 2: k for k, v in LANES.items()}
     lanes.ygrid.grid_line_color = None
     sources = {name: ColumnDataSource(name=name) for name in _SOURCES}
     # one source per glyph kind keeps a large session fast; a view per phase or kind of transfer gives
     # the legend one renderer to hide each
-    ops: list[Any] = [lanes.quad(left="left", right="right", bottom=LANES["compute"], top=LANES["compute"] + _BAR,
+    ops: list[Any] = [lanes.quad(left="left", right="right", bottom=LANES["compute"], top=LANES["compute"] + BAR,
                       color="color", source=sources["ops"], name=f"ops_{phase}", view=_only("phase", phase))
            for phase in PHASE_COLORS]
     lanes.add_tools(HoverTool(renderers=ops, tooltips=[
@@ -88,7 +112,7 @@ def timeline_figure(session: Session, x_axis: str = "time", editable: bool = Fal
                 args={"src": m.data_source, "bounds": sources["boundaries"]}, code=_SNAP_JS))
     lanes.add_layout(_legend(ops, memops, markers, ghosts), "above")
     layout = column(lanes, _faults(sources["faults"], lanes), memory.resident_figure(session, axis, lanes.x_range),
-                    *_measured(session, axis, lanes), sizing_mode="stretch_width")
+                    *measured_lanes(session, axis, lanes), sizing_mode="stretch_width")
     _fill(layout, session, axis, title, before)
     return layout
 
@@ -107,7 +131,7 @@ def update_timeline(layout: Any, session: Session, x_axis: str, title: str | Non
     collectors' lanes are drawn once, with the figure; an edit's simulation has none: they are hidden)."""
     if not can_update(layout, session, x_axis):
         return False
-    axis = _axis(session, x_axis)
+    axis = make_axis(session, x_axis)
     for child in layout.children[3:]:  # what the collectors recorded: not what the edit simulates
         child.visible = False
     _fill(layout, session, axis, title, before)
@@ -132,14 +156,14 @@ def highlight_tensor(layout: Any, session: Session, x_axis: str, tensor: int | N
         faded = np.where(ids == tensor, alpha, _FADED) if tensor is not None else np.full(len(ids), alpha)
         if len(ids) and not np.array_equal(np.asarray(src.data["alpha"]), faded):
             src.patch({"alpha": [(slice(0, len(ids)), faded.tolist())]})
-    memory.highlight_tensor(layout.children[2], session, _axis(session, x_axis), tensor)
+    memory.highlight_tensor(layout.children[2], session, make_axis(session, x_axis), tensor)
 
 
 def row_at(layout: Any, x: float, y: float) -> tuple[str, int] | None:
     """What a tap at (x, y) on the lanes of `layout` hit: ("op", row of the "ops" source) or ("memop",
     row of the "memops" source), or None between the lanes."""
     for what, bottom in (("op", LANES["compute"]), ("memop", LANES["to device"]), ("memop", LANES["to host"])):
-        if bottom <= y <= bottom + _BAR:
+        if bottom <= y <= bottom + BAR:
             data = timeline_source(layout, "ops" if what == "op" else "memops").data
             left, right = np.asarray(data["left"]), np.asarray(data["right"])
             hit = (left <= x) & (x <= right)
@@ -187,13 +211,13 @@ def _lanes(layout: Any) -> Any:
     return lanes if getattr(lanes, "name", None) == "lanes" and lanes.tags else None
 
 
-def _fill(layout: Any, session: Session, axis: _Axis, title: str | None, before: Plan | None) -> None:
+def _fill(layout: Any, session: Session, axis: Axis, title: str | None, before: Plan | None) -> None:
     lanes = _lanes(layout)
     lanes.title.text.text = title or f"{session.plan.policy} on {session.graph.model}: {session.timeline.source}"
     # "boundaries" is in the document only where the snapping reads it (an editable figure)
     found = _named_sources(layout)
     sources = {name: found.get(name, ColumnDataSource()) for name in _SOURCES}
-    ops = _op_columns(session, axis)
+    ops = op_columns(session, axis)
     mem = _memop_columns(session, axis)
     sources["ops"].data = ops
     sources["memops"].data = mem
@@ -244,7 +268,7 @@ if (changed) { src.data = Object.assign({}, d, {x: x, y: y}); }
 def issue_after_at(session: Session, x: float, x_axis: str, iteration: int = 0) -> int:
     """The op a marker dragged to `x` is issued after (-1: the start of the iteration), in the
     iteration it belongs to: the nearest op boundary, on either axis."""
-    axis = _axis(session, x_axis)
+    axis = make_axis(session, x_axis)
     position = float(x) if x_axis == "op" else float(np.interp(float(x) * 1e6, axis.knots_ns,
                                                                axis.knots_x))
     return int(round(position)) - 1 - iteration * len(session.graph.ops)
@@ -255,7 +279,7 @@ def iteration_view(session: Session, iteration: int) -> Session:
     so a long measured session can be drawn an iteration at a time."""
     from dataclasses import replace
 
-    from ..records.spans import one_iteration
+    from .records.spans import one_iteration
 
     timeline, origin, end = one_iteration(session.timeline, iteration)
     collected = None if session.collected is None else collected_iteration(session.collected, iteration, origin, end)
@@ -302,7 +326,7 @@ def _legend(ops: list[Any], memops: list[Any], markers: list[Any], ghosts: Any) 
                   name="lanes_legend")
 
 
-def _memop_columns(session: Session, axis: _Axis) -> dict[str, Any]:
+def _memop_columns(session: Session, axis: Axis) -> dict[str, Any]:
     g, p, tl = session.graph, session.plan, session.timeline
     ms = [p.memops[i] for i in tl.memop_index.tolist()]
     to_device = np.array([m.direction is Direction.TO_DEVICE for m in ms], dtype=bool)
@@ -312,7 +336,7 @@ def _memop_columns(session: Session, axis: _Axis) -> dict[str, Any]:
     return {"left": axis.x(tl.memop_start_ns), "right": axis.x(tl.memop_end_ns), "bottom": bottom,
             "tensor_id": np.array([m.tensor for m in ms], dtype=np.int64), "issue_after": after,
             "iteration": tl.memop_iteration.astype(np.int64),
-            "top": bottom + _BAR, "issue": _issue_x(session, axis, tl.memop_iteration, after, tl.memop_start_ns),
+            "top": bottom + BAR, "issue": _issue_x(session, axis, tl.memop_iteration, after, tl.memop_start_ns),
             "color": np.array([MEMOP_COLORS[k] for k in kind], dtype=object),
             "kind": np.array(kind, dtype=object),
             "tensor": np.array([g.tensors[m.tensor].name for m in ms], dtype=object),
@@ -321,7 +345,7 @@ def _memop_columns(session: Session, axis: _Axis) -> dict[str, Any]:
             "origin": np.array([m.origin.value for m in ms], dtype=object),
             "what": np.array([memop_words(m) for m in ms], dtype=object),
             "after": np.array([_after(g, a) for a in after.tolist()], dtype=object),
-            "duration": _texts(format_ns, tl.memop_end_ns - tl.memop_start_ns),
+            "duration": texts(format_ns, tl.memop_end_ns - tl.memop_start_ns),
             "alpha": np.full(len(ms), _MEMOP_ALPHA)}
 
 
@@ -333,7 +357,7 @@ _CROWD = 120  # markers closer than 1/120 of the drawn span share a column and a
 _STACK = 4  # rows of a stack before it starts again at the top
 
 
-def _marker_columns(mem: dict[str, Any], axis: _Axis, kind: str, direction: Direction) -> dict[str, Any]:
+def _marker_columns(mem: dict[str, Any], axis: Axis, kind: str, direction: Direction) -> dict[str, Any]:
     """The plan's markers of one kind; markers that crowd one place are stacked down their lane,
     each on its own row (`y0`), so each can be grabbed."""
     pick = (mem["origin"] == Origin.PLAN.value) & (mem["direction"] == direction.value)
@@ -346,7 +370,7 @@ def _marker_columns(mem: dict[str, Any], axis: _Axis, kind: str, direction: Dire
     for k in range(1, len(order)):  # the k-th marker of a column goes one row further down
         same = column_of[order[k]] == column_of[order[k - 1]]
         row[order[k]] = (row[order[k - 1]] + 1) % _STACK if same else 0
-    y0 = lane + _BAR + 0.1 - 0.28 * row
+    y0 = lane + BAR + 0.1 - 0.28 * row
     return {"x": x, "y": y0, "y0": y0, "tensor": mem["tensor"][pick], "size": mem["size"][pick],
             "tensor_id": mem["tensor_id"][pick], "iteration": mem["iteration"][pick],
             "issue_after": mem["issue_after"][pick], "what": mem["what"][pick], "after": mem["after"][pick],
@@ -365,7 +389,7 @@ def _planned_issues(plan: Plan) -> dict[tuple[int, Direction, int], int]:
     return out
 
 
-def _ghost_columns(session: Session, axis: _Axis, before: Plan | None) -> dict[str, Any]:
+def _ghost_columns(session: Session, axis: Axis, before: Plan | None) -> dict[str, Any]:
     """Where the markers of `before` were that the shown plan issues elsewhere, or not at all."""
     cols: dict[str, list[Any]] = {"x": [], "y": [], "marker": [], "color": [], "what": []}
     if before is None:
@@ -379,14 +403,14 @@ def _ghost_columns(session: Session, axis: _Axis, before: Plan | None) -> dict[s
             kind = "prefetch" if to_device else "offload"
             x = _issue_x(session, axis, np.array([it]), np.array([after]), np.array([0]))[0]
             cols["x"].append(float(x))
-            cols["y"].append(LANES["to device" if to_device else "to host"] + _BAR + 0.1)
+            cols["y"].append(LANES["to device" if to_device else "to host"] + BAR + 0.1)
             cols["marker"].append("triangle" if to_device else "inverted_triangle")
             cols["color"].append(MEMOP_COLORS[kind])
             cols["what"].append(f"{kind} of {g.tensors[tensor].name}, issued after {_after(g, after)}")
     return cols
 
 
-def _issue_x(session: Session, axis: _Axis, iteration: np.ndarray, after: np.ndarray,
+def _issue_x(session: Session, axis: Axis, iteration: np.ndarray, after: np.ndarray,
              fallback_ns: np.ndarray) -> np.ndarray:
     """Where a memory operation issued after op `after` (-1: the iteration's start) of `iteration`
     sits: at the end of that op. This is the point a person drags, not when the copy began
@@ -405,7 +429,7 @@ def _issue_x(session: Session, axis: _Axis, iteration: np.ndarray, after: np.nda
 def _fault_columns(session: Session, ops: dict[str, Any]) -> tuple[dict[str, Any], str]:
     tl = session.timeline
     hit = tl.op_fault_bytes > 0
-    scale, unit = _byte_unit(int(tl.op_fault_bytes.max(initial=0)))
+    scale, unit = byte_unit(int(tl.op_fault_bytes.max(initial=0)))
     return {"left": ops["left"][hit], "right": ops["right"][hit], "top": tl.op_fault_bytes[hit] / scale,
             "name": ops["name"][hit], "fault": ops["fault"][hit]}, unit
 
@@ -421,3 +445,46 @@ def _faults(source: ColumnDataSource, lanes: Any) -> Any:
     f.xaxis.visible = False
     f.yaxis.ticker = BasicTicker(desired_num_ticks=3)
     return f
+
+
+
+def export_html(session: Session, path: str | os.PathLike[str], force: bool = False) -> None:
+    """One HTML file with Bokeh's JavaScript inline, so it opens offline and can be mailed around."""
+    atomic_write(path, standalone_html(session), force=force)
+
+
+def standalone_html(session: Session) -> bytes:
+    """`export_html`'s page: the summary and the timeline, all Bokeh needs inline and nothing else."""
+    from bokeh.embed import file_html
+
+    p = session.plan
+    title = f"vmexplorer: {p.model} batch {p.batch}, {p.policy} ({session.timeline.source})"
+    layout = column(summary_table(session), timeline_figure(session), sizing_mode="stretch_width")
+    return file_html(layout, _PageResources(frozenset(type(m) for m in layout.references())), title).encode()
+
+
+class _PageResources(Resources):
+    """Bokeh's INLINE resources, less the files of models the page does not hold. Bokeh links the
+    `__javascript__` and `__css__` of every model class the process has imported: in the app's server,
+    Panel's (its tables' stylesheet on a CDN, scripts under the server's static/) would be linked from a
+    page that has to open offline, and fail there."""
+
+    # every bundle, for `file_html` to drop those the page does not use (it removes them by name): the
+    # app's server starts its own Resources from fewer (app.py), and an export must not depend on that
+    EVERY_COMPONENT: tuple[Any, ...] = ("bokeh", "bokeh-gl", "bokeh-widgets", "bokeh-tables", "bokeh-mathjax")
+
+    def __init__(self, classes: frozenset[type], components: list[Any] | None = None) -> None:
+        super().__init__(mode="inline", components=list(self.EVERY_COMPONENT if components is None else components))
+        self.classes = classes
+
+    def clone(self, *, components: list[Any] | None = None) -> _PageResources:
+        return _PageResources(self.classes, components=list(self.components if components is None else components))
+
+    def _collect_external_resources(self, resource_attr: Any) -> list[str]:
+        found: list[str] = []
+        for cls in sorted(self.classes, key=lambda c: f"{c.__module__}.{c.__qualname__}"):
+            files = getattr(cls, resource_attr, None)
+            for f in [files] if isinstance(files, str) else files or []:
+                if f not in found:
+                    found.append(f)
+        return found
