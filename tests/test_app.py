@@ -71,7 +71,7 @@ def test_the_default_samples_uvm_twin_is_one_click_away(state: AppState) -> None
     view.main()
     assert view.compare_twin.visible
     view.compare_twin.clicks += 1
-    assert view.state.comparison is not None and view.tabs.active == 1
+    assert view.state.comparison is not None and view.TABS[view.tabs.active] == "Compare"
     assert state.simulate_config("alexnet", 32, "60%", "autovm") and state.twin("uvm") is None
     assert not state.compare_with_twin("uvm") and "no measured uvm sample" in state.message
 
@@ -922,10 +922,39 @@ def test_the_page_tells_the_story_first_then_offers_the_cliff_the_lesson_and_com
     assert view.cliff.live and view.cliff.points.data["name"]
 
 
-def test_a_lesson_step_opens_in_the_lesson_tab() -> None:
+def test_each_lesson_step_sets_its_tab_the_time_axis_the_typical_iteration_and_what_it_lights_up() -> None:
+    from vmexplorer.app import AppView
+    from vmexplorer.views import LESSON
+
+    view = AppView()
+    view.main()
+    assert not view.lesson._banner.visible  # no lesson until a step is asked for
+    view.x_axis.value = "op"
+    for number, step in enumerate(LESSON, start=1):
+        view.lesson.step = number
+        s = view.state.session
+        assert view.lesson._banner.visible and view.TABS[view.tabs.active] == step.tab
+        assert view.x_axis.value == "time"
+        typical = str(s.timeline.typical_iteration() + 1) if s.timeline.iterations > 1 else "all"
+        assert view.iteration.value == typical
+        lit = view.lesson.lit
+        assert (lit is not None) == (step.lit is not None), step.title
+        assert view._picked == lit
+        if lit is not None:  # the timeline shows it: its markers and transfers at full colour, the rest faded
+            memops = timeline_source(view.timeline.object, "memops").data
+            alpha = dict(zip(memops["tensor_id"], memops["alpha"], strict=True))
+            assert alpha and alpha.get(lit, 1.0) > min(alpha.values()), step.title
+            assert s.graph.tensors[lit].name in view.lesson.words.object
+    view.lesson.close.clicks += 1
+    assert view.lesson.step == 0 and not view.lesson._banner.visible
+
+
+def test_a_tensor_picked_in_one_graph_is_let_go_when_another_graph_is_shown() -> None:
     from vmexplorer.app import AppView
 
     view = AppView()
     view.main()
-    view.lesson.step = 2
-    assert view.tabs.active == 2 and view.state.session.plan.policy == "uvm"
+    last = len(view.state.session.graph.tensors) - 1
+    view._highlight(last)
+    assert view.state.simulate_config("alexnet", 32, "60%", "autovm"), view.state.message
+    assert view._picked is None and not view.state.message  # drawn, nothing lit up

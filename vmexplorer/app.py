@@ -130,6 +130,8 @@ class DrawError(Exception):
 class AppView:
     """The widgets of one browser session over one AppState."""
 
+    TABS = ("Session", "Paging cliff", "Lesson", "Compare")
+
     def __init__(self, state: AppState | None = None) -> None:
         self.state = state or AppState()
         if self.state.session is None and not self.state.load_sample():
@@ -243,13 +245,14 @@ class AppView:
         self.story = WhereTimeGoes(state=self.state)
         self.cliff = PagingCliff(state=self.state)
         # the cliff is drawn when its tab is first opened, and follows the session from then on
-        self.tabs.param.watch(lambda *_: setattr(self.cliff, "live", self.cliff.live or self.tabs.active == 1),
+        cliff_tab = self.TABS.index("Paging cliff")
+        self.tabs.param.watch(lambda *_: setattr(self.cliff, "live", self.cliff.live or self.tabs.active == cliff_tab),
                               "active")
         self.finder = Finder(state=self.state)
         self.finder.param.watch(lambda e: self._zoom_to(e.new), "focus")
         self.finder.param.watch(lambda e: self._highlight(e.new), "selected_tensor")
         self.lesson = Lesson(state=self.state)
-        self.lesson.param.watch(lambda *_: setattr(self.tabs, "active", 2), "step")  # a step is shown in its tab
+        self.lesson.param.watch(lambda *_: self._show_lesson_step(), "step")
 
     def _wire(self) -> None:
         """What each widget does, and what the page redraws when the state changes."""
@@ -493,7 +496,7 @@ class AppView:
     def _on_compare_twin(self, _: Any) -> None:
         self._act(self.state.compare_with_twin, "uvm")
         if self.state.comparison is not None and not self.state.message and len(self.tabs) > 1:
-            self.tabs.active = 1  # show it
+            self.tabs.active = self.TABS.index("Compare")  # show it
 
     def _on_compare(self, _: Any) -> None:
         pick = self.compare_pick.value
@@ -582,6 +585,8 @@ class AppView:
         if s is None:
             return
         p = s.plan
+        if self._drawn is not None and self._drawn.graph.key != s.graph.key:
+            self._picked = None  # a tensor of another graph: its number names nothing here
         self.model.value, self.batch.value, self.policy.value = p.model, p.batch, p.policy
         self.capacity.value = capacity_text(p.capacity, s.graph.footprint)
         self._draw_knobs(p.options)
@@ -690,6 +695,15 @@ class AppView:
         memop = int(drawn.timeline.memop_index[row])
         self.finder.selected_memop = row if it is None else details.memop_row(s, memop, it)
         self._highlight(int(s.plan.memops[memop].tensor))
+
+    def _show_lesson_step(self) -> None:
+        """A lesson step's view: its tab, the time axis, the typical iteration (opening its session chose
+        that) and the tensor it lights up."""
+        if not self.lesson.step:
+            return
+        self.x_axis.value = "time"
+        self.tabs.active = self.TABS.index(self.lesson.tab)
+        self._highlight(self.lesson.lit)
 
     def _iteration_index(self) -> int | None:
         """The recorded iteration shown, from 0; None when the whole session is."""
@@ -839,9 +853,9 @@ class AppView:
         cliff = pn.Column(pn.pane.Markdown("Iteration time against capacity, simulated with the shown "
                                            "session's cost model; the diamonds were measured. Tap a point "
                                            "to open it."), self.cliff, name="Paging cliff")
-        self.tabs[:] = [("Session", session), ("Paging cliff", cliff), ("Lesson", self.lesson),
-                        ("Compare", comparison)]
-        return [pn.Column(self.alert, self.info, self.tabs, sizing_mode="stretch_width")]
+        self.tabs[:] = list(zip(self.TABS, (session, cliff, self.lesson.contents(), comparison), strict=True))
+        # the lesson's banner sits above the tabs: a step may show the timeline or the cliff
+        return [pn.Column(self.alert, self.info, self.lesson, self.tabs, sizing_mode="stretch_width")]
 
 
 def _sample_groups() -> dict[str, list[str]]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from html import escape
 from typing import Any
 
@@ -18,7 +18,9 @@ from panel.custom import JSComponent
 
 from . import details
 from .appstate import AppState, times_than
+from .plan import PlanError
 from .plots import breakdown_figure, sweep_figure, update_breakdown, update_sweep
+from .policies import compile_plan
 from .records.breakdown import PARTS as BREAKDOWN_PARTS
 from .simulator import simulate
 from .units import format_bytes, format_ns
@@ -122,12 +124,48 @@ class PagingCliff(pn.viewable.Viewer):
 
 @dataclass(frozen=True)
 class Step:
-    """One step of the lesson: what it opens, and its words, written from the numbers it shows."""
+    """One step of the lesson: the view it opens and its words, written from the numbers it shows."""
 
     title: str
     sample: str  # the sample session it opens
     words: Callable[[AppState], str]
-    late_prefetch: bool = False  # drag the largest prefetch as late as it may go
+    late_prefetch: bool = False  # drag the prefetch whose lateness costs most as late as it may go
+    tab: str = "Session"  # the tab it is seen in: the timeline's, or the paging cliff's
+    lit: Callable[[AppState], int | None] | None = None  # the tensor it lights up in the timeline
+
+
+def _most_faulted(state: AppState) -> int | None:
+    """The tensor whose demand faults bring the most bytes in, over the session's plan."""
+    s = state.session
+    assert s is not None
+    faulted: dict[int, int] = {}
+    for m in s.plan.memops:
+        if details.memop_what(m) == "demand fault":
+            faulted[m.tensor] = faulted.get(m.tensor, 0) + m.nbytes
+    return max(faulted, key=lambda t: (faulted[t], -t)) if faulted else None
+
+
+def _largest_moved(state: AppState) -> int | None:
+    """The largest tensor the plan offloads and prefetches: the one a drag moves in step 4."""
+    s = state.session
+    assert s is not None
+    moved = {mv.tensor for mv in state.moves if mv.prefetch_after is not None}
+    return max(moved, key=lambda t: (s.graph.tensors[t].nbytes, -t)) if moved else None
+
+
+def _dragged(state: AppState) -> int | None:
+    """The tensor whose round trip the edits moved (the first one, in the plan's order)."""
+    loaded = state.loaded
+    before = {} if loaded is None else {mv.tensor: mv for mv in loaded.plan.moves}
+    return next((mv.tensor for mv in state.moves if before.get(mv.tensor) != mv), None)
+
+
+def _lit_words(state: AppState, lit: int | None, what: str) -> str:
+    s = state.session
+    if s is None or lit is None:
+        return ""
+    t = s.graph.tensors[lit]
+    return f" Lit up in the timeline: {t.name} ({format_bytes(t.nbytes)}), {what}."
 
 
 def _split_words(state: AppState) -> tuple[Any, Any]:
@@ -148,7 +186,7 @@ def _uvm(state: AppState) -> str:
     return (f"Half the memory, NVIDIA's demand paging (uvm): {format_ns(split.iteration_ns)} per iteration. "
             f"{format_ns(split.fault_wait_ns)} of it the kernels wait on demand faults and "
             f"{format_ns(split.transfer_wait_ns)} on the driver's evictions; compute is still "
-            f"{format_ns(split.compute_ns)}.")
+            f"{format_ns(split.compute_ns)}." + _lit_words(state, _most_faulted(state), "the tensor faulted in most"))
 
 
 def _autovm(state: AppState) -> str:
@@ -156,7 +194,8 @@ def _autovm(state: AppState) -> str:
     moved = s.summary["bytes_to_host"]
     return (f"Same capacity, AutoVM: it reads the training graph and offloads {format_bytes(int(moved))} of "
             f"feature maps during forward, prefetching them before backward needs them. "
-            f"{format_ns(split.iteration_ns)} per iteration, {format_ns(split.fault_wait_ns)} waiting on faults.")
+            f"{format_ns(split.iteration_ns)} per iteration, {format_ns(split.fault_wait_ns)} waiting on faults."
+            + _lit_words(state, _largest_moved(state), "its offload and its prefetch"))
 
 
 def _late(state: AppState) -> str:
@@ -164,10 +203,13 @@ def _late(state: AppState) -> str:
     before = state.loaded
     assert before is not None and state.cost_model is not None
     unedited = int(simulate(before.graph, before.plan, state.cost_model).iteration_ns().max())
-    return (f"Drag a prefetch later, here as late as it may go, and its wait shows: {state.status}. "
+    was = state.unedited()
+    waited = "" if was is None else f" (from {format_ns(was.time_split().transfer_wait_ns)})"
+    return (f"Drag a prefetch later, here the one that costs most, as late as it may go: {state.status}. "
             f"The iteration takes {format_ns(split.iteration_ns)} instead of {format_ns(unedited)}, both "
             f"simulated with this session's cost model; {format_ns(split.transfer_wait_ns)} of it waiting on "
-            "transfers.")
+            f"transfers{waited}."
+            + _lit_words(state, _dragged(state), "the prefetch dragged; its ghost marks where it was"))
 
 
 def _cliff(state: AppState) -> str:
@@ -183,10 +225,12 @@ def _cliff(state: AppState) -> str:
 
 LESSON = (
     Step("1. Everything fits", "vgg19-b64-device.measured.vms", _fits),
-    Step("2. Demand paging at 50%", "vgg19-b64-uvm-50pct.measured.vms", _uvm),
-    Step("3. The same bytes, moved ahead of time", "vgg19-b64-autovm-50pct.measured.vms", _autovm),
-    Step("4. A prefetch too late", "vgg19-b64-autovm-50pct.measured.vms", _late, late_prefetch=True),
-    Step("5. The paging cliff", "vgg19-b64-uvm-50pct.measured.vms", _cliff),
+    Step("2. Demand paging at 50%", "vgg19-b64-uvm-50pct.measured.vms", _uvm, lit=_most_faulted),
+    Step("3. The same bytes, moved ahead of time", "vgg19-b64-autovm-50pct.measured.vms", _autovm,
+         lit=_largest_moved),
+    Step("4. A prefetch too late", "vgg19-b64-autovm-50pct.measured.vms", _late, late_prefetch=True,
+         lit=_dragged),
+    Step("5. The paging cliff", "vgg19-b64-uvm-50pct.measured.vms", _cliff, tab="Paging cliff"),
 )
 
 
@@ -218,11 +262,15 @@ class ArrowKeys(JSComponent):
 
 
 class Lesson(pn.viewable.Viewer):
-    """The guided lesson: each step opens a session and says what it shows, in words large enough for
-    a projector. `step` is 1-based, so it reads well in a URL (`?step=3`)."""
+    """The guided lesson: each step opens a session, sets the view a class should look at (the tab, the
+    time axis, the typical iteration, a tensor lit up) and says what it shows, in words large enough
+    for a projector. It is a banner above the page's tabs while a step is on; `contents` is the tab
+    that lists the steps. `step` is 1-based, so it reads well in a URL (`?step=3`); 0 is no lesson."""
 
     state = param.ClassSelector(class_=AppState)
-    step = param.Integer(default=1, bounds=(1, len(LESSON)))
+    step = param.Integer(default=0, bounds=(0, len(LESSON)), doc="the step shown; 0: none")
+    lit = param.Integer(default=None, allow_None=True, doc="the tensor the step lights up")
+    tab = param.String(default="Session", doc="the tab the step is seen in")
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
@@ -233,41 +281,77 @@ class Lesson(pn.viewable.Viewer):
         self.words = Text(styles={"font-size": "1.4em"}, sizing_mode="stretch_width")
         self.previous = widget(pn.widgets.Button, "Previous", width=110)
         self.next = widget(pn.widgets.Button, "Next", button_type="primary", width=110)
+        self.close = widget(pn.widgets.Button, "End the lesson", width=140)
         self.previous.on_click(lambda *_: self._go(self.step - 1))
         self.next.on_click(lambda *_: self._go(self.step + 1))
+        self.close.on_click(lambda *_: setattr(self, "step", 0))
         self.keys = ArrowKeys(height=0, width=0, margin=0)
         self.keys.param.watch(lambda *_: self._go(self.step + self.keys.last), "pressed")
+        self.starts = [widget(pn.widgets.Button, f"▶ {s.title}", width=360, align="start") for s in LESSON]
+        for i, button in enumerate(self.starts, start=1):
+            button.on_click(lambda *_, i=i: setattr(self, "step", i))
+        self._banner = pn.Column(pn.Row(self.previous, self.next, self.title, pn.layout.HSpacer(), self.close),
+                                 self.words, self.keys, visible=False, sizing_mode="stretch_width",
+                                 styles={"border-left": "6px solid #4c78a8", "padding-left": "12px"})
         self.param.watch(lambda *_: self.open_step(), "step")
 
     def _go(self, step: int) -> None:
         self.step = min(max(step, 1), len(LESSON))
 
     def open_step(self) -> bool:
-        """Open this step's session (and edit), and say what it shows."""
+        """Open this step's session (and edit), pick what it lights up, and say what it shows; step 0
+        ends the lesson."""
+        self._banner.visible = self.step > 0
+        if not self.step:
+            return True
         step = LESSON[self.step - 1]
         ok = self.app.load_sample(step.sample)
         if ok and step.late_prefetch:
-            ok = _drag_largest_prefetch_late(self.app)
+            ok = _drag_costliest_prefetch_late(self.app)
+        # the view first: whoever draws the page reads `lit` and `tab` when `step` has changed
+        self.lit = step.lit(self.app) if ok and step.lit is not None else None
+        self.tab = step.tab
         self.title.object = step.title
         self.words.object = step.words(self.app) if ok else self.app.message
         self.previous.disabled, self.next.disabled = self.step == 1, self.step == len(LESSON)
         return ok
 
+    def contents(self) -> Any:
+        """The lesson's tab: what it is, and a button per step (each step also has its link, `?step=N`)."""
+        return pn.Column(
+            pn.pane.Markdown("A guided lesson on GPU paging for a class, in five steps, each on a session "
+                             "measured on a GPU. A step opens its view and says what it shows; the **Next** "
+                             "and **Previous** buttons, or the ← and → keys, step through it."),
+            *self.starts, sizing_mode="stretch_width")
+
     def __panel__(self) -> Any:
-        return pn.Column(pn.Row(self.previous, self.next, self.title), self.words, self.keys,
-                         pn.pane.Markdown("*← and → step through the lesson too.*", styles={"color": "#555"}),
-                         sizing_mode="stretch_width")
+        return self._banner
 
 
-def _drag_largest_prefetch_late(state: AppState) -> bool:
+def _drag_costliest_prefetch_late(state: AppState) -> bool:
+    """Drag, as late as it may go, the prefetch whose lateness costs the iteration the most (each
+    candidate re-planned and simulated with the session's cost model): the step shows the stall
+    clearly, not the one prefetch that happens to be largest."""
     s = state.session
-    assert s is not None
-    later = [(mv, state.marker_range("prefetch", mv.tensor, mv.prefetch_after)[1]) for mv in state.moves
-             if mv.prefetch_after is not None]
-    later = [(mv, latest) for mv, latest in later if latest > (mv.prefetch_after or 0)]
-    if not later:
+    assert s is not None and state.cost_model is not None
+    worst: tuple[int, Any, int] | None = None
+    for i, mv in enumerate(state.moves):
+        if mv.prefetch_after is None:
+            continue
+        latest = state.marker_range("prefetch", mv.tensor, mv.prefetch_after)[1]
+        if latest <= mv.prefetch_after:
+            continue
+        moves = [*state.moves[:i], replace(mv, prefetch_after=latest), *state.moves[i + 1:]]
+        try:
+            plan = compile_plan(s.graph, s.plan.capacity, "manual", moves=moves)
+        except PlanError:
+            continue
+        took = int(simulate(s.graph, plan, state.cost_model).iteration_ns().max())
+        if worst is None or took > worst[0]:
+            worst = (took, mv, latest)
+    if worst is None:
         return state.fail("this session plans no prefetch that could be issued later")
-    move, latest = max(later, key=lambda ml: s.graph.tensors[ml[0].tensor].nbytes)
+    _, move, latest = worst
     return state.drag("prefetch", move.tensor, latest, move.prefetch_after)
 
 

@@ -11,6 +11,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 CANVAS_TIMEOUT_MS = 60_000
 SAMPLE = ROOT / "sample_sessions" / "vgg19-b64-autovm-50pct.measured.vms"
@@ -173,14 +175,19 @@ def test_dragging_a_prefetch_marker_with_the_mouse_changes_the_iteration_time(ap
     assert not watched_page.page_errors, watched_page.page_errors
 
 
-def test_a_lesson_step_has_its_own_link(app_url: str, watched_page: Any) -> None:
+@pytest.mark.parametrize("step", [1, 2, 3, 4, 5])
+def test_each_lesson_step_has_its_own_link_which_opens_its_view(app_url: str, watched_page: Any, step: int) -> None:
+    from playwright.sync_api import expect
+
     from vmexplorer.views import LESSON
 
-    step = 3
     page = watched_page.page
     page.goto(f"{app_url}?step={step}")
     _wait_for_canvas(page)
     page.get_by_text(LESSON[step - 1].title, exact=True).wait_for(timeout=CANVAS_TIMEOUT_MS)
+    # the page's tabs come first; the Finder's (ops, tensors) are inside the Session tab
+    expect(page.locator(".bk-tab.bk-active").first).to_have_text(LESSON[step - 1].tab, timeout=CANVAS_TIMEOUT_MS)
+    assert not watched_page.page_errors, watched_page.page_errors
 
 
 def _open_app(page: Any, url: str) -> Any:
