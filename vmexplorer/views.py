@@ -421,7 +421,9 @@ class Finder(pn.viewable.Viewer):
         self.tensors.param.watch(lambda e: self._on_row(e, "tensor"), "selection")
         self.param.watch(self._on_selected, list(_SELECTIONS))
         self.param.watch(self._rebuild, "iteration")
-        self.app.param.watch(self._rebuild, "session")
+        # after the rest of the page: on a server the summary and the timeline of an edit reach the
+        # browser first, and the tables (every op's and tensor's row) come in the next tick
+        self.app.param.watch(lambda *_: pn.state.execute(self._rebuild, schedule=True), "session")
         self._rebuild()
 
     def _rebuild(self, *_: Any) -> None:

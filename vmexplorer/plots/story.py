@@ -41,7 +41,13 @@ def update_breakdown(fig: Any, rows: list[dict[str, Any]]) -> None:
     """Put new rows into a figure from `breakdown_figure`: its data and its categories, not a new figure."""
     keys = [key.replace("_ns", "_ms") for key, _ in BREAKDOWN_PARTS]
     fig.y_range.factors = [r["label"] for r in reversed(rows)]
-    fig.select_one({"name": "breakdown"}).data = _breakdown_columns(rows, keys)
+    _source(fig, "breakdown").data = _breakdown_columns(rows, keys)
+
+
+def _source(fig: Any, name: str) -> ColumnDataSource:
+    """The data source named `name`, through the figure's renderers: Bokeh's `select` walks every model
+    the figure references (ticks, tools, styles), a cost paid on every edit."""
+    return next(r.data_source for r in fig.renderers if r.data_source.name == name)
 
 
 def _breakdown_columns(rows: list[dict[str, Any]], keys: list[str]) -> dict[str, list[Any]]:
@@ -72,8 +78,8 @@ def sweep_figure(sweep: dict[str, Any]) -> Any:
 
 def update_sweep(fig: Any, sweep: dict[str, Any]) -> None:
     lines, points = _sweep_columns(sweep)
-    fig.select_one({"name": "sweep_lines"}).data = lines
-    fig.select_one({"name": "sweep_points"}).data = points
+    _source(fig, "sweep_lines").data = lines
+    _source(fig, "sweep_points").data = points
 
 
 def _sweep_columns(sweep: dict[str, Any]) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
