@@ -420,6 +420,17 @@ def test_an_edited_session_saves_and_exports_from_the_page() -> None:
     assert b"<html" in view._html_bytes().getvalue().lower()
 
 
+def test_the_apps_exported_page_holds_the_story_beside_the_summary_and_the_timeline() -> None:
+    from vmexplorer.app import AppView
+    from vmexplorer.views import headline
+
+    view = AppView()
+    page = view._html_bytes().getvalue().decode()
+    for name in ("summary", "breakdown", "sweep_lines", "sweep_points", "prefetch_markers"):
+        assert f'"name":"{name}"' in page, name
+    assert headline(view.state).split(":")[0] in page
+
+
 # --- "Run on GPU" with CPU runners in place of the GPU (VMEXPLORER_FAKE_RUNNER, read by the app); the
 # worker processes import them by name, so they are module-level functions
 def fake_gpu(request: Any, progress: Callable[[int, int, float], None], should_stop: Callable[[], bool]) -> Any:

@@ -63,7 +63,7 @@ from vmexplorer.timeline import (  # noqa: E402
     update_timeline,
 )
 from vmexplorer.units import format_bytes, format_ns  # noqa: E402
-from vmexplorer.views import Finder, Lesson, PagingCliff, Text, WhereTimeGoes  # noqa: E402
+from vmexplorer.views import Finder, Lesson, PagingCliff, Text, WhereTimeGoes, story_models  # noqa: E402
 from vmexplorer.views import widget as _w  # noqa: E402
 
 pd: Any = importlib.import_module("pandas")  # Panel's own dependency (its tables take DataFrames); no stubs
@@ -811,7 +811,7 @@ class AppView:
 
     def _html_bytes(self) -> io.BytesIO | None:
         s = self._shown()
-        return None if s is None else io.BytesIO(standalone_html(s))
+        return None if s is None else io.BytesIO(standalone_html(s, story=story_models(self.state)))
 
     def _shown(self) -> Session | None:
         s: Session | None = self.state.session

@@ -13,6 +13,7 @@ naming any collector that did not run, in their place.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -453,13 +454,14 @@ def export_html(session: Session, path: str | os.PathLike[str], force: bool = Fa
     atomic_write(path, standalone_html(session), force=force)
 
 
-def standalone_html(session: Session) -> bytes:
-    """`export_html`'s page: the summary and the timeline, all Bokeh needs inline and nothing else."""
+def standalone_html(session: Session, story: Sequence[Any] = ()) -> bytes:
+    """`export_html`'s page: the summary, the `story` (Bokeh models the app adds: its headline, where
+    the time goes, the paging cliff) and the timeline, all Bokeh needs inline and nothing else."""
     from bokeh.embed import file_html
 
     p = session.plan
     title = f"vmexplorer: {p.model} batch {p.batch}, {p.policy} ({session.timeline.source})"
-    layout = column(summary_table(session), timeline_figure(session), sizing_mode="stretch_width")
+    layout = column(summary_table(session), *story, timeline_figure(session), sizing_mode="stretch_width")
     return file_html(layout, _PageResources(frozenset(type(m) for m in layout.references())), title).encode()
 
 

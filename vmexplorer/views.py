@@ -64,6 +64,16 @@ def headline(state: AppState) -> str:
             f"({s.timeline.source}){against}{most}")
 
 
+def story_models(state: AppState) -> list[Any]:
+    """The story as plain Bokeh models, for a page that opens offline (the app's Export HTML): the
+    headline, where the time goes beside the baselines, and the paging cliff."""
+    from bokeh.models.widgets import Div
+
+    text = escape(headline(state))  # names from session files: text, never markup
+    return [Div(text=f"<h3>{text}</h3>", disable_math=True, sizing_mode="stretch_width"),
+            breakdown_figure(state.breakdown_rows()), sweep_figure(state.capacity_sweep())]
+
+
 class WhereTimeGoes(pn.viewable.Viewer):
     """The headline and the stacked bars of this session and its baselines."""
 
