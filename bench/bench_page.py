@@ -1,7 +1,7 @@
 """Cold first load of the served app in headless Chromium (Debian's): time to the drawn timeline, and
 the bytes on the wire.
 
-    python bench/bench_page.py [--loads 5] [--root DIR] [--compress] [--profile]
+    python bench/bench_page.py [--loads 5] [--root DIR] [--launcher | --compress] [--profile]
 
 Serves `vmexplorer/app.py` of `--root` (default: this checkout) with `panel serve` on a free loopback
 port, then loads the page `--loads` times, each in a fresh browser context (an empty cache), and
@@ -16,8 +16,9 @@ measures:
   wire (CDP's encodedDataLength: compressed where the server compressed, headers included), plus what
   the websocket brought (the document's JSON and its patches) until the page was drawn and quiet.
 
-`--compress` serves through `pn.serve(..., compress_response=True)` instead (tornado's gzip; `panel
-serve` has no flag for it), to show what compression would weigh. `--profile` builds
+`--launcher` serves with `python -m vmexplorer serve` instead, what the README starts (tornado's gzip:
+`panel serve` has no flag for it); `--compress` serves the same way through a bare `pn.serve(...,
+compress_response=True)`, for checkouts without the launcher. `--profile` builds
 `vmexplorer.app.AppView()` in this process a few times after a warm-up and prints its time and a
 cProfile of one build (top 15 by cumulative time): where the server's time per page goes.
 
@@ -109,7 +110,10 @@ def answers(port: int) -> bool:
         return False
 
 
-def serve_command(port: int, compress: bool) -> list[str]:
+def serve_command(port: int, compress: bool, launcher: bool = False) -> list[str]:
+    if launcher:
+        return [sys.executable, "-m", "vmexplorer", "serve", "--address", "127.0.0.1", "--port", str(port),
+                "--allow-websocket-origin", f"127.0.0.1:{port}"]
     if not compress:
         return [sys.executable, "-m", "panel", "serve", "vmexplorer/app.py", "--address", "127.0.0.1",
                 "--port", str(port), "--allow-websocket-origin", f"127.0.0.1:{port}"]
@@ -120,10 +124,11 @@ def serve_command(port: int, compress: bool) -> list[str]:
 
 
 @contextmanager
-def served(root: Path, log: Path, compress: bool = False) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def served(root: Path, log: Path, compress: bool = False,
+           launcher: bool = False) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """The app of `root` served on a free loopback port for as long as the block lasts: (URL, process)."""
     port = free_port()
-    cmd = serve_command(port, compress)
+    cmd = serve_command(port, compress, launcher)
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, cwd=root, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -187,11 +192,11 @@ def short(url: str) -> str:
     return path if len(path) <= 90 else "..." + path[-87:]
 
 
-def measure_loads(root: Path, loads: int, compress: bool) -> tuple[list[Load], Path]:
+def measure_loads(root: Path, loads: int, compress: bool, launcher: bool = False) -> tuple[list[Load], Path]:
     from playwright.sync_api import sync_playwright
 
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_page_serve_{os.getpid()}.log"
-    with served(root, log, compress) as (url, _), sync_playwright() as pw:
+    with served(root, log, compress, launcher) as (url, _), sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
             load_once(browser, url)  # warm-up: the server's first session imports and builds the most
@@ -200,7 +205,7 @@ def measure_loads(root: Path, loads: int, compress: bool) -> tuple[list[Load], P
             browser.close()
 
 
-def report_loads(results: list[Load], compress: bool) -> str:
+def report_loads(results: list[Load], how: str) -> str:
     med = statistics.median
     mb = 1e6
     for r in largest(results):
@@ -209,7 +214,7 @@ def report_loads(results: list[Load], compress: bool) -> str:
     for e in errors:
         print("  console error:", e[:300])
     drawn = [r.drawn_ms for r in results]
-    line = (f"cold load{' (gzip)' if compress else ''}: drawn median {med(drawn):.0f} ms (min {min(drawn):.0f}, "
+    line = (f"cold load{how}: drawn median {med(drawn):.0f} ms (min {min(drawn):.0f}, "
             f"max {max(drawn):.0f}) over {len(results)} loads; first byte median "
             f"{med([r.first_byte_ms for r in results]):.0f} ms; bytes: body "
             f"{med([r.body_bytes for r in results]) / mb:.2f} MB, "
@@ -248,12 +253,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--loads", type=int, default=5)
     ap.add_argument("--root", type=Path, default=ROOT, help="a checkout whose vmexplorer/app.py to serve")
-    ap.add_argument("--compress", action="store_true", help="serve with tornado's gzip (pn.serve)")
+    how = ap.add_mutually_exclusive_group()
+    how.add_argument("--launcher", action="store_true", help="serve with `vmexplorer serve` (gzip), as the README")
+    how.add_argument("--compress", action="store_true", help="serve with tornado's gzip (a bare pn.serve)")
     ap.add_argument("--profile", action="store_true", help="also profile AppView() built in this process")
     args = ap.parse_args()
     root = args.root.resolve()
-    results, _ = measure_loads(root, args.loads, args.compress)
-    lines = [report_loads(results, args.compress)]
+    results, _ = measure_loads(root, args.loads, args.compress, args.launcher)
+    lines = [report_loads(results, " (vmexplorer serve)" if args.launcher else " (gzip)" if args.compress else "")]
     if args.profile:
         lines.append(profile_build(root))
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")

@@ -969,3 +969,20 @@ def test_a_tensor_picked_in_one_graph_is_let_go_when_another_graph_is_shown() ->
     view._highlight(last)
     assert view.state.simulate_config("alexnet", 32, "60%", "autovm"), view.state.message
     assert view._picked is None and not view.state.message  # drawn, nothing lit up
+
+
+def test_the_iteration_picker_the_browser_holds_names_the_iteration_the_timeline_draws() -> None:
+    from bokeh.document import Document
+
+    from vmexplorer.app import AppView
+
+    view = AppView()
+    view.main()
+    model = view.iteration.get_root(Document())  # what the browser is sent
+    view.iteration.value = "2"
+    assert model.value == "2"
+    assert view.state.load_sample("vgg19-b64-uvm-50pct.measured.vms"), view.state.message
+    s = view.state.session
+    typical = str(s.timeline.typical_iteration() + 1)
+    assert view.iteration.value == typical and model.value == typical
+    assert f"iteration {typical} of {s.timeline.iterations}" in view.timeline.object.children[0].title.text.text

@@ -374,7 +374,7 @@ def test_help_lists_the_choices_of_policy_options(capsys: pytest.CaptureFixture[
 def test_help_and_version_exit_0(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "--version")
     assert code == 0 and out.startswith("vmexplorer ")
-    for command in ("models", "graph", "plan", "simulate", "info", "compare", "export", "run"):
+    for command in ("models", "graph", "plan", "simulate", "info", "compare", "export", "run", "serve"):
         code, out, _ = run(capsys, command, "--help")
         assert code == 0 and "usage: vmexplorer " + command in out
 
@@ -678,3 +678,79 @@ def test_installed_entry_point_runs() -> None:
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert [m["name"] for m in json.loads(proc.stdout)["models"]] == list(MODELS)
+
+
+# --- serve ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("port", ["70000", "-1"])
+def test_serve_refuses_a_port_out_of_range_in_one_line_with_exit_2(port: str,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "serve", "--port", port)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith(f"vmexplorer: error: --port takes a TCP port from 0 (any free one) to 65535, not {port}")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get_gzip(port: int, path: str) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers, body as sent) of a GET that accepts gzip, as a browser's."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.request("GET", path, headers={"Accept-Encoding": "gzip"})
+        answer = conn.getresponse()
+        return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read()
+    finally:
+        conn.close()
+
+
+def _serving(proc: subprocess.Popen[str], port: int, within_s: float = 120.0) -> bool:
+    """Wait until the server at `port` answers; False if its process ended first or it took too long."""
+    end = time.monotonic() + within_s
+    while proc.poll() is None and time.monotonic() < end:
+        try:
+            _get_gzip(port, "/favicon.ico")
+            return True
+        except OSError:
+            time.sleep(0.2)
+    return False
+
+
+def test_serve_answers_with_the_page_and_gzipped_javascript_refuses_a_taken_port_and_stops_on_ctrl_c() -> None:
+    import gzip
+
+    port = _free_port()
+    serve = [*_program(), "serve", "--address", "127.0.0.1", "--port", str(port)]
+    proc = subprocess.Popen(serve, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    try:
+        assert _serving(proc, port), "the server did not answer"
+        status, headers, body = _get_gzip(port, "/app")  # the page, built for this request
+        assert status == 200 and headers.get("content-encoding") == "gzip"
+        page = gzip.decompress(body).decode()
+        assert "<title>vmexplorer</title>" in page
+        bokeh = re.search(r'src="(static/js/bokeh\.min\.js[^"]*)"', page)
+        assert bokeh is not None, page[:2000]
+        status, headers, body = _get_gzip(port, "/" + bokeh.group(1))
+        assert status == 200 and headers.get("content-encoding") == "gzip"
+        assert "javascript" in headers.get("content-type", "") and len(gzip.decompress(body)) > 3 * len(body)
+        taken = subprocess.run(serve, capture_output=True, text=True, env=_env(), timeout=180)
+        assert taken.returncode == 2 and taken.stdout == "" and taken.stderr.count("\n") == 1
+        assert taken.stderr.startswith(f"vmexplorer: error: cannot listen on 127.0.0.1 port {port}: ")
+    finally:
+        proc.send_signal(signal.SIGINT)  # Ctrl-C is how a server is stopped: not an error
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+    url = f"http://127.0.0.1:{port}/app"
+    assert proc.returncode == 0, err
+    assert out == f"serving the app at {url} (gzip-compressed); Ctrl-C stops it\nstopped serving {url}\n"
+    assert "Traceback" not in err

@@ -24,11 +24,7 @@ from typing import Any
 import panel as pn
 import param
 from bokeh.events import Tap
-from panel.theme.fast import Fast
 
-# the Fast design links a web font; offline (a classroom, a lent machine) that is two failed requests
-# and console errors, so the page uses the system's sans-serif instead
-Fast._resources = {k: v for k, v in Fast._resources.items() if k != "font"}  # type: ignore[assignment]
 # Panel links Bokeh's MathJax bundle (the largest file of the page) into every page holding a Markdown
 # or HTML pane, math or not (`panel.io.resources.bundle_resources`); no pane here typesets math (what users
 # type is escaped, the Markdown has none), so only a Bokeh model asking for math (Bokeh's own check, still
@@ -175,6 +171,7 @@ class AppView:
         self.policy_help = Text(styles={"font-size": "0.85em"})
         self.knobs = pn.Column()
         self.knob_widgets: dict[str, Any] = {}
+        self.knobs_for = ""  # the policy whose knobs are drawn
 
     def _run_widgets(self) -> None:
         """Simulate, and the GPU run with its progress and cancel."""
@@ -199,6 +196,7 @@ class AppView:
         self.x_axis = _w(pn.widgets.RadioButtonGroup, "x axis", options=["time", "op"], value="time")
         # a measured session holds several iterations; one at a time keeps pan and zoom light
         self.iteration = _w(pn.widgets.Select, "Iteration shown", options=[ALL_ITERATIONS], width=170)
+        self._picking = False  # the page is setting the picker itself
         self._drawn: Session | None = None  # the session (or iteration of it) the timeline shows
         # each marker source's data as the server last set it: a drag is told apart from it
         self._marker_data: dict[str, dict[str, list[Any]]] = {}
@@ -217,6 +215,7 @@ class AppView:
         self.tensors = pn.widgets.Tabulator(disabled=True, show_index=False, selectable=1, height=300,
                                             sizing_mode="stretch_width", pagination=None)
         self.toggle = _w(pn.widgets.Button, "Add / remove the selected tensor's offload")
+        self._tensor_rows: list[dict[str, Any]] = []  # what the tensor table shows
 
     def _compare_widgets(self) -> None:
         """A second session beside the shown one."""
@@ -266,14 +265,13 @@ class AppView:
         self.model.param.watch(lambda *_: self._draw_capacity_help(), "value")
         self.batch.param.watch(lambda *_: self._draw_capacity_help(), "value")
         self.x_axis.param.watch(lambda *_: self._draw_timeline(), "value")
-        self.iteration.param.watch(lambda *_: self._draw_timeline(), "value")
+        self.iteration.param.watch(lambda *_: self._on_iteration(), "value")
         self.move.on_click(self._on_move)
         self.reset.on_click(lambda *_: self._act(s.reset_edits))
         self.marker_kind.param.watch(lambda *_: self._draw_marker_range(), "value")
         self.marker_tensor.param.watch(lambda *_: self._draw_marker_range(), "value")
         self.toggle.on_click(self._on_toggle)
         self.tensors.param.watch(lambda *_: self._highlight(self._selected_tensor()), "selection")
-        self.iteration.param.watch(lambda *_: setattr(self.finder, "iteration", self._iteration_index()), "value")
         self.compare_go.on_click(self._on_compare)
         self.compare_clear.on_click(lambda *_: self._act(s.compare_with, None))
         self.compare_twin.on_click(self._on_compare_twin)
@@ -284,8 +282,7 @@ class AppView:
         s.param.watch(lambda *_: self._drawing(self._draw_comparison), ["comparison", "session"])
         s.param.watch(lambda *_: self._draw_messages(), ["message", "status"])
         self.link.param.watch(lambda *_: self._show_link(), list(ViewLink.FIELDS))
-        for widget in (self.x_axis, self.iteration):
-            widget.param.watch(lambda *_: self._write_link(), "value")
+        self.x_axis.param.watch(lambda *_: self._write_link(), "value")
         self._draw_session()
         self._draw_comparison()
         self._draw_messages()
@@ -541,8 +538,9 @@ class AppView:
         doc = self.document
         if doc is None or doc.session_context is None:
             change()
-        else:
-            doc.add_next_tick_callback(change)
+            return
+
+        doc.add_next_tick_callback(change)
 
     def _write_link(self) -> None:
         """Put what is shown into the link (and so into the page's URL)."""
@@ -596,7 +594,9 @@ class AppView:
             f"{stem}.vms", f"{stem}.html", f"{stem}.trace.json")
         self.summary.value = pd.DataFrame(self.state.summary_rows())
         rows = self.state.tensor_rows()
-        self.tensors.value = pd.DataFrame(rows)
+        if rows != self._tensor_rows:  # an edit often moves no tensor in or out of the table's columns
+            self._tensor_rows = rows
+            self.tensors.value = pd.DataFrame(rows)
         g = s.graph
         moving = sorted({mv.tensor for mv in self.state.moves})
         self.marker_tensor.options = {f"{g.tensors[t].name} ({t})": t for t in moving}
@@ -605,12 +605,16 @@ class AppView:
         self._draw_marker_range()
         self.compare_twin.visible = p.policy != "uvm" and self.state.twin("uvm") is not None
         n, timed = s.timeline.iterations, s.timeline.timed_iterations
-        with param.parameterized.discard_events(self.iteration):
+        # the picker's own watchers still run (they send it to the browser), this page's wait for the end
+        self._picking = True
+        try:
             # the iterations run with CUPTI's unified-memory counters on are named: they are slower
             self.iteration.options = {ALL_ITERATIONS: ALL_ITERATIONS, **{
                 f"{i + 1}{' (UM counted)' if i >= timed else ''}": str(i + 1) for i in range(n)}} \
                 if n > 1 else [ALL_ITERATIONS]
             self.iteration.value = str(s.timeline.typical_iteration() + 1) if n > 1 else ALL_ITERATIONS
+        finally:
+            self._picking = False
         self.iteration.visible = n > 1
         self.finder.iteration = self._iteration_index()
         self._draw_timeline()
@@ -705,6 +709,15 @@ class AppView:
         self.tabs.active = self.TABS.index(self.lesson.tab)
         self._highlight(self.lesson.lit)
 
+    def _on_iteration(self) -> None:
+        """Another iteration picked: draw it, and the Finder and the link follow (unless the page is
+        setting the picker for a session it draws anyway)."""
+        if self._picking:
+            return
+        self._draw_timeline()
+        self.finder.iteration = self._iteration_index()
+        self._write_link()
+
     def _iteration_index(self) -> int | None:
         """The recorded iteration shown, from 0; None when the whole session is."""
         v = self.iteration.value
@@ -744,10 +757,12 @@ class AppView:
 
     def _draw_knobs(self, values: dict[str, Any] | None = None) -> None:
         spec = POLICIES[self.policy.value]  # the loader holds a session's policy and options to the registry
+        wanted = {name: (values or {}).get(name, opt.default) for name, opt in spec.options.items()}
+        if self.knobs_for == spec.name and {n: w.value for n, w in self.knob_widgets.items()} == wanted:
+            return  # an edit: the same knobs at the same values, and new widgets would be new models
+        self.knobs_for = spec.name
         self.policy_help.object = spec.summary
-        values = values or {}
-        self.knob_widgets = {name: _knob(name, opt, values.get(name, opt.default))
-                             for name, opt in spec.options.items()}
+        self.knob_widgets = {name: _knob(name, opt, wanted[name]) for name, opt in spec.options.items()}
         self.knobs.objects = list(self.knob_widgets.values())
 
     def _draw_capacity_help(self, graph: Graph | None = None) -> None:
@@ -763,6 +778,8 @@ class AppView:
     def _draw_comparison(self) -> None:
         a, b = self.state.session, self.state.comparison
         if a is None or b is None:
+            if self._compared is None and self.compare_note.object:
+                return  # nothing was compared, nothing is: an edit leaves the Compare tab alone
             self.compare_fig.object = None
             self._compared = None
             self.compare_bars.visible = False
@@ -891,10 +908,25 @@ def _ns(value: Any) -> str:
     return "" if value is None else format_ns(value)
 
 
-def page(state: AppState | None = None) -> pn.template.FastListTemplate:
+class Template(pn.template.VanillaTemplate):
+    """Panel's plainest template (a header, a sidebar and the main area, no design system) without its
+    web font.
+
+    FastListTemplate, the usual choice, brings Microsoft's FAST web components, the page's largest
+    script after Bokeh's, which the browser evaluates before drawing anything, for a layout this one gives
+    as well. The font (Lato, from Google) would be a failed request and a console error offline (a
+    classroom, a lent machine): the page uses the system's sans-serif."""
+
+    _resources = {"css": {}}
+
+
+def page(state: AppState | None = None) -> Template:
     view = AppView(state)
-    # laid out before a link is read: a lesson step opens in its tab, which must be there
-    template = pn.template.FastListTemplate(title="vmexplorer", sidebar=view.sidebar(), main=view.main())
+    # laid out before a link is read: a lesson step opens in its tab, which must be there. The sidebar is
+    # one root, not one per widget (a template makes a root of each item): a document of 6 roots instead
+    # of 28, each of which the browser would lay out on its own
+    sidebar = pn.Column(*view.sidebar(), sizing_mode="stretch_width")
+    template = Template(title="vmexplorer", sidebar=[sidebar], main=view.main())
     doc = pn.state.curdoc
     if doc is not None:  # served: the view follows its browser tab (built outside a server, there is none)
         view.document = doc

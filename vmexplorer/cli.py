@@ -1,4 +1,5 @@
-"""The `vmexplorer` command: graphs, plans, simulated sessions, inspection and export, headless.
+"""The `vmexplorer` command: graphs, plans, simulated sessions, inspection and export, headless; and
+`serve`, the web app's server.
 
 Every command prints a table for people or, with `--format json`, one JSON document with sorted keys for
 scripts (docs/cli.md gives each shape). Bad input of any kind ends in one line on stderr,
@@ -259,6 +260,65 @@ def _collector_parts(text: str | None) -> tuple[str, ...]:
 
 class RunFailed(RuntimeError):
     """The GPU run itself failed (CUDA, cuDNN): nothing was written."""
+
+
+def cmd_serve(args: argparse.Namespace) -> dict[str, Any]:
+    """Serve vmexplorer/app.py as `panel serve` does, with gzip, until Ctrl-C or SIGTERM stops it.
+
+    `panel serve` has no option for HTTP compression, and the app's JavaScript (Bokeh, Panel, Tabulator),
+    what a cold page load waits for over a classroom's network, shrinks severalfold gzipped
+    (bench/bench_page.py --launcher weighs it). Panel's `pn.serve` hands extra keywords to tornado's
+    Application settings, where `compress_response` gzips every text response (the page, scripts,
+    stylesheets). `warm` builds one page before listening (as `panel serve --warm`): the first visitor
+    does not wait for the imports and the samples read."""
+    import signal
+
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port takes a TCP port from 0 (any free one) to 65535, not {args.port}")
+    ignore_ctrl_c = signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # started in the background
+    server = _app_server(args)
+    loop = server.io_loop
+    url = f"http://{args.address or 'localhost'}:{server.port}/app"
+
+    def stop(signum: int, frame: Any) -> None:  # stops between callbacks, never inside one
+        loop.asyncio_loop.call_soon_threadsafe(loop.stop)
+
+    # pn.serve set a SIGINT handler of its own; these say the same, for SIGTERM (a service manager) too
+    handlers = {signal.SIGINT: signal.SIG_IGN if ignore_ctrl_c else stop, signal.SIGTERM: stop}
+    previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
+    try:
+        _write_stdout(f"serving the app at {url} (gzip-compressed); Ctrl-C stops it\n")
+        server.start()
+        if args.show:
+            loop.add_callback(server.show, "/app")
+        loop.start()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        server.stop()
+    return {"url": url}
+
+
+def _app_server(args: argparse.Namespace) -> Any:
+    """A Bokeh server (Panel's) of the app, listening but not started."""
+    from pathlib import Path
+
+    import panel as pn
+
+    app = Path(__file__).with_name("app.py")
+    try:
+        return pn.serve({"app": str(app)}, port=args.port, address=args.address,
+                        websocket_origin=args.allow_websocket_origin, show=False, start=False, verbose=False,
+                        warm=True, compress_response=True)
+    except OSError as e:
+        where = f"{args.address or 'every address'} port {args.port}"
+        raise UsageError(f"cannot listen on {where}: {e.strerror or e}") from None
+    except ValueError as e:  # a malformed --allow-websocket-origin
+        raise UsageError(f"--allow-websocket-origin: {e}") from None
+
+
+def table_serve(doc: dict[str, Any]) -> str:
+    return f"stopped serving {_safe(doc['url'])}"
 
 
 # --- shared steps ---------------------------------------------------------------------------------
@@ -609,6 +669,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace FILE if it exists")
     p.add_argument("--note", action="append", default=[], metavar="TEXT",
                    help="a note kept in the session (repeatable)")
+
+    p = command("serve", cmd_serve, table_serve,
+                "serve the web app at http://localhost:PORT/app, gzip-compressed (the app `panel serve "
+                "vmexplorer/app.py` serves); Ctrl-C stops it", formats=False)
+    p.add_argument("--port", type=int, default=5006, metavar="N", help="TCP port (default 5006; 0: any free one)")
+    p.add_argument("--address", metavar="A",
+                   help="address to listen on (default: every address of this machine, as `panel serve`)")
+    p.add_argument("--allow-websocket-origin", action="append", metavar="HOST[:PORT]",
+                   help="a host whose pages may connect (repeatable; default localhost:PORT): the name or "
+                        "address people type to reach this server, e.g. 10.0.0.5:5006")
+    p.add_argument("--show", action="store_true", help="open the app in a browser once it serves")
     return parser
 
 
