@@ -357,9 +357,11 @@ def test_tapping_an_op_or_a_transfer_in_the_timeline_shows_its_details_and_light
     lanes = fig.children[0]
     ops = timeline_source(fig, "ops").data
     x = (ops["left"][5] + ops["right"][5]) / 2
+    assert view.finder_card.collapsed and not view.finder_card.objects  # not built for the first screen
     view._on_tap(Tap(lanes, x=x, y=LANES["compute"] + 0.4))
     name = view.state.session.graph.ops[int(view._drawn.timeline.op_index[5])].name
     assert name in view.finder.details.object
+    assert not view.finder_card.collapsed and view.finder_card.objects  # opened, to show them
     memops = timeline_source(fig, "memops").data
     row = next(i for i, k in enumerate(memops["kind"]) if k == "prefetch")
     x = (memops["left"][row] + memops["right"][row]) / 2

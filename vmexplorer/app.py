@@ -250,6 +250,13 @@ class AppView:
         self.finder = Finder(state=self.state)
         self.finder.param.watch(lambda e: self._zoom_to(e.new), "focus")
         self.finder.param.watch(lambda e: self._highlight(e.new), "selected_tensor")
+        # closed, and empty until first opened: its two tables of every op and tensor are the heaviest
+        # thing a browser would build for the first screen, below it
+        self.finder_card = pn.Card(title="Find ops and tensors", collapsed=True, sizing_mode="stretch_width")
+        self.finder_card.param.watch(lambda e: self._fill_finder() if not e.new else None, "collapsed")
+        # what a tap picks is shown there: it opens
+        self.finder.param.watch(lambda *_: setattr(self.finder_card, "collapsed", False),
+                                ["selected_op", "selected_memop"])
         self.lesson = Lesson(state=self.state)
         self.lesson.param.watch(lambda *_: self._show_lesson_step(), "step")
 
@@ -700,6 +707,16 @@ class AppView:
         self.finder.selected_memop = row if it is None else details.memop_row(s, memop, it)
         self._highlight(int(s.plan.memops[memop].tensor))
 
+    def _fill_tab(self) -> None:
+        name = self.TABS[self.tabs.active]
+        holder = self._tab_holders.get(name)
+        if holder is not None and not holder.objects:
+            holder.objects = [self._tab_contents[name]]
+
+    def _fill_finder(self) -> None:
+        if not self.finder_card.objects:
+            self.finder_card.objects = [self.finder]
+
     def _show_lesson_step(self) -> None:
         """A lesson step's view: its tab, the time axis, the typical iteration (opening its session chose
         that) and the tensor it lights up."""
@@ -864,13 +881,17 @@ class AppView:
         session = pn.Column(self.story.headline,
                             pn.Row(pn.pane.Markdown("x axis:"), self.x_axis, self.iteration, self.compare_twin),
                             self.timeline, self.story.bars,
-                            pn.Card(self.finder, title="Find ops and tensors", collapsed=False,
-                                    sizing_mode="stretch_width"),
+                            self.finder_card,
                             self.summary, editing, sizing_mode="stretch_width")
         cliff = pn.Column(pn.pane.Markdown("Iteration time against capacity, simulated with the shown "
                                            "session's cost model; the diamonds were measured. Tap a point "
                                            "to open it."), self.cliff, name="Paging cliff")
-        self.tabs[:] = list(zip(self.TABS, (session, cliff, self.lesson.contents(), comparison), strict=True))
+        # each tab but the first is built into the page when it is first opened: the first screen's
+        # document, what the server encodes and the browser builds, holds only what it shows
+        self._tab_contents = dict(zip(self.TABS, (session, cliff, self.lesson.contents(), comparison), strict=True))
+        self._tab_holders = {name: pn.Column(sizing_mode="stretch_width") for name in self.TABS[1:]}
+        self.tabs[:] = [(name, self._tab_holders.get(name, content)) for name, content in self._tab_contents.items()]
+        self.tabs.param.watch(lambda *_: self._fill_tab(), "active")
         # the lesson's banner sits above the tabs: a step may show the timeline or the cliff
         return [pn.Column(self.alert, self.info, self.lesson, self.tabs, sizing_mode="stretch_width")]
 

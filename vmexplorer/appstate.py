@@ -554,7 +554,21 @@ def _open(source: str | os.PathLike[str] | bytes, name: str | None) -> tuple[Ses
     if isinstance(source, bytes | bytearray):
         label = name or "the uploaded file"
         return session_from_bytes(bytes(source), label), label  # which holds it to the loader's limits
-    return load_session(source), name or Path(source).name
+    path = Path(source)
+    return (read_sample(path.name) if path.parent == SAMPLES else load_session(path)), name or path.name
+
+
+def read_sample(name: str) -> Session:
+    """A sample session, read once per change of its file and shared by every page of the process (a
+    Session is frozen): each page opens the default sample and reads its baselines, and reading them
+    was a fifth of building a page."""
+    st = (SAMPLES / name).stat()
+    return _read_sample(name, st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=8)  # the few a page opens by itself; a sample each holds tens of MB
+def _read_sample(name: str, _mtime_ns: int, _size: int) -> Session:
+    return load_session(SAMPLES / name)
 
 
 def samples() -> list[str]:
@@ -620,7 +634,7 @@ def _measured_baseline(graph: Graph, capacity: int, policy: str) -> _Baseline | 
     """A measured sample session of `policy` to compare the shown one with (see `_measured_samples`)."""
     for name in _measured_samples(graph, capacity, policy):
         try:
-            s = load_session(SAMPLES / name)
+            s = read_sample(name)
             return _Baseline(int(s.summary["iteration_ns"]), "measured", s.time_split())
         except SessionError:
             continue
