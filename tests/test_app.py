@@ -743,7 +743,7 @@ def test_comparing_while_an_error_is_shown_compares_and_clears_the_error() -> No
     view.capacity.value = "nonsense"
     view._on_simulate(None)
     assert view.alert.visible
-    view.compare_go.clicks += 1  # clears the message and sets the status in one batch
+    view.comparison.go.clicks += 1  # clears the message and sets the status in one batch
     assert view.state.message == "" and not view.alert.visible
     assert view.state.comparison is not None and "comparing with" in view.state.status
 
@@ -850,12 +850,13 @@ def test_a_file_name_a_cost_model_name_and_typing_show_as_text_in_every_pane() -
     assert view.state.message == "" and shows_as_text(view.info, f"opened {PAYLOAD}")
     view._on_simulate(None)  # the same graph: simulated with the session's own cost model, which says its name
     assert shows_as_text(view.info, f"with {PAYLOAD}")
-    view.compare_upload.filename, view.compare_upload.value = PAYLOAD, upload
-    assert shows_as_text(view.compare_note, f"B: {PAYLOAD}")
+    view.comparison.upload.filename, view.comparison.upload.value = PAYLOAD, upload
+    assert shows_as_text(view.comparison.note, f"B: {PAYLOAD}")
     view.capacity.value = PAYLOAD
     view._on_simulate(None)
     assert view.alert.visible and shows_as_text(view.alert, "capacity '<img src=x")  # quoted, maybe cut short
-    panes = [v for v in vars(view).values() if isinstance(v, pn.pane.PaneBase) and not isinstance(v, pn.pane.Bokeh)]
+    panes = [v for part in (view, view.comparison) for v in vars(part).values()
+             if isinstance(v, pn.pane.PaneBase) and not isinstance(v, pn.pane.Bokeh)]
     assert len(panes) >= 8 and all("<" not in inner_html(p) for p in panes)
 
 

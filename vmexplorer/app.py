@@ -38,16 +38,14 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(ROOT))
 
 from vmexplorer import details, worker  # noqa: E402
-from vmexplorer.appstate import MARKER_KINDS, SAMPLES, AppState, Shown, samples_by_gpu  # noqa: E402
+from vmexplorer.appstate import MARKER_KINDS, AppState, Shown  # noqa: E402
 from vmexplorer.config import capacity_text, share_of_footprint  # noqa: E402
 from vmexplorer.graph import MODELS, Graph, GraphError, build_graph  # noqa: E402
-from vmexplorer.plots import breakdown_figure, update_breakdown  # noqa: E402
 from vmexplorer.policies import POLICIES, OptionSpec  # noqa: E402
 from vmexplorer.session import Session, session_to_bytes  # noqa: E402
 from vmexplorer.session.trace import chrome_trace_chunks  # noqa: E402
 from vmexplorer.timeline import (  # noqa: E402
     can_update,
-    comparison_figure,
     highlight_tensor,
     issue_after_at,
     iteration_view,
@@ -55,15 +53,22 @@ from vmexplorer.timeline import (  # noqa: E402
     standalone_html,
     timeline_figure,
     timeline_source,
-    typical_iteration,
     update_timeline,
 )
-from vmexplorer.units import format_bytes, format_ns  # noqa: E402
-from vmexplorer.views import Finder, Lesson, PagingCliff, Text, WhereTimeGoes, story_models  # noqa: E402
+from vmexplorer.units import format_bytes  # noqa: E402
+from vmexplorer.views import (  # noqa: E402
+    Comparison,
+    Finder,
+    Lesson,
+    PagingCliff,
+    Text,
+    WhereTimeGoes,
+    sample_groups,
+    story_models,
+)
 from vmexplorer.views import widget as _w  # noqa: E402
 
 pd: Any = importlib.import_module("pandas")  # Panel's own dependency (its tables take DataFrames); no stubs
-BEFORE_EDITS = "(the shown session as loaded, before edits)"
 ALL_ITERATIONS = "all"
 FAKE_RUNNER_ENV = "VMEXPLORER_FAKE_RUNNER"  # tests only: module:function, a CPU stand-in for the GPU runner
 POLL_MS = 500
@@ -150,7 +155,7 @@ class AppView:
 
     def _session_widgets(self) -> None:
         """Open, save and export."""
-        self.sample = _w(pn.widgets.Select, "Sample session", groups=_sample_groups())
+        self.sample = _w(pn.widgets.Select, "Sample session", groups=sample_groups())
         self.open_sample = _w(pn.widgets.Button, "Open sample", button_type="primary")
         self.upload = pn.widgets.FileInput(accept=".vms,.gz", multiple=False)
         self.save = pn.widgets.FileDownload(callback=self._session_bytes, filename="session.vms",
@@ -218,24 +223,8 @@ class AppView:
         self._tensor_rows: list[dict[str, Any]] = []  # what the tensor table shows
 
     def _compare_widgets(self) -> None:
-        """A second session beside the shown one."""
-        self.compare_pick = _w(pn.widgets.Select, "Compare the shown session (A) with (B)",
-                               groups={"the shown session": [BEFORE_EDITS], **_sample_groups()})
-        self.compare_upload = pn.widgets.FileInput(accept=".vms,.gz", multiple=False)
-        self.compare_go = _w(pn.widgets.Button, "Compare", button_type="primary", align="end")
-        self.compare_clear = _w(pn.widgets.Button, "Clear", align="end")
-        self.compare_fig = pn.pane.Bokeh(sizing_mode="stretch_width")
-        self._compared: Session | None = None  # the B the comparison figure draws
-        self.compare_bars_figure = breakdown_figure([])
-        # shown and hidden through a Column: Panel copies a Bokeh pane's own `visible` onto the figure and
-        # fails on the figure's stylesheets then
-        self.compare_bars = pn.Column(pn.pane.Bokeh(self.compare_bars_figure, sizing_mode="stretch_width"),
-                                      visible=False, sizing_mode="stretch_width")
-        self.compare_summary = pn.widgets.Tabulator(disabled=True, show_index=False, sizing_mode="stretch_width",
-                                                    layout="fit_data_stretch")
-        self.deltas = pn.widgets.Tabulator(disabled=True, show_index=False, height=300, sizing_mode="stretch_width",
-                                           pagination=None)
-        self.compare_note = Text()
+        """A second session beside the shown one (views.Comparison), and the tabs."""
+        self.comparison = Comparison(state=self.state, act=self._act, in_document=self._in_document)
         self.tabs = pn.Tabs(dynamic=False, sizing_mode="stretch_width")
         self.compare_twin = _w(pn.widgets.Button, "Compare with the measured uvm run", button_type="primary")
 
@@ -279,19 +268,16 @@ class AppView:
         self.marker_tensor.param.watch(lambda *_: self._draw_marker_range(), "value")
         self.toggle.on_click(self._on_toggle)
         self.tensors.param.watch(lambda *_: self._highlight(self._selected_tensor()), "selection")
-        self.compare_go.on_click(self._on_compare)
-        self.compare_clear.on_click(lambda *_: self._act(s.compare_with, None))
         self.compare_twin.on_click(self._on_compare_twin)
-        self.compare_upload.param.watch(self._on_compare_upload, "value")
         # param calls a watcher of several parameters with one event per parameter a batch changed, so
         # every watcher here takes any number (`lambda _:` fails once two change together)
         s.param.watch(lambda *_: self._drawing(self._draw_session), "session")
-        s.param.watch(lambda *_: self._drawing(self._draw_comparison), ["comparison", "session"])
+        s.param.watch(lambda *_: self._drawing(self.comparison.draw), ["comparison", "session"])
         s.param.watch(lambda *_: self._draw_messages(), ["message", "status"])
         self.link.param.watch(lambda *_: self._show_link(), list(ViewLink.FIELDS))
         self.x_axis.param.watch(lambda *_: self._write_link(), "value")
         self._draw_session()
-        self._draw_comparison()
+        self.comparison.draw()
         self._draw_messages()
 
     # --- actions: each goes through the state, which turns problems into `message`
@@ -324,10 +310,6 @@ class AppView:
     def _on_upload(self, event: Any) -> None:
         if event.new:
             self._act(self.state.load, bytes(event.new), self.upload.filename or "the uploaded file")
-
-    def _on_compare_upload(self, event: Any) -> None:
-        if event.new:
-            self._act(self.state.compare_with, bytes(event.new), self.compare_upload.filename or "the uploaded file")
 
     def _on_simulate(self, _: Any) -> None:
         options = {name: w.value for name, w in self.knob_widgets.items()}
@@ -501,13 +483,6 @@ class AppView:
         self._act(self.state.compare_with_twin, "uvm")
         if self.state.comparison is not None and not self.state.message and len(self.tabs) > 1:
             self.tabs.active = self.TABS.index("Compare")  # show it
-
-    def _on_compare(self, _: Any) -> None:
-        pick = self.compare_pick.value
-        if pick == BEFORE_EDITS:
-            self._act(self.state.compare_with, self.state.loaded, "as loaded")
-        else:
-            self._act(self.state.compare_with, SAMPLES / pick, pick)
 
     def _on_marker_drag(self, kind: str) -> Any:
         """A PointDrawTool drag in the browser: find the marker whose x changed, turn its x into the op
@@ -792,46 +767,6 @@ class AppView:
         self.capacity_help.object = (f"minimum {format_bytes(need)} ({share_of_footprint(need, g.footprint):.0f}%, "
                                      f"{g.ops[op].name}); footprint {format_bytes(g.footprint)}")
 
-    def _draw_comparison(self) -> None:
-        a, b = self.state.session, self.state.comparison
-        if a is None or b is None:
-            if self._compared is None and self.compare_note.object:
-                return  # nothing was compared, nothing is: an edit leaves the Compare tab alone
-            self.compare_fig.object = None
-            self._compared = None
-            self.compare_bars.visible = False
-            self.compare_summary.value = pd.DataFrame()
-            self.deltas.value = pd.DataFrame()
-            self.compare_note.object = "Pick a session to compare with: the shown one is A."
-            return
-        fig, top = self.compare_fig.object, typical_iteration(a)
-        title = f"A: {top.plan.policy} on {top.graph.model}, {top.timeline.source}, its typical iteration"
-        rows_ab = self.state.compare_breakdown_rows()
-
-        def refill(fig: Any = fig) -> None:  # the figures' part: their data, under the document's lock
-            if fig is not None:
-                update_timeline(fig.children[0], top, "time", title)
-                x_range = fig.children[0].children[0].x_range
-                x_range.end = max(x_range.end, 1.02 * float(top.timeline.op_end_ns.max(initial=0)) / 1e6)
-            update_breakdown(self.compare_bars_figure, rows_ab)
-
-        # an edit of A with B unchanged: A's figures take the edit in place, as the Session tab's do
-        if fig is None or self._compared is not b or not can_update(fig.children[0], top, "time"):
-            self.compare_fig.object = comparison_figure(a, b, ("A", f"B ({self.state.comparison_origin})"))
-            update_breakdown(self.compare_bars_figure, rows_ab)
-        else:
-            self._in_document(refill)
-        self._compared = b
-        self.compare_bars.visible = True
-        self.compare_summary.value = pd.DataFrame(self.state.summary_delta_rows())
-        rows = self.state.delta_rows()
-        frame = pd.DataFrame([{**r, **{k: _ns(r[k]) for k in ("a_ns", "b_ns", "delta_ns")}} for r in rows])
-        frame.columns = [c.replace("_ns", "") for c in frame.columns]
-        self.deltas.value = frame
-        aligned = "op index" if rows and rows[0]["op"] is not None else "layer (the graphs differ)"
-        self.compare_note.object = (f"A: {self.state.origin}. B: {self.state.comparison_origin}. "
-                                    f"Per op time per iteration (stall + run), aligned by {aligned}.")
-
     # --- downloads
     def _session_bytes(self) -> io.BytesIO | None:
         s = self._shown()
@@ -872,10 +807,7 @@ class AppView:
                              "active), or move one here; each edit re-plans as a `manual` plan and re-simulates."),
             pn.Row(self.marker_kind, self.marker_tensor, self.marker_op, self.move, self.reset),
             self.marker_range, self.tensors, self.toggle, name="Edit the plan")
-        comparison = pn.Column(self.compare_note, pn.Row(self.compare_pick, self.compare_go, self.compare_clear),
-                               pn.Row(pn.pane.Markdown("or upload B:"), self.compare_upload),
-                               self.compare_bars, self.compare_summary, self.compare_fig, self.deltas,
-                               name="Compare")
+        comparison = self.comparison
         # the story first: at 1280x720 the headline and the timeline fill the first screen, where the
         # time goes beside the baselines right under it, the full table after
         session = pn.Column(self.story.headline,
@@ -894,12 +826,6 @@ class AppView:
         self.tabs.param.watch(lambda *_: self._fill_tab(), "active")
         # the lesson's banner sits above the tabs: a step may show the timeline or the cliff
         return [pn.Column(self.alert, self.info, self.lesson, self.tabs, sizing_mode="stretch_width")]
-
-
-def _sample_groups() -> dict[str, list[str]]:
-    """The samples by the GPU they were measured on: a session from another GPU is another machine."""
-    return {gpu if gpu in ("simulated", "unreadable") else f"measured on {gpu}": names
-            for gpu, names in samples_by_gpu().items()}
 
 
 def _knob(name: str, opt: OptionSpec, value: Any) -> Any:
@@ -923,10 +849,6 @@ def _every(callback: Any, period_ms: int) -> Any:
         return pn.state.add_periodic_callback(callback, period=period_ms)
     except Exception:
         return None
-
-
-def _ns(value: Any) -> str:
-    return "" if value is None else format_ns(value)
 
 
 class Template(pn.template.VanillaTemplate):

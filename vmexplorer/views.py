@@ -17,12 +17,14 @@ import param
 from panel.custom import JSComponent
 
 from . import details
-from .appstate import AppState, times_than
+from .appstate import SAMPLES, AppState, samples_by_gpu, times_than
 from .plan import PlanError
 from .plots import breakdown_figure, sweep_figure, update_breakdown, update_sweep
 from .policies import compile_plan
 from .records.breakdown import PARTS as BREAKDOWN_PARTS
+from .session import Session
 from .simulator import simulate
+from .timeline import can_update, comparison_figure, typical_iteration, update_timeline
 from .units import format_bytes, format_ns
 
 
@@ -533,3 +535,118 @@ class Finder(pn.viewable.Viewer):
     def __panel__(self) -> Any:
         finder = pn.Column(pn.Row(self.search, self.kind), self.count, self.tabs, sizing_mode="stretch_width")
         return pn.Row(finder, self.details, sizing_mode="stretch_width")
+
+
+BEFORE_EDITS = "(the shown session as loaded, before edits)"
+
+
+def sample_groups() -> dict[str, list[str]]:
+    """The samples by the GPU they were measured on: a session from another GPU is another machine."""
+    return {gpu if gpu in ("simulated", "unreadable") else f"measured on {gpu}": names
+            for gpu, names in samples_by_gpu().items()}
+
+
+def _run(method: Callable[..., Any], *args: Any) -> None:
+    method(*args)
+
+
+class Comparison(pn.viewable.Viewer):
+    """The shown session (A) beside another (B): where the time goes for each, their summaries side by
+    side, the typical iteration of each on one time scale, and the time per op of each.
+
+    `act` runs an action of the page (the page's own, which puts back what it showed if drawing the
+    result fails); `in_document` makes a change to Bokeh models where the document allows it. Both
+    default to running at once, as outside a server."""
+
+    state = param.ClassSelector(class_=AppState)
+    act = param.Callable(default=_run, doc="runs a state method as the page's actions run")
+    in_document = param.Callable(default=lambda change: change(), doc="makes a change to the figures")
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        if not isinstance(self.state, AppState):
+            raise TypeError("the comparison needs the page's AppState")
+        self.app: AppState = self.state
+        self.pick = widget(pn.widgets.Select, "Compare the shown session (A) with (B)",
+                           groups={"the shown session": [BEFORE_EDITS], **sample_groups()})
+        self.upload = pn.widgets.FileInput(accept=".vms,.gz", multiple=False)
+        self.go = widget(pn.widgets.Button, "Compare", button_type="primary", align="end")
+        self.clear = widget(pn.widgets.Button, "Clear", align="end")
+        self.fig = pn.pane.Bokeh(sizing_mode="stretch_width")
+        self._compared: Session | None = None  # the B the comparison figure draws
+        self.bars_figure = breakdown_figure([])
+        # shown and hidden through a Column: Panel copies a Bokeh pane's own `visible` onto the figure and
+        # fails on the figure's stylesheets then
+        self.bars = pn.Column(pn.pane.Bokeh(self.bars_figure, sizing_mode="stretch_width"), visible=False,
+                              sizing_mode="stretch_width")
+        self.summary = pn.widgets.Tabulator(disabled=True, show_index=False, sizing_mode="stretch_width",
+                                            layout="fit_data_stretch")
+        self.deltas = pn.widgets.Tabulator(disabled=True, show_index=False, height=300, sizing_mode="stretch_width",
+                                           pagination=None)
+        self.note = Text()
+        self.go.on_click(lambda *_: self._compare())
+        self.clear.on_click(lambda *_: self.act(self.app.compare_with, None))
+        self.upload.param.watch(self._on_upload, "value")
+
+    def _compare(self) -> None:
+        if self.pick.value == BEFORE_EDITS:
+            self.act(self.app.compare_with, self.app.loaded, "as loaded")
+        else:
+            self.act(self.app.compare_with, SAMPLES / self.pick.value, self.pick.value)
+
+    def _on_upload(self, event: Any) -> None:
+        if event.new:
+            self.act(self.app.compare_with, bytes(event.new), self.upload.filename or "the uploaded file")
+
+    def draw(self) -> None:
+        """Show A beside B, or say what to pick when there is no B."""
+        a, b = self.app.session, self.app.comparison
+        if a is None or b is None:
+            if self._compared is None and self.note.object:
+                return  # nothing was compared, nothing is: an edit leaves the Compare tab alone
+            self.fig.object = None
+            self._compared = None
+            self.bars.visible = False
+            self.summary.value = pd.DataFrame()
+            self.deltas.value = pd.DataFrame()
+            self.note.object = "Pick a session to compare with: the shown one is A."
+            return
+        self._draw_figures(a, b)
+        self._compared = b
+        self.bars.visible = True
+        self.summary.value = pd.DataFrame(self.app.summary_delta_rows())
+        rows = self.app.delta_rows()
+        frame = pd.DataFrame([{**r, **{k: _ns(r[k]) for k in ("a_ns", "b_ns", "delta_ns")}} for r in rows])
+        frame.columns = [c.replace("_ns", "") for c in frame.columns]
+        self.deltas.value = frame
+        aligned = "op index" if rows and rows[0]["op"] is not None else "layer (the graphs differ)"
+        self.note.object = (f"A: {self.app.origin}. B: {self.app.comparison_origin}. "
+                            f"Per op time per iteration (stall + run), aligned by {aligned}.")
+
+    def _draw_figures(self, a: Session, b: Session) -> None:
+        fig, top = self.fig.object, typical_iteration(a)
+        title = f"A: {top.plan.policy} on {top.graph.model}, {top.timeline.source}, its typical iteration"
+        rows_ab = self.app.compare_breakdown_rows()
+
+        def refill(fig: Any = fig) -> None:  # the figures' part: their data, under the document's lock
+            if fig is not None:
+                update_timeline(fig.children[0], top, "time", title)
+                x_range = fig.children[0].children[0].x_range
+                x_range.end = max(x_range.end, 1.02 * float(top.timeline.op_end_ns.max(initial=0)) / 1e6)
+            update_breakdown(self.bars_figure, rows_ab)
+
+        # an edit of A with B unchanged: A's figures take the edit in place, as the Session tab's do
+        if fig is None or self._compared is not b or not can_update(fig.children[0], top, "time"):
+            self.fig.object = comparison_figure(a, b, ("A", f"B ({self.app.comparison_origin})"))
+            update_breakdown(self.bars_figure, rows_ab)
+        else:
+            self.in_document(refill)
+
+    def __panel__(self) -> Any:
+        return pn.Column(self.note, pn.Row(self.pick, self.go, self.clear),
+                         pn.Row(pn.pane.Markdown("or upload B:"), self.upload),
+                         self.bars, self.summary, self.fig, self.deltas, sizing_mode="stretch_width")
+
+
+def _ns(value: Any) -> str:
+    return "" if value is None else format_ns(value)
