@@ -271,7 +271,7 @@ def test_the_page_builds_without_a_server_and_a_browser_drag_replans() -> None:
 
     assert page() is not None
     view = AppView()
-    assert view.run_gpu.disabled
+    assert view.gpu.run.disabled
     fig = view.timeline.object
     drag_first_marker(fig, "prefetch", 3)
     assert view.state.session.plan.policy == "manual" and view.state.message == ""
@@ -470,11 +470,12 @@ def fake_die(config: Any, progress: Callable[[int, int, float], None], should_st
 
 
 def _run_view(monkeypatch: pytest.MonkeyPatch, runner: str) -> Any:
-    from vmexplorer.app import FAKE_RUNNER_ENV, AppView
+    from vmexplorer.app import AppView
+    from vmexplorer.views import FAKE_RUNNER_ENV
 
     monkeypatch.setenv(FAKE_RUNNER_ENV, f"{__name__}:{runner}")
     view = AppView()
-    assert not view.run_gpu.disabled and view.run_reason.object == ""
+    assert not view.gpu.run.disabled and view.gpu.reason.object == ""
     return view
 
 
@@ -482,11 +483,11 @@ def _run_until(view: Any, check: Callable[[Any], bool], timeout: float = 60.0) -
     """Poll as the page's periodic callback does, until check(status) holds."""
     end = time.monotonic() + timeout
     while True:
-        st = view.poll_run()
+        st = view.gpu.poll()
         if st is not None and check(st):
             return st
-        assert view.job is not None or st is not None, "the run ended without a status"
-        assert time.monotonic() < end, f"timed out; the run note says {view.run_note.object!r}"
+        assert view.gpu.job is not None or st is not None, "the run ended without a status"
+        assert time.monotonic() < end, f"timed out; the run note says {view.gpu.note.object!r}"
         time.sleep(0.02)
 
 
@@ -496,24 +497,24 @@ def test_a_gpu_run_is_queued_then_runs_with_progress_then_opens_its_session(monk
     move = first.state.moves[0]
     assert first.state.drag("prefetch", move.tensor, move.offload_after + 1), first.state.message
     edited = list(first.state.moves)
-    request = first.run_request()
+    request = first.gpu.request()
     assert request.plan is first.state.session.plan and list(request.plan.moves) == edited  # compiled once
     assert request.plan.policy == "manual" and request.iterations == 5
-    assert second.run_request().plan is second.state.session.plan
-    first.run_iterations.value = 40
-    first.run_gpu.clicks += 1
-    assert first.job is not None and first.run_gpu.disabled and first.run_cancel.visible
-    assert first.run_progress.visible and first.run_progress.max == 40
-    second.run_gpu.clicks += 1
+    assert second.gpu.request().plan is second.state.session.plan
+    first.gpu.iterations.value = 40
+    first.gpu.run.clicks += 1
+    assert first.gpu.job is not None and first.gpu.run.disabled and first.gpu.cancel.visible
+    assert first.gpu.progress.visible and first.gpu.progress.max == 40
+    second.gpu.run.clicks += 1
     st = _run_until(second, lambda st: st.state != "queued" or st.queue_position == 1)
-    assert st.state == "queued" and "queued: number 1" in second.run_note.object
+    assert st.state == "queued" and "queued: number 1" in second.gpu.note.object
     st = _run_until(first, lambda st: st.state == "running" and st.iteration >= 2)
-    assert first.run_progress.value >= 2 and "iteration" in first.run_note.object
+    assert first.gpu.progress.value >= 2 and "iteration" in first.gpu.note.object
     st = _run_until(first, lambda st: st.state not in ("queued", "running"))
     assert st.state == "done", st.message
-    assert first.job is None and not first.run_gpu.disabled and not first.run_cancel.visible
+    assert first.gpu.job is None and not first.gpu.run.disabled and not first.gpu.cancel.visible
     assert first.state.message == "" and "GPU run" in first.state.origin
-    assert "finished" in first.state.status and "done" in first.run_note.object
+    assert "finished" in first.state.status and "done" in first.gpu.note.object
     assert list(first.state.session.plan.moves) == edited and first.state.session.plan.policy == "manual"
     st = _run_until(second, lambda st: st.state not in ("queued", "running"))
     assert st.state == "done" and second.state.session.plan.policy == "autovm" and second.state.message == ""
@@ -522,14 +523,14 @@ def test_a_gpu_run_is_queued_then_runs_with_progress_then_opens_its_session(monk
 def test_a_gpu_run_can_be_cancelled_and_the_page_stays_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
     view = _run_view(monkeypatch, "fake_gpu")
     kept = snapshot(view.state)
-    view.run_iterations.value = 400
-    view.run_gpu.clicks += 1
+    view.gpu.iterations.value = 400
+    view.gpu.run.clicks += 1
     _run_until(view, lambda st: st.state == "running" and st.iteration >= 1)
-    view.run_cancel.clicks += 1
+    view.gpu.cancel.clicks += 1
     st = _run_until(view, lambda st: st.state not in ("queued", "running"))
-    assert st.state == "cancelled" and "cancelled" in view.run_note.object
+    assert st.state == "cancelled" and "cancelled" in view.gpu.note.object
     assert snapshot(view.state) == kept and view.state.message == ""
-    assert view.job is None and not view.run_gpu.disabled and not view.run_progress.visible
+    assert view.gpu.job is None and not view.gpu.run.disabled and not view.gpu.progress.visible
 
 
 @pytest.mark.parametrize("runner, says", [("fake_raise", "cuDNN said no"), ("fake_die", "exited with status 3")])
@@ -537,11 +538,11 @@ def test_a_failed_gpu_run_says_why_and_the_page_stays_usable(monkeypatch: pytest
                                                             says: str) -> None:
     view = _run_view(monkeypatch, runner)
     kept = snapshot(view.state)
-    view.run_gpu.clicks += 1
+    view.gpu.run.clicks += 1
     st = _run_until(view, lambda st: st.state not in ("queued", "running"))
     assert st.state == "failed"
     assert view.alert.visible and "GPU run failed" in view.alert.object and says in view.alert.object
-    assert snapshot(view.state) == kept and view.job is None and not view.run_gpu.disabled
+    assert snapshot(view.state) == kept and view.gpu.job is None and not view.gpu.run.disabled
     move = view.state.moves[0]
     assert view.state.drag("prefetch", move.tensor, move.offload_after + 1)
     assert not view.alert.visible
@@ -549,30 +550,30 @@ def test_a_failed_gpu_run_says_why_and_the_page_stays_usable(monkeypatch: pytest
 
 def test_closing_the_browser_tab_cancels_its_gpu_run_so_the_next_person_is_not_kept_waiting(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from vmexplorer.app import run_queue
+    from vmexplorer.views import run_queue
 
     view = _run_view(monkeypatch, "fake_gpu")
-    view.run_iterations.value = 400
-    view.run_gpu.clicks += 1
-    job = view.job
+    view.gpu.iterations.value = 400
+    view.gpu.run.clicks += 1
+    job = view.gpu.job
     _run_until(view, lambda st: st.state == "running")
     view.close()
-    assert view.job is None
+    assert view.gpu.job is None
     assert run_queue().wait(job, timeout=30).state == "cancelled"
 
 
 def test_a_run_whose_tab_has_gone_is_cancelled_at_the_pages_next_poll_within_2_s(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from vmexplorer.app import run_queue
+    from vmexplorer.views import run_queue
 
     view = _run_view(monkeypatch, "fake_hold")
-    view.run_gpu.clicks += 1
-    job = view.job
+    view.gpu.run.clicks += 1
+    job = view.gpu.job
     _run_until(view, lambda st: st.state == "running" and st.iteration >= 1)
-    view.tab_open = lambda: False  # the server session has no connection left
+    view.gpu.tab_open = lambda: False  # the server session has no connection left
     closed = time.monotonic()
-    view._tick()  # what the page's periodic callback does while a run lasts
-    assert view.job is None
+    view.gpu._tick()  # what the page's periodic callback does while a run lasts
+    assert view.gpu.job is None
     assert run_queue().wait(job, timeout=2.0).state == "cancelled"
     assert time.monotonic() - closed < 2.0
 
@@ -585,28 +586,29 @@ def test_the_served_page_cancels_its_run_when_bokeh_ends_the_session_after_clear
     from panel.io.handlers import ScriptHandler
 
     import vmexplorer.app as app
+    import vmexplorer.views as views
 
-    views: list[Any] = []
+    built: list[Any] = []
 
     class Recorded(app.AppView):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            views.append(self)
+            built.append(self)
 
     monkeypatch.setattr(app, "AppView", Recorded)
-    monkeypatch.setenv(app.FAKE_RUNNER_ENV, f"{__name__}:fake_hold")
+    monkeypatch.setenv(views.FAKE_RUNNER_ENV, f"{__name__}:fake_hold")
     doc = Document()
     ScriptHandler(filename=app.__file__).modify_document(doc)
-    assert len(views) == 1, "the served script builds its page with the package's module"
-    view = views[0]
-    view.run_gpu.clicks += 1
-    job = view.job
+    assert len(built) == 1, "the served script builds its page with the package's module"
+    view = built[0]
+    view.gpu.run.clicks += 1
+    job = view.gpu.job
     _run_until(view, lambda st: st.state == "running" and st.iteration >= 1)
     doc.modules.destroy()  # what Bokeh does to the session's module first
     for hook in list(doc.session_destroyed_callbacks):
         hook(None)
-    assert view.job is None
-    assert app.run_queue().wait(job, timeout=2.0).state == "cancelled"
+    assert view.gpu.job is None
+    assert views.run_queue().wait(job, timeout=2.0).state == "cancelled"
 
 
 def test_a_write_to_a_closed_tab_left_unawaited_logs_no_traceback_and_any_other_failure_still_does() -> None:
@@ -685,18 +687,19 @@ def test_a_marker_dragged_on_the_time_axis_is_issued_after_the_op_boundary_it_is
 def test_the_page_does_not_wait_for_the_gpu_check_and_enables_run_when_it_answers(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import vmexplorer.app as app
+    import vmexplorer.views as views
 
     answers: list[tuple[bool, str] | None] = [None]
-    monkeypatch.delenv(app.FAKE_RUNNER_ENV, raising=False)
-    monkeypatch.setattr(app.worker, "gpu_check", lambda: answers[-1])
+    monkeypatch.delenv(views.FAKE_RUNNER_ENV, raising=False)
+    monkeypatch.setattr(views.worker, "gpu_check", lambda: answers[-1])
     view = app.AppView()
-    assert view.run_gpu.disabled and "checking for a GPU" in view.run_reason.object
+    assert view.gpu.run.disabled and "checking for a GPU" in view.gpu.reason.object
     answers.append((True, "1 GPU: NVIDIA H100"))
-    view._draw_gpu_reason()  # what the page's one-second callback does
-    assert not view.run_gpu.disabled and view.run_reason.object == ""
+    view.gpu._draw_gpu_reason()  # what the page's one-second callback does
+    assert not view.gpu.run.disabled and view.gpu.reason.object == ""
     answers.append((False, "CuPy is not installed"))
-    view._draw_gpu_reason()
-    assert view.run_gpu.disabled and "CuPy is not installed" in view.run_reason.object
+    view.gpu._draw_gpu_reason()
+    assert view.gpu.run.disabled and "CuPy is not installed" in view.gpu.reason.object
 
 
 def test_a_measured_session_is_drawn_one_iteration_at_a_time_the_median_first_and_all_on_request() -> None:
@@ -855,7 +858,7 @@ def test_a_file_name_a_cost_model_name_and_typing_show_as_text_in_every_pane() -
     view.capacity.value = PAYLOAD
     view._on_simulate(None)
     assert view.alert.visible and shows_as_text(view.alert, "capacity '<img src=x")  # quoted, maybe cut short
-    panes = [v for part in (view, view.comparison) for v in vars(part).values()
+    panes = [v for part in (view, view.comparison, view.gpu) for v in vars(part).values()
              if isinstance(v, pn.pane.PaneBase) and not isinstance(v, pn.pane.Bokeh)]
     assert len(panes) >= 8 and all("<" not in inner_html(p) for p in panes)
 

@@ -1,21 +1,18 @@
-"""The web app: `panel serve vmexplorer/app.py` (no GPU needed).
+"""The web app: `vmexplorer serve`, or `panel serve vmexplorer/app.py` (no GPU needed).
 
 It opens the sample session of VGG-19 batch 64 under AutoVM at 50% of its footprint, measured on an
 H100, and lets a person configure and simulate other plans, drag the plan's offload and prefetch
 markers (each edit re-plans as a `manual` plan and re-simulates at once), add or drop a tensor's
-round trip, compare two sessions op by op, save or export what is shown, and (where
-`worker.gpu_available()` says a GPU is there) run the shown plan on the GPU through the server's one
-`worker.shared_queue()`, following it with a progress bar and opening the measured session. All the logic lives in
-`vmexplorer.appstate.AppState`; this module only lays out widgets and draws the state.
+round trip, compare two sessions, follow a lesson, save or export what is shown, and (where
+`worker.gpu_check()` says a GPU is there) run the shown plan on the GPU through the server's one
+queue. All the logic lives in `vmexplorer.appstate.AppState`; the panels are `vmexplorer.views`'
+Viewers over it; this module lays the page out and draws the session's timeline.
 """
 
 from __future__ import annotations
 
-import atexit
-import functools
 import importlib
 import io
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +34,7 @@ if __package__ in (None, ""):
     # installed: make the package importable from the repository it sits in
     sys.path.insert(0, str(ROOT))
 
-from vmexplorer import details, worker  # noqa: E402
+from vmexplorer import details  # noqa: E402
 from vmexplorer.appstate import MARKER_KINDS, AppState, Shown  # noqa: E402
 from vmexplorer.config import capacity_text, share_of_footprint  # noqa: E402
 from vmexplorer.graph import MODELS, Graph, GraphError, build_graph  # noqa: E402
@@ -59,6 +56,7 @@ from vmexplorer.units import format_bytes  # noqa: E402
 from vmexplorer.views import (  # noqa: E402
     Comparison,
     Finder,
+    GpuRun,
     Lesson,
     PagingCliff,
     Text,
@@ -70,37 +68,6 @@ from vmexplorer.views import widget as _w  # noqa: E402
 
 pd: Any = importlib.import_module("pandas")  # Panel's own dependency (its tables take DataFrames); no stubs
 ALL_ITERATIONS = "all"
-FAKE_RUNNER_ENV = "VMEXPLORER_FAKE_RUNNER"  # tests only: module:function, a CPU stand-in for the GPU runner
-POLL_MS = 500
-CHECKING = "checking for a GPU"
-
-
-def gpu_reason() -> str | None:
-    """None when a GPU run can work here, else why not (the button says it), or CHECKING while the
-    worker's GPU check (a subprocess, once per server, in the background) has not answered: CuPy never
-    loads in the server and no page waits for the check."""
-    if os.environ.get(FAKE_RUNNER_ENV):
-        return None
-    answer = worker.gpu_check()
-    if answer is None:
-        return CHECKING
-    ok, why = answer
-    return None if ok else why
-
-
-def run_queue() -> worker.RunQueue:
-    """The server's one run queue; with VMEXPLORER_FAKE_RUNNER set (tests), one over that runner."""
-    spec = os.environ.get(FAKE_RUNNER_ENV)
-    return _fake_queue(spec) if spec else worker.shared_queue()
-
-
-@functools.cache
-def _fake_queue(spec: str) -> worker.RunQueue:
-    module, _, name = spec.partition(":")
-    runner = getattr(importlib.import_module(module), name)
-    queue = worker.RunQueue(runner=runner, grace_s=2.0)
-    atexit.register(queue.close)
-    return queue
 
 
 class TextAlert(Text):
@@ -179,21 +146,9 @@ class AppView:
         self.knobs_for = ""  # the policy whose knobs are drawn
 
     def _run_widgets(self) -> None:
-        """Simulate, and the GPU run with its progress and cancel."""
+        """Simulate, and the GPU run with its progress and cancel (views.GpuRun)."""
         self.simulate = _w(pn.widgets.Button, "Simulate", button_type="primary")
-        self.run_iterations = _w(pn.widgets.IntInput, "GPU run: iterations", start=1, end=1000, value=5)
-        self.run_gpu = _w(pn.widgets.Button, "Run on GPU", button_type="primary")
-        self.run_reason = Text(styles={"font-size": "0.85em", "font-style": "italic"})
-        self._gpu_waiter: Any = None
-        self.run_progress = pn.indicators.Progress(value=0, max=1, visible=False, sizing_mode="stretch_width")
-        self.run_note = Text(styles={"font-size": "0.85em"})
-        self.run_cancel = _w(pn.widgets.Button, "Cancel the run", visible=False)
-        self.job: int | None = None  # the GPU run this page waits for
-        self._queue: worker.RunQueue | None = None  # the queue it waits in
-        # whether the page's browser tab is still there; `page` asks the server session
-        self.tab_open: Callable[[], bool] = lambda: True
-        self._poller: Any = None
-        self._draw_gpu_reason()
+        self.gpu = GpuRun(state=self.state, act=self._act)
 
     def _timeline_widgets(self) -> None:
         """The timeline, its summary and the marker editor."""
@@ -255,8 +210,6 @@ class AppView:
         self.open_sample.on_click(lambda *_: self._act(s.load_sample, self.sample.value))
         self.upload.param.watch(self._on_upload, "value")
         self.simulate.on_click(self._on_simulate)
-        self.run_gpu.on_click(self._on_run)
-        self.run_cancel.on_click(self._on_cancel_run)
         self.policy.param.watch(lambda *_: self._draw_knobs(), "value")
         self.model.param.watch(lambda *_: self._draw_capacity_help(), "value")
         self.batch.param.watch(lambda *_: self._draw_capacity_help(), "value")
@@ -316,155 +269,14 @@ class AppView:
         self._act(self.state.simulate_config, self.model.value, self.batch.value, self.capacity.value,
                   self.policy.value, options)
 
-    # --- GPU runs: queued on the server's one queue, polled by this page while they last
-    def _draw_gpu_reason(self) -> None:
-        """Enable Run on GPU when the GPU check says yes; while it is still checking, look again each
-        second (a page served before the check answered must not stay disabled)."""
-        reason = gpu_reason()
-        self.run_gpu.disabled = reason is not None or self.job is not None
-        self.run_iterations.disabled = reason is not None
-        self.run_gpu.description = reason or "run the shown plan on the GPU and open the measured session"
-        self.run_reason.object = f"Run on GPU: {reason}{'…' if reason == CHECKING else '.'}" if reason else ""
-        if reason == CHECKING and self._gpu_waiter is None:
-            self._gpu_waiter = _every(self._draw_gpu_reason, 1000)
-        elif reason != CHECKING:
-            self._stop_gpu_waiter()
-
-    def _stop_gpu_waiter(self) -> None:
-        waiter, self._gpu_waiter = self._gpu_waiter, None
-        self._stop(waiter)
-
     def close(self) -> None:
         """The browser tab is gone: cancel its GPU run (queued or running) and stop polling, so a closed
-        tab does not hold the GPU for the next person. Bokeh may call this after it has cleared a served
-        script's module, so this and what it calls name no module global, only what the view holds."""
-        job, queue, self.job = self.job, self._queue, None
-        self._stop_polling()
-        self._stop_gpu_waiter()
-        if job is not None and queue is not None:
-            try:
-                queue.cancel(job)
-                queue.forget(job)  # a queued run has ended now; a running one stays known until it stops
-            except Exception:  # already ended and forgotten, or the queue closed with the server
-                pass
+        tab does not hold the GPU for the next person."""
+        self.gpu.close()
 
     def session_destroyed(self, session_context: Any) -> None:
         """Bokeh's hook for the end of the page's server session: its tab is gone too."""
         self.close()
-
-    @staticmethod
-    def _stop(callback: Any) -> None:
-        if callback is not None:
-            try:
-                callback.stop()
-            except Exception:  # already stopped with its session
-                pass
-
-    def run_request(self) -> worker.RunRequest | None:
-        """The shown plan as a GPU run, as edited: the plan itself, compiled once when it was shown."""
-        s = self.state.session
-        return None if s is None else worker.RunRequest(s.plan, int(self.run_iterations.value or 5))
-
-    def _on_run(self, _: Any) -> None:
-        if self.job is not None:
-            self.state.fail("a GPU run of this page is under way: wait for it or cancel it")
-            return
-        request = self.run_request()
-        if request is None:
-            self.state.fail("nothing to run: load or simulate a session first")
-            return
-        try:
-            self._queue = run_queue()
-            self.job = self._queue.submit(request)
-        except Exception as e:  # a closed queue, a bad iteration count: say it, keep the state
-            self.state.fail(f"the GPU run could not be queued ({type(e).__name__}): {e}")
-            return
-        self.state.message = ""
-        self.run_gpu.disabled = True
-        self.run_cancel.visible = True
-        self.run_progress.visible = True
-        self.run_progress.value, self.run_progress.max = 0, max(1, request.iterations)
-        self.run_note.object = "queued"
-        self._start_polling()
-
-    def _start_polling(self) -> None:
-        self._poller = _every(self._tick, POLL_MS)  # without a server the caller polls
-
-    def _stop_polling(self) -> None:
-        poller, self._poller = self._poller, None
-        self._stop(poller)
-
-    def _tick(self) -> None:
-        if not self.tab_open():
-            # Bokeh destroys a closed tab's session only once it has gone unused a while (15 s or more by
-            # default), too late for the next person waiting for the GPU: the poll frees it instead
-            self.close()
-            return
-        try:
-            self.poll_run()
-        except Exception as e:  # a bug must not leave the callback failing every half second
-            self._end_run()
-            self.state.fail(f"unexpected error while following the GPU run ({type(e).__name__}): {e}")
-
-    def _on_cancel_run(self, _: Any) -> None:
-        if self.job is None:
-            return
-        try:
-            self._run_queue().cancel(self.job)
-        except KeyError:
-            pass
-        self.run_note.object = "cancelling"
-        self.poll_run()
-
-    def poll_run(self) -> worker.JobStatus | None:
-        """Show the run's progress; when it has ended, open its session or say why not."""
-        if self.job is None:
-            self._stop_polling()
-            return None
-        try:
-            st = self._run_queue().status(self.job)
-        except Exception as e:  # the job was forgotten, the queue closed
-            self._end_run()
-            self.state.fail(f"the GPU run was lost ({type(e).__name__}): {e}")
-            return None
-        if st.state == "queued":
-            self.run_note.object = f"queued: number {st.queue_position} in line for the GPU"
-            return st
-        if st.state == "running":
-            self.run_progress.max = max(1, st.iterations)
-            self.run_progress.value = min(st.iteration, self.run_progress.max)
-            loss = "" if st.loss is None else f", loss {st.loss:.4f}"
-            self.run_note.object = f"running: iteration {st.iteration} of {st.iterations}{loss}"
-            return st
-        self._end_run()
-        if st.state == "done" and st.result is not None:
-            name = f"GPU run {st.job_id}"
-            self._act(self.state.show_measured, st.result, name)
-            if not self.state.message:
-                self.state.status = f"the GPU run finished ({st.message}); showing its measured session"
-                self.run_note.object = f"done: {st.message}"
-        elif st.state == "cancelled":
-            self.run_note.object = f"cancelled: {st.message}"
-            self.state.status = "the GPU run was cancelled; the page is as it was"
-        else:
-            self.run_note.object = "failed"
-            self.state.fail(f"the GPU run failed: {st.message}")
-        try:
-            self._run_queue().forget(st.job_id)
-        except Exception:
-            pass
-        return st
-
-    def _run_queue(self) -> worker.RunQueue:
-        """The queue this page's run went to."""
-        return self._queue if self._queue is not None else run_queue()
-
-    def _end_run(self) -> None:
-        self._stop_polling()
-        self.job = None
-        self.run_gpu.disabled = False
-        self.run_cancel.visible = False
-        self.run_progress.visible = False
 
     def _on_move(self, _: Any) -> None:
         if self.marker_tensor.value is None:
@@ -798,7 +610,7 @@ class AppView:
             pn.Row(self.save), pn.Row(self.html, self.trace),
             pn.pane.Markdown("#### Configure"), self.model, self.batch, self.capacity, self.capacity_help,
             self.policy, self.policy_help, self.knobs, self.simulate,
-            self.run_iterations, self.run_gpu, self.run_reason, self.run_progress, self.run_note, self.run_cancel,
+            self.gpu,
         ]
 
     def main(self) -> list[Any]:
@@ -841,16 +653,6 @@ def _knob(name: str, opt: OptionSpec, value: Any) -> Any:
     return _w(pn.widgets.TextInput, label, value=str(value))
 
 
-# Panel 1.9 names a widget's label `label` (and deprecates `name` for it); older Panels call it `name`
-def _every(callback: Any, period_ms: int) -> Any:
-    """A periodic callback of this browser session, or None with no event loop (a page built outside
-    a server)."""
-    try:
-        return pn.state.add_periodic_callback(callback, period=period_ms)
-    except Exception:
-        return None
-
-
 class Template(pn.template.VanillaTemplate):
     """Panel's plainest template (a header, a sidebar and the main area, no design system) without its
     web font.
@@ -873,7 +675,7 @@ def page(state: AppState | None = None) -> Template:
     doc = pn.state.curdoc
     if doc is not None:  # served: the view follows its browser tab (built outside a server, there is none)
         view.document = doc
-        view.tab_open = _tab_open(doc)
+        view.gpu.tab_open = _tab_open(doc)
         # a bound method: it holds the view, and the view all it needs to cancel its run
         doc.on_session_destroyed(view.session_destroyed)
         _ClosedTabWrites.install()
