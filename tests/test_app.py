@@ -310,7 +310,7 @@ def test_two_drags_in_a_row_both_take_effect_and_a_ghost_marks_where_each_marker
     ghosts = timeline_source(fig, "ghost_markers").data
     names = {view.state.session.graph.tensors[t].name for t in (first, second)}
     assert len(ghosts["x"]) >= 2 and all(any(n in w for w in ghosts["what"]) for n in names)
-    view.reset.clicks += 1
+    view.editor.reset.clicks += 1
     view.state.reset_edits()
     assert len(timeline_source(view.timeline.object, "ghost_markers").data["x"]) == 0
 
@@ -319,16 +319,16 @@ def test_selecting_a_tensor_lights_up_its_transfers_and_markers_and_fades_the_re
     from vmexplorer.app import AppView
 
     view = AppView()
-    frame = view.tensors.value
+    frame = view.editor.tensors.value
     row = int(frame.index[frame["offloaded"]][0])
     tensor = int(frame["id"].iloc[row])
-    view.tensors.selection = [row]
+    view.editor.tensors.selection = [row]
     fig = view.timeline.object
     for name in ("memops", "prefetch_markers", "offload_markers"):
         data = timeline_source(fig, name).data
         lit = {i for i, a in enumerate(data["alpha"]) if a > 0.5}
         assert lit == {i for i, t in enumerate(data["tensor_id"]) if int(t) == tensor} != set()
-    view.tensors.selection = []
+    view.editor.tensors.selection = []
     assert min(timeline_source(fig, "memops").data["alpha"]) > 0.5
 
 
@@ -774,7 +774,7 @@ def test_a_problem_the_page_finds_also_takes_the_last_status_away() -> None:
 
     view = AppView()
     assert view.state.status
-    view.toggle.clicks += 1  # no tensor selected
+    view.editor.toggle.clicks += 1  # no tensor selected
     assert "select a tensor" in view.alert.object and view.state.status == "" and view.info.object == ""
 
 
@@ -858,7 +858,7 @@ def test_a_file_name_a_cost_model_name_and_typing_show_as_text_in_every_pane() -
     view.capacity.value = PAYLOAD
     view._on_simulate(None)
     assert view.alert.visible and shows_as_text(view.alert, "capacity '<img src=x")  # quoted, maybe cut short
-    panes = [v for part in (view, view.comparison, view.gpu) for v in vars(part).values()
+    panes = [v for part in (view, view.comparison, view.gpu, view.editor) for v in vars(part).values()
              if isinstance(v, pn.pane.PaneBase) and not isinstance(v, pn.pane.Bokeh)]
     assert len(panes) >= 8 and all("<" not in inner_html(p) for p in panes)
 

@@ -55,6 +55,7 @@ from vmexplorer.timeline import (  # noqa: E402
 from vmexplorer.units import format_bytes  # noqa: E402
 from vmexplorer.views import (  # noqa: E402
     Comparison,
+    Editor,
     Finder,
     GpuRun,
     Lesson,
@@ -166,16 +167,7 @@ class AppView:
         self.timeline = pn.pane.Bokeh(sizing_mode="stretch_width")
         self.summary = pn.widgets.Tabulator(disabled=True, show_index=False, sizing_mode="stretch_width",
                                             layout="fit_data_stretch")
-        self.marker_kind = _w(pn.widgets.Select, "Marker", options=["prefetch", "offload"], width=110)
-        self.marker_tensor = _w(pn.widgets.Select, "Tensor", options={}, width=220)
-        self.marker_op = _w(pn.widgets.IntInput, "Issue after op", start=-1, width=120)
-        self.marker_range = Text(styles={"font-size": "0.85em"})
-        self.move = _w(pn.widgets.Button, "Move marker", button_type="primary", align="end")
-        self.reset = _w(pn.widgets.Button, "Undo all edits", align="end")
-        self.tensors = pn.widgets.Tabulator(disabled=True, show_index=False, selectable=1, height=300,
-                                            sizing_mode="stretch_width", pagination=None)
-        self.toggle = _w(pn.widgets.Button, "Add / remove the selected tensor's offload")
-        self._tensor_rows: list[dict[str, Any]] = []  # what the tensor table shows
+        self.editor = Editor(state=self.state, act=self._act)
 
     def _compare_widgets(self) -> None:
         """A second session beside the shown one (views.Comparison), and the tabs."""
@@ -215,12 +207,7 @@ class AppView:
         self.batch.param.watch(lambda *_: self._draw_capacity_help(), "value")
         self.x_axis.param.watch(lambda *_: self._draw_timeline(), "value")
         self.iteration.param.watch(lambda *_: self._on_iteration(), "value")
-        self.move.on_click(self._on_move)
-        self.reset.on_click(lambda *_: self._act(s.reset_edits))
-        self.marker_kind.param.watch(lambda *_: self._draw_marker_range(), "value")
-        self.marker_tensor.param.watch(lambda *_: self._draw_marker_range(), "value")
-        self.toggle.on_click(self._on_toggle)
-        self.tensors.param.watch(lambda *_: self._highlight(self._selected_tensor()), "selection")
+        self.editor.param.watch(lambda e: self._highlight(e.new), "picked")
         self.compare_twin.on_click(self._on_compare_twin)
         # param calls a watcher of several parameters with one event per parameter a batch changed, so
         # every watcher here takes any number (`lambda _:` fails once two change together)
@@ -277,19 +264,6 @@ class AppView:
     def session_destroyed(self, session_context: Any) -> None:
         """Bokeh's hook for the end of the page's server session: its tab is gone too."""
         self.close()
-
-    def _on_move(self, _: Any) -> None:
-        if self.marker_tensor.value is None:
-            self.state.fail("pick a tensor with a planned round trip (the tensor table adds one)")
-            return
-        self._act(self.state.drag, self.marker_kind.value, self.marker_tensor.value, self.marker_op.value)
-
-    def _on_toggle(self, _: Any) -> None:
-        rows = self.tensors.selection
-        if not rows:
-            self.state.fail("select a tensor in the table first")
-            return
-        self._act(self.state.toggle_offload, int(self.tensors.value.iloc[rows[0]]["id"]))
 
     def _on_compare_twin(self, _: Any) -> None:
         self._act(self.state.compare_with_twin, "uvm")
@@ -387,16 +361,7 @@ class AppView:
         self.save.filename, self.html.filename, self.trace.filename = (
             f"{stem}.vms", f"{stem}.html", f"{stem}.trace.json")
         self.summary.value = pd.DataFrame(self.state.summary_rows())
-        rows = self.state.tensor_rows()
-        if rows != self._tensor_rows:  # an edit often moves no tensor in or out of the table's columns
-            self._tensor_rows = rows
-            self.tensors.value = pd.DataFrame(rows)
-        g = s.graph
-        moving = sorted({mv.tensor for mv in self.state.moves})
-        self.marker_tensor.options = {f"{g.tensors[t].name} ({t})": t for t in moving}
-        if self.marker_tensor.value not in moving:
-            self.marker_tensor.value = moving[0] if moving else None
-        self._draw_marker_range()
+        self.editor.draw()
         self.compare_twin.visible = p.policy != "uvm" and self.state.twin("uvm") is not None
         n, timed = s.timeline.iterations, s.timeline.timed_iterations
         # the picker's own watchers still run (they send it to the browser), this page's wait for the end
@@ -454,14 +419,6 @@ class AppView:
             highlight_tensor(fig, shown, axis, self._picked)
         finally:
             self._filling = False
-
-    def _selected_tensor(self) -> int | None:
-        """The tensor picked in the tensor table, if a row is picked."""
-        rows = self.tensors.selection
-        frame = self.tensors.value
-        if not rows or frame is None or "id" not in frame or rows[0] >= len(frame):
-            return None
-        return int(frame["id"].iloc[rows[0]])
 
     def _highlight(self, tensor: int | None) -> None:
         self._picked = tensor
@@ -544,21 +501,6 @@ class AppView:
         x_range = fig.children[0].x_range
         x_range.start, x_range.end = start, end
 
-    def _draw_marker_range(self) -> None:
-        t = self.marker_tensor.value
-        if t is None or self.state.session is None:
-            self.marker_range.object = ""
-            return
-        kind = self.marker_kind.value
-        mv = next(mv for mv in self.state.moves if mv.tensor == t)
-        now = mv.offload_after if kind == "offload" else mv.prefetch_after
-        if now is None:
-            self.marker_range.object = "this tensor is never prefetched"
-            return
-        lo, hi = self.state.marker_range(kind, t)
-        self.marker_op.value = now
-        self.marker_range.object = f"now after op {now}; it may go from {lo} to {hi}"
-
     def _draw_knobs(self, values: dict[str, Any] | None = None) -> None:
         spec = POLICIES[self.policy.value]  # the loader holds a session's policy and options to the registry
         wanted = {name: (values or {}).get(name, opt.default) for name, opt in spec.options.items()}
@@ -614,11 +556,6 @@ class AppView:
         ]
 
     def main(self) -> list[Any]:
-        editing = pn.Column(
-            pn.pane.Markdown("Drag a ▼ offload or ▲ prefetch marker along the x axis (the drag tool is "
-                             "active), or move one here; each edit re-plans as a `manual` plan and re-simulates."),
-            pn.Row(self.marker_kind, self.marker_tensor, self.marker_op, self.move, self.reset),
-            self.marker_range, self.tensors, self.toggle, name="Edit the plan")
         comparison = self.comparison
         # the story first: at 1280x720 the headline and the timeline fill the first screen, where the
         # time goes beside the baselines right under it, the full table after
@@ -626,7 +563,7 @@ class AppView:
                             pn.Row(pn.pane.Markdown("x axis:"), self.x_axis, self.iteration, self.compare_twin),
                             self.timeline, self.story.bars,
                             self.finder_card,
-                            self.summary, editing, sizing_mode="stretch_width")
+                            self.summary, self.editor, sizing_mode="stretch_width")
         cliff = pn.Column(pn.pane.Markdown("Iteration time against capacity, simulated with the shown "
                                            "session's cost model; the diamonds were measured. Tap a point "
                                            "to open it."), self.cliff, name="Paging cliff")

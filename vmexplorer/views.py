@@ -697,6 +697,97 @@ def _every(callback: Any, period_ms: int) -> Any:
         return None
 
 
+
+class Editor(pn.viewable.Viewer):
+    """Edit the plan without the mouse: move a tensor's offload or prefetch marker to an op, undo every
+    edit, add or drop a tensor's round trip from the table of tensors. Every edit goes through
+    `AppState.drag` or `toggle_offload`, as a drag on the timeline does. `picked` is the tensor picked
+    in the table, which the page lights up."""
+
+    state = param.ClassSelector(class_=AppState)
+    act = param.Callable(default=_run, doc="runs a state method as the page's actions run")
+    picked = param.Integer(default=None, allow_None=True, doc="the tensor picked in the table")
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        if not isinstance(self.state, AppState):
+            raise TypeError("the editor needs the page's AppState")
+        self.app: AppState = self.state
+        self.marker_kind = widget(pn.widgets.Select, "Marker", options=["prefetch", "offload"], width=110)
+        self.marker_tensor = widget(pn.widgets.Select, "Tensor", options={}, width=220)
+        self.marker_op = widget(pn.widgets.IntInput, "Issue after op", start=-1, width=120)
+        self.marker_range = Text(styles={"font-size": "0.85em"})
+        self.move = widget(pn.widgets.Button, "Move marker", button_type="primary", align="end")
+        self.reset = widget(pn.widgets.Button, "Undo all edits", align="end")
+        self.tensors = pn.widgets.Tabulator(disabled=True, show_index=False, selectable=1, height=300,
+                                            sizing_mode="stretch_width", pagination=None)
+        self.toggle = widget(pn.widgets.Button, "Add / remove the selected tensor's offload")
+        self._tensor_rows: list[dict[str, Any]] = []  # what the tensor table shows
+        self.move.on_click(lambda *_: self._move())
+        self.reset.on_click(lambda *_: self.act(self.app.reset_edits))
+        self.toggle.on_click(lambda *_: self._toggle())
+        self.marker_kind.param.watch(lambda *_: self._draw_range(), "value")
+        self.marker_tensor.param.watch(lambda *_: self._draw_range(), "value")
+        self.tensors.param.watch(lambda *_: setattr(self, "picked", self._selected()), "selection")
+
+    def _move(self) -> None:
+        if self.marker_tensor.value is None:
+            self.app.fail("pick a tensor with a planned round trip (the tensor table adds one)")
+            return
+        self.act(self.app.drag, self.marker_kind.value, self.marker_tensor.value, self.marker_op.value)
+
+    def _toggle(self) -> None:
+        tensor = self._selected()
+        if tensor is None:
+            self.app.fail("select a tensor in the table first")
+            return
+        self.act(self.app.toggle_offload, tensor)
+
+    def _selected(self) -> int | None:
+        """The tensor picked in the tensor table, if a row is picked."""
+        rows, frame = self.tensors.selection, self.tensors.value
+        if not rows or frame is None or "id" not in frame or rows[0] >= len(frame):
+            return None
+        return int(frame["id"].iloc[rows[0]])
+
+    def draw(self) -> None:
+        """The shown session's tensors and round trips."""
+        s = self.app.session
+        if s is None:
+            return
+        rows = self.app.tensor_rows()
+        if rows != self._tensor_rows:  # an edit often moves no tensor in or out of the table's columns
+            self._tensor_rows = rows
+            self.tensors.value = pd.DataFrame(rows)
+        g = s.graph
+        moving = sorted({mv.tensor for mv in self.app.moves})
+        self.marker_tensor.options = {f"{g.tensors[t].name} ({t})": t for t in moving}
+        if self.marker_tensor.value not in moving:
+            self.marker_tensor.value = moving[0] if moving else None
+        self._draw_range()
+
+    def _draw_range(self) -> None:
+        t = self.marker_tensor.value
+        if t is None or self.app.session is None:
+            self.marker_range.object = ""
+            return
+        kind = self.marker_kind.value
+        mv = next(mv for mv in self.app.moves if mv.tensor == t)
+        now = mv.offload_after if kind == "offload" else mv.prefetch_after
+        if now is None:
+            self.marker_range.object = "this tensor is never prefetched"
+            return
+        lo, hi = self.app.marker_range(kind, t)
+        self.marker_op.value = now
+        self.marker_range.object = f"now after op {now}; it may go from {lo} to {hi}"
+
+    def __panel__(self) -> Any:
+        return pn.Column(
+            pn.pane.Markdown("Drag a ▼ offload or ▲ prefetch marker along the x axis (the drag tool is "
+                             "active), or move one here; each edit re-plans as a `manual` plan and re-simulates."),
+            pn.Row(self.marker_kind, self.marker_tensor, self.marker_op, self.move, self.reset),
+            self.marker_range, self.tensors, self.toggle, sizing_mode="stretch_width")
+
 class GpuRun(pn.viewable.Viewer):
     """Run the shown plan on the GPU: queued on the server's one queue (`worker.shared_queue`), followed
     with a progress bar while this page lasts, its measured session opened when it ends. `tab_open`
