@@ -275,8 +275,8 @@ def test_the_page_builds_without_a_server_and_a_browser_drag_replans() -> None:
     fig = view.timeline.object
     drag_first_marker(fig, "prefetch", 3)
     assert view.state.session.plan.policy == "manual" and view.state.message == ""
-    view.capacity.value = "nonsense"
-    view._on_simulate(None)
+    view.config.capacity.value = "nonsense"
+    view.config.simulate.clicks += 1
     assert view.alert.visible and "not a size" in view.alert.object
 
 
@@ -743,8 +743,8 @@ def test_comparing_while_an_error_is_shown_compares_and_clears_the_error() -> No
     from vmexplorer.app import AppView
 
     view = AppView()
-    view.capacity.value = "nonsense"
-    view._on_simulate(None)
+    view.config.capacity.value = "nonsense"
+    view.config.simulate.clicks += 1
     assert view.alert.visible
     view.comparison.go.clicks += 1  # clears the message and sets the status in one batch
     assert view.state.message == "" and not view.alert.visible
@@ -800,7 +800,7 @@ def test_a_session_of_a_policy_the_page_has_no_knobs_for_is_not_half_drawn(monke
     view.upload.filename, view.upload.value = "mystery.vms", b"\x1f\x8b"
     assert view.state.shown() == before and view.alert.visible
     assert "mystery.vms` cannot be shown" in view.state.message and "unexpected error" not in view.state.message
-    assert view._drawn.plan.policy == view.policy.value == "autovm"
+    assert view._drawn.plan.policy == view.config.policy.value == "autovm"
 
 
 def test_a_session_the_page_cannot_draw_leaves_the_one_shown_before_with_a_clear_message(
@@ -822,7 +822,7 @@ def test_a_session_the_page_cannot_draw_leaves_the_one_shown_before_with_a_clear
     assert view.state.shown() == before and view.state.status == ""
     assert view.alert.visible and "unexpected error" not in view.state.message
     assert f"{UVM_TWIN}` cannot be shown (ValueError: no glyph for this)" in view.state.message
-    assert view._drawn.plan.policy == view.policy.value == "autovm"  # drawn again, widgets and all
+    assert view._drawn.plan.policy == view.config.policy.value == "autovm"  # drawn again, widgets and all
 
 
 # --- text from files, file names and typing reaches the page as text: never markup, Markdown or math
@@ -851,14 +851,14 @@ def test_a_file_name_a_cost_model_name_and_typing_show_as_text_in_every_pane() -
     view = AppView()
     view.upload.filename, view.upload.value = PAYLOAD, upload
     assert view.state.message == "" and shows_as_text(view.info, f"opened {PAYLOAD}")
-    view._on_simulate(None)  # the same graph: simulated with the session's own cost model, which says its name
+    view.config.simulate.clicks += 1  # the same graph: simulated with the session's own cost model, which says its name
     assert shows_as_text(view.info, f"with {PAYLOAD}")
     view.comparison.upload.filename, view.comparison.upload.value = PAYLOAD, upload
     assert shows_as_text(view.comparison.note, f"B: {PAYLOAD}")
-    view.capacity.value = PAYLOAD
-    view._on_simulate(None)
+    view.config.capacity.value = PAYLOAD
+    view.config.simulate.clicks += 1
     assert view.alert.visible and shows_as_text(view.alert, "capacity '<img src=x")  # quoted, maybe cut short
-    panes = [v for part in (view, view.comparison, view.gpu, view.editor) for v in vars(part).values()
+    panes = [v for part in (view, view.comparison, view.gpu, view.editor, view.config) for v in vars(part).values()
              if isinstance(v, pn.pane.PaneBase) and not isinstance(v, pn.pane.Bokeh)]
     assert len(panes) >= 8 and all("<" not in inner_html(p) for p in panes)
 
@@ -875,7 +875,7 @@ def test_a_load_error_quoting_a_name_from_the_file_shows_it_as_text() -> None:
         assert view.state.shown() == before and shows_as_text(view.alert, PAYLOAD)
         assert "<img src=x onerror=" in html.unescape(inner_html(view.alert)).split(PAYLOAD, 1)[1]
     else:  # opened: the policy named as text under the knobs
-        assert shows_as_text(view.policy_help, PAYLOAD)
+        assert shows_as_text(view.config.policy_help, PAYLOAD)
 
 
 @pytest.mark.parametrize("ns, base_ns, says", [(1000, 100, "10.0x slower than device"),

@@ -36,9 +36,6 @@ if __package__ in (None, ""):
 
 from vmexplorer import details  # noqa: E402
 from vmexplorer.appstate import MARKER_KINDS, AppState, Shown  # noqa: E402
-from vmexplorer.config import capacity_text, share_of_footprint  # noqa: E402
-from vmexplorer.graph import MODELS, Graph, GraphError, build_graph  # noqa: E402
-from vmexplorer.policies import POLICIES, OptionSpec  # noqa: E402
 from vmexplorer.session import Session, session_to_bytes  # noqa: E402
 from vmexplorer.session.trace import chrome_trace_chunks  # noqa: E402
 from vmexplorer.timeline import (  # noqa: E402
@@ -52,9 +49,9 @@ from vmexplorer.timeline import (  # noqa: E402
     timeline_source,
     update_timeline,
 )
-from vmexplorer.units import format_bytes  # noqa: E402
 from vmexplorer.views import (  # noqa: E402
     Comparison,
+    Configure,
     Editor,
     Finder,
     GpuRun,
@@ -135,20 +132,10 @@ class AppView:
 
     def _config_widgets(self) -> None:
         """Model, batch, capacity, policy and its knobs."""
-        self.model = _w(pn.widgets.Select, "Model", options=list(MODELS))
-        self.batch = _w(pn.widgets.IntInput, "Batch", start=1, value=64)
-        self.capacity = _w(pn.widgets.TextInput, "Capacity (bytes, e.g. 3GiB, or % of the footprint)",
-                                             value="50%")
-        self.capacity_help = Text(styles={"font-size": "0.85em"})
-        self.policy = _w(pn.widgets.Select, "Policy", options=list(POLICIES), value="autovm")
-        self.policy_help = Text(styles={"font-size": "0.85em"})
-        self.knobs = pn.Column()
-        self.knob_widgets: dict[str, Any] = {}
-        self.knobs_for = ""  # the policy whose knobs are drawn
+        self.config = Configure(state=self.state, act=self._act)
 
     def _run_widgets(self) -> None:
         """Simulate, and the GPU run with its progress and cancel (views.GpuRun)."""
-        self.simulate = _w(pn.widgets.Button, "Simulate", button_type="primary")
         self.gpu = GpuRun(state=self.state, act=self._act)
 
     def _timeline_widgets(self) -> None:
@@ -201,10 +188,6 @@ class AppView:
         s = self.state
         self.open_sample.on_click(lambda *_: self._act(s.load_sample, self.sample.value))
         self.upload.param.watch(self._on_upload, "value")
-        self.simulate.on_click(self._on_simulate)
-        self.policy.param.watch(lambda *_: self._draw_knobs(), "value")
-        self.model.param.watch(lambda *_: self._draw_capacity_help(), "value")
-        self.batch.param.watch(lambda *_: self._draw_capacity_help(), "value")
         self.x_axis.param.watch(lambda *_: self._draw_timeline(), "value")
         self.iteration.param.watch(lambda *_: self._on_iteration(), "value")
         self.editor.param.watch(lambda e: self._highlight(e.new), "picked")
@@ -250,11 +233,6 @@ class AppView:
     def _on_upload(self, event: Any) -> None:
         if event.new:
             self._act(self.state.load, bytes(event.new), self.upload.filename or "the uploaded file")
-
-    def _on_simulate(self, _: Any) -> None:
-        options = {name: w.value for name, w in self.knob_widgets.items()}
-        self._act(self.state.simulate_config, self.model.value, self.batch.value, self.capacity.value,
-                  self.policy.value, options)
 
     def close(self) -> None:
         """The browser tab is gone: cancel its GPU run (queued or running) and stop polling, so a closed
@@ -353,10 +331,7 @@ class AppView:
         p = s.plan
         if self._drawn is not None and self._drawn.graph.key != s.graph.key:
             self._picked = None  # a tensor of another graph: its number names nothing here
-        self.model.value, self.batch.value, self.policy.value = p.model, p.batch, p.policy
-        self.capacity.value = capacity_text(p.capacity, s.graph.footprint)
-        self._draw_knobs(p.options)
-        self._draw_capacity_help(s.graph)  # the shown graph: a drag must not build it again
+        self.config.set_to(s)
         stem = f"{p.model}-b{p.batch}-{p.policy}-{s.timeline.source}"
         self.save.filename, self.html.filename, self.trace.filename = (
             f"{stem}.vms", f"{stem}.html", f"{stem}.trace.json")
@@ -501,26 +476,6 @@ class AppView:
         x_range = fig.children[0].x_range
         x_range.start, x_range.end = start, end
 
-    def _draw_knobs(self, values: dict[str, Any] | None = None) -> None:
-        spec = POLICIES[self.policy.value]  # the loader holds a session's policy and options to the registry
-        wanted = {name: (values or {}).get(name, opt.default) for name, opt in spec.options.items()}
-        if self.knobs_for == spec.name and {n: w.value for n, w in self.knob_widgets.items()} == wanted:
-            return  # an edit: the same knobs at the same values, and new widgets would be new models
-        self.knobs_for = spec.name
-        self.policy_help.object = spec.summary
-        self.knob_widgets = {name: _knob(name, opt, wanted[name]) for name, opt in spec.options.items()}
-        self.knobs.objects = list(self.knob_widgets.values())
-
-    def _draw_capacity_help(self, graph: Graph | None = None) -> None:
-        try:
-            g = graph or build_graph(self.model.value, int(self.batch.value or 0))
-        except (GraphError, ValueError, TypeError) as e:
-            self.capacity_help.object = f"({e})"
-            return
-        need, op = g.min_capacity
-        self.capacity_help.object = (f"minimum {format_bytes(need)} ({share_of_footprint(need, g.footprint):.0f}%, "
-                                     f"{g.ops[op].name}); footprint {format_bytes(g.footprint)}")
-
     # --- downloads
     def _session_bytes(self) -> io.BytesIO | None:
         s = self._shown()
@@ -550,8 +505,7 @@ class AppView:
             pn.pane.Markdown("#### Session"), self.sample, self.open_sample,
             pn.pane.Markdown("or open a session file (.vms):"), self.upload,
             pn.Row(self.save), pn.Row(self.html, self.trace),
-            pn.pane.Markdown("#### Configure"), self.model, self.batch, self.capacity, self.capacity_help,
-            self.policy, self.policy_help, self.knobs, self.simulate,
+            pn.pane.Markdown("#### Configure"), self.config,
             self.gpu,
         ]
 
@@ -575,19 +529,6 @@ class AppView:
         self.tabs.param.watch(lambda *_: self._fill_tab(), "active")
         # the lesson's banner sits above the tabs: a step may show the timeline or the cliff
         return [pn.Column(self.alert, self.info, self.lesson, self.tabs, sizing_mode="stretch_width")]
-
-
-def _knob(name: str, opt: OptionSpec, value: Any) -> Any:
-    label = f"{name.replace('_', ' ')}: {opt.help}"
-    if opt.choices:
-        return _w(pn.widgets.Select, label, options=list(opt.choices), value=value)
-    if opt.type is bool:  # a text box would hand the policy "False", which bool() reads as True
-        return _w(pn.widgets.Checkbox, label, value=bool(value))
-    if opt.type is int:
-        return _w(pn.widgets.IntInput, label, value=int(value), start=opt.minimum)
-    if opt.type is float:
-        return _w(pn.widgets.FloatInput, label, value=float(value))
-    return _w(pn.widgets.TextInput, label, value=str(value))
 
 
 class Template(pn.template.VanillaTemplate):

@@ -10,7 +10,7 @@ import atexit
 import functools
 import importlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from html import escape
 from typing import Any
@@ -21,9 +21,11 @@ from panel.custom import JSComponent
 
 from . import details, worker
 from .appstate import SAMPLES, AppState, samples_by_gpu, times_than
+from .config import capacity_text, share_of_footprint
+from .graph import MODELS, Graph, GraphError, build_graph
 from .plan import PlanError
 from .plots import breakdown_figure, sweep_figure, update_breakdown, update_sweep
-from .policies import compile_plan
+from .policies import POLICIES, OptionSpec, compile_plan
 from .records.breakdown import PARTS as BREAKDOWN_PARTS
 from .session import Session
 from .simulator import simulate
@@ -697,6 +699,86 @@ def _every(callback: Any, period_ms: int) -> Any:
         return None
 
 
+
+
+class Configure(pn.viewable.Viewer):
+    """What to simulate: model, batch, capacity (with the least it can be), policy and the policy's
+    options, each drawn from the registry. `set_to` sets them to a session's; Simulate compiles and
+    simulates them through `AppState.simulate_config`."""
+
+    state = param.ClassSelector(class_=AppState)
+    act = param.Callable(default=_run, doc="runs a state method as the page's actions run")
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        if not isinstance(self.state, AppState):
+            raise TypeError("the configuration needs the page's AppState")
+        self.app: AppState = self.state
+        self.model = widget(pn.widgets.Select, "Model", options=list(MODELS))
+        self.batch = widget(pn.widgets.IntInput, "Batch", start=1, value=64)
+        self.capacity = widget(pn.widgets.TextInput, "Capacity (bytes, e.g. 3GiB, or % of the footprint)",
+                               value="50%")
+        self.capacity_help = Text(styles={"font-size": "0.85em"})
+        self.policy = widget(pn.widgets.Select, "Policy", options=list(POLICIES), value="autovm")
+        self.policy_help = Text(styles={"font-size": "0.85em"})
+        self.knobs = pn.Column()
+        self.knob_widgets: dict[str, Any] = {}
+        self.knobs_for = ""  # the policy whose knobs are drawn
+        self.simulate = widget(pn.widgets.Button, "Simulate", button_type="primary")
+        self.simulate.on_click(lambda *_: self._simulate())
+        self.policy.param.watch(lambda *_: self.draw_knobs(), "value")
+        self.model.param.watch(lambda *_: self._draw_capacity_help(), "value")
+        self.batch.param.watch(lambda *_: self._draw_capacity_help(), "value")
+
+    def _simulate(self) -> None:
+        options = {name: w.value for name, w in self.knob_widgets.items()}
+        self.act(self.app.simulate_config, self.model.value, self.batch.value, self.capacity.value,
+                 self.policy.value, options)
+
+    def set_to(self, s: Session) -> None:
+        """Set every field to the session's configuration."""
+        p = s.plan
+        self.model.value, self.batch.value, self.policy.value = p.model, p.batch, p.policy
+        self.capacity.value = capacity_text(p.capacity, s.graph.footprint)
+        self.draw_knobs(p.options)
+        self._draw_capacity_help(s.graph)  # the shown graph: a drag must not build it again
+
+    def draw_knobs(self, values: Mapping[str, Any] | None = None) -> None:
+        spec = POLICIES[self.policy.value]  # the loader holds a session's policy and options to the registry
+        wanted = {name: (values or {}).get(name, opt.default) for name, opt in spec.options.items()}
+        if self.knobs_for == spec.name and {n: w.value for n, w in self.knob_widgets.items()} == wanted:
+            return  # an edit: the same knobs at the same values, and new widgets would be new models
+        self.knobs_for = spec.name
+        self.policy_help.object = spec.summary
+        self.knob_widgets = {name: _knob(name, opt, wanted[name]) for name, opt in spec.options.items()}
+        self.knobs.objects = list(self.knob_widgets.values())
+
+    def _draw_capacity_help(self, graph: Graph | None = None) -> None:
+        try:
+            g = graph or build_graph(self.model.value, int(self.batch.value or 0))
+        except (GraphError, ValueError, TypeError) as e:
+            self.capacity_help.object = f"({e})"
+            return
+        need, op = g.min_capacity
+        self.capacity_help.object = (f"minimum {format_bytes(need)} ({share_of_footprint(need, g.footprint):.0f}%, "
+                                     f"{g.ops[op].name}); footprint {format_bytes(g.footprint)}")
+
+    def __panel__(self) -> Any:
+        return pn.Column(self.model, self.batch, self.capacity, self.capacity_help, self.policy, self.policy_help,
+                         self.knobs, self.simulate, sizing_mode="stretch_width")
+
+
+def _knob(name: str, opt: OptionSpec, value: Any) -> Any:
+    label = f"{name.replace('_', ' ')}: {opt.help}"
+    if opt.choices:
+        return widget(pn.widgets.Select, label, options=list(opt.choices), value=value)
+    if opt.type is bool:  # a text box would hand the policy "False", which bool() reads as True
+        return widget(pn.widgets.Checkbox, label, value=bool(value))
+    if opt.type is int:
+        return widget(pn.widgets.IntInput, label, value=int(value), start=opt.minimum)
+    if opt.type is float:
+        return widget(pn.widgets.FloatInput, label, value=float(value))
+    return widget(pn.widgets.TextInput, label, value=str(value))
 
 class Editor(pn.viewable.Viewer):
     """Edit the plan without the mouse: move a tensor's offload or prefetch marker to an op, undo every

@@ -101,13 +101,13 @@ def test_the_app_offers_a_registered_policy_with_a_knob_and_its_session_file_loa
     from vmexplorer.session import session_from_bytes
 
     view = AppView()
-    assert list(view.policy.options) == list(POLICIES)
-    view.policy.value = "offload_weights"
-    assert list(view.knob_widgets) == ["count"] and view.knob_widgets["count"].value == 1
-    assert THROWAWAY.summary in view.policy_help.object
-    view.model.value, view.batch.value, view.capacity.value = "resnet18", 8, "60%"
-    view.knob_widgets["count"].value = 2
-    view._on_simulate(None)
+    assert list(view.config.policy.options) == list(POLICIES)
+    view.config.policy.value = "offload_weights"
+    assert list(view.config.knob_widgets) == ["count"] and view.config.knob_widgets["count"].value == 1
+    assert THROWAWAY.summary in view.config.policy_help.object
+    view.config.model.value, view.config.batch.value, view.config.capacity.value = "resnet18", 8, "60%"
+    view.config.knob_widgets["count"].value = 2
+    view.config.simulate.clicks += 1
     shown = view.state.session
     assert not view.alert.visible, view.alert.object
     assert (shown.plan.policy, shown.plan.options) == ("offload_weights", {"count": 2})
