@@ -673,6 +673,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("serve", cmd_serve, table_serve,
                 "serve the web app at http://localhost:PORT/app, gzip-compressed (the app `panel serve "
                 "vmexplorer/app.py` serves); Ctrl-C stops it", formats=False)
+    _serve_arguments(p)
+    return parser
+
+
+def _serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=5006, metavar="N", help="TCP port (default 5006; 0: any free one)")
     p.add_argument("--address", metavar="A",
                    help="address to listen on (default: every address of this machine, as `panel serve`)")
@@ -680,7 +685,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a host whose pages may connect (repeatable; default localhost:PORT): the name or "
                         "address people type to reach this server, e.g. 10.0.0.5:5006")
     p.add_argument("--show", action="store_true", help="open the app in a browser once it serves")
-    return parser
 
 
 def _graph_args(p: argparse.ArgumentParser) -> None:
