@@ -69,14 +69,10 @@ import os
 import pstats
 import random
 import re
-import signal
-import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,7 +83,7 @@ from tornado.websocket import WebSocketClientConnection, websocket_connect
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_page import ROOT, SERVER_START_S, answers, free_port, serve_command  # noqa: E402
+from bench_page import ROOT, served  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "bench_load.txt"
 REPLY_TIMEOUT_S = 10.0  # a drag whose status comes later counts as timed out
@@ -427,34 +423,6 @@ class User:
 
 # --- the server, and what it used
 
-@contextmanager
-def serving(root: Path, log: Path, profile: Path | None) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """The app of `root` served on a free loopback port while the block lasts, as bench_page.py serves
-    it (under cProfile when `profile` names a file, stopped by SIGINT so that cProfile writes it)."""
-    port = free_port()
-    cmd = serve_command(port, compress=False)
-    if profile is not None:
-        cmd = [cmd[0], "-m", "cProfile", "-o", str(profile), *cmd[1:]]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=root, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
-        end = time.monotonic() + SERVER_START_S
-        while not answers(port):
-            if proc.poll() is not None or time.monotonic() > end:
-                raise RuntimeError(f"the server did not start (exit status {proc.poll()}):\n"
-                                   f"{log.read_text(errors='replace')[-3000:]}")
-            time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}/app", proc
-    finally:
-        proc.send_signal(signal.SIGINT if profile is not None else signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-
-
 def rss_kib(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -519,7 +487,7 @@ async def drive(url: str, users: int, seconds: float, interval: float, stagger: 
 def run_load(root: Path, args: argparse.Namespace) -> tuple[Tally, list[Sample]]:
     tally, samples = Tally(), list[Sample]()
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_load_serve_{os.getpid()}.log"
-    with serving(root, log, args.profile_server) as (url, proc):
+    with served(root, log, profile=args.profile_server) as (url, proc):
         stop = threading.Event()
         sampler = threading.Thread(target=sample_usage, args=(proc.pid, samples, stop), daemon=True)
         sampler.start()

@@ -34,6 +34,7 @@ import http.client
 import io
 import os
 import pstats
+import signal
 import socket
 import statistics
 import subprocess
@@ -124,11 +125,14 @@ def serve_command(port: int, compress: bool, launcher: bool = False) -> list[str
 
 
 @contextmanager
-def served(root: Path, log: Path, compress: bool = False,
-           launcher: bool = False) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """The app of `root` served on a free loopback port for as long as the block lasts: (URL, process)."""
+def served(root: Path, log: Path, compress: bool = False, launcher: bool = False,
+           profile: Path | None = None) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """The app of `root` served on a free loopback port for as long as the block lasts: (URL, process).
+    With `profile`, the server runs under cProfile and is stopped by SIGINT, so that cProfile writes it."""
     port = free_port()
     cmd = serve_command(port, compress, launcher)
+    if profile is not None:
+        cmd = [cmd[0], "-m", "cProfile", "-o", str(profile), *cmd[1:]]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, cwd=root, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -141,9 +145,9 @@ def served(root: Path, log: Path, compress: bool = False,
             time.sleep(0.1)
         yield f"http://127.0.0.1:{port}/app", proc
     finally:
-        proc.terminate()
+        proc.send_signal(signal.SIGINT if profile is not None else signal.SIGTERM)
         try:
-            proc.wait(10)
+            proc.wait(60 if profile is not None else 10)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
