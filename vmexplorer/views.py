@@ -81,16 +81,25 @@ def story_models(state: AppState) -> list[Any]:
             breakdown_figure(state.breakdown_rows()), sweep_figure(state.capacity_sweep())]
 
 
-class WhereTimeGoes(pn.viewable.Viewer):
-    """The headline and the stacked bars of this session and its baselines."""
+class _OverState(pn.viewable.Viewer):
+    """A panel of the page over its one AppState (`app`): what it shows comes from the state, and what
+    a person does there goes to it."""
 
     state = param.ClassSelector(class_=AppState)
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         if not isinstance(self.state, AppState):
-            raise TypeError("a story panel needs the page's AppState")
+            raise TypeError(f"{type(self).__name__} needs the page's AppState")
         self.app: AppState = self.state
+
+
+class WhereTimeGoes(_OverState):
+    """The headline and the stacked bars of this session and its baselines."""
+
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
         self.headline = Text(headline(self.app), styles={"font-size": "1.3em", "font-weight": "bold"},
                              sizing_mode="stretch_width")
         self.figure = breakdown_figure(self.app.breakdown_rows())
@@ -105,18 +114,14 @@ class WhereTimeGoes(pn.viewable.Viewer):
         return pn.Column(self.headline, self.bars, sizing_mode="stretch_width")
 
 
-class PagingCliff(pn.viewable.Viewer):
+class PagingCliff(_OverState):
     """Iteration time against capacity for every policy; tapping a point opens that configuration.
     A sweep simulates dozens of plans, so it is drawn only once the page shows it (`live`)."""
 
-    state = param.ClassSelector(class_=AppState)
     live = param.Boolean(default=False, doc="whether the page shows the cliff, so it follows the session")
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        if not isinstance(self.state, AppState):
-            raise TypeError("a story panel needs the page's AppState")
-        self.app: AppState = self.state
         self.figure = sweep_figure(self.app.capacity_sweep() if self.live else {"lines": [], "measured": []})
         self.points = self.figure.select_one({"name": "sweep_points"})
         self.points.selected.on_change("indices", self._on_tap)
@@ -217,11 +222,10 @@ def _autovm(state: AppState) -> str:
 
 def _late(state: AppState) -> str:
     s, split = _split_words(state)
-    before = state.loaded
-    assert before is not None and state.cost_model is not None
-    unedited = int(simulate(before.graph, before.plan, state.cost_model).iteration_ns().max())
-    was = state.unedited()
-    waited = "" if was is None else f" (from {format_ns(was.time_split().transfer_wait_ns)})"
+    was = state.unedited()  # the loaded plan on the same cost model, simulated once per loaded session
+    assert was is not None
+    unedited = int(was.timeline.iteration_ns().max())
+    waited = f" (from {format_ns(was.time_split().transfer_wait_ns)})"
     return (f"Drag a prefetch later, here the one that costs most, as late as it may go: {state.status}. "
             f"The iteration takes {format_ns(split.iteration_ns)} instead of {format_ns(unedited)}, both "
             f"simulated with this session's cost model; {format_ns(split.transfer_wait_ns)} of it waiting on "
@@ -278,22 +282,18 @@ class ArrowKeys(JSComponent):
     """
 
 
-class Lesson(pn.viewable.Viewer):
+class Lesson(_OverState):
     """The guided lesson: each step opens a session, sets the view a class should look at (the tab, the
     time axis, the typical iteration, a tensor lit up) and says what it shows, in words large enough
     for a projector. It is a banner above the page's tabs while a step is on; `contents` is the tab
     that lists the steps. `step` is 1-based, so it reads well in a URL (`?step=3`); 0 is no lesson."""
 
-    state = param.ClassSelector(class_=AppState)
     step = param.Integer(default=0, bounds=(0, len(LESSON)), doc="the step shown; 0: none")
     lit = param.Integer(default=None, allow_None=True, doc="the tensor the step lights up")
     tab = param.String(default="Session", doc="the tab the step is seen in")
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        if not isinstance(self.state, AppState):
-            raise TypeError("the lesson needs the page's AppState")
-        self.app: AppState = self.state
         self.title = Text(styles={"font-size": "1.6em", "font-weight": "bold"})
         self.words = Text(styles={"font-size": "1.4em"}, sizing_mode="stretch_width")
         self.previous = widget(pn.widgets.Button, "Previous", width=110)
@@ -396,7 +396,7 @@ def _frame(rows: list[dict[str, Any]], columns: dict[str, str]) -> Any:
     return pd.DataFrame(shown, columns=list(columns.values()))
 
 
-class Finder(pn.viewable.Viewer):
+class Finder(_OverState):
     """Find an op or a tensor by name, layer or kind; see what it did; zoom the timeline to it.
 
     A row clicked in a table sets `focus`, the (start, end) in ms from the iteration's start to zoom the
@@ -404,7 +404,6 @@ class Finder(pn.viewable.Viewer):
     (a row of the shown session's timeline memory operations) from a tap on the timeline, and the Finder
     shows that one's details. Rows are built once per session (and iteration)."""
 
-    state = param.ClassSelector(class_=AppState)
     iteration = param.Integer(default=None, allow_None=True,
                               doc="the recorded iteration (from 0) the figures come from; None: the typical one")
     focus = param.Tuple(default=None, allow_None=True, length=2, doc="(start_ms, end_ms) to zoom the time axis to")
@@ -415,9 +414,6 @@ class Finder(pn.viewable.Viewer):
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        if not isinstance(self.state, AppState):
-            raise TypeError("the finder needs the page's AppState")
-        self.app: AppState = self.state
         self.search = widget(pn.widgets.TextInput, "Find", placeholder="search ops and tensors by name or layer",
                              max_length=details.MAX_QUERY_CHARS, sizing_mode="stretch_width")
         self.kind = widget(pn.widgets.Select, "Kind", options={ALL_KINDS: ""}, value="", width=200)
@@ -555,7 +551,7 @@ def _run(method: Callable[..., Any], *args: Any) -> None:
     method(*args)
 
 
-class Comparison(pn.viewable.Viewer):
+class Comparison(_OverState):
     """The shown session (A) beside another (B): where the time goes for each, their summaries side by
     side, the typical iteration of each on one time scale, and the time per op of each.
 
@@ -563,15 +559,11 @@ class Comparison(pn.viewable.Viewer):
     result fails); `in_document` makes a change to Bokeh models where the document allows it. Both
     default to running at once, as outside a server."""
 
-    state = param.ClassSelector(class_=AppState)
     act = param.Callable(default=_run, doc="runs a state method as the page's actions run")
     in_document = param.Callable(default=lambda change: change(), doc="makes a change to the figures")
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        if not isinstance(self.state, AppState):
-            raise TypeError("the comparison needs the page's AppState")
-        self.app: AppState = self.state
         self.pick = widget(pn.widgets.Select, "Compare the shown session (A) with (B)",
                            groups={"the shown session": [BEFORE_EDITS], **sample_groups()})
         self.upload = pn.widgets.FileInput(accept=".vms,.gz", multiple=False)
@@ -701,19 +693,15 @@ def _every(callback: Any, period_ms: int) -> Any:
 
 
 
-class Configure(pn.viewable.Viewer):
+class Configure(_OverState):
     """What to simulate: model, batch, capacity (with the least it can be), policy and the policy's
     options, each drawn from the registry. `set_to` sets them to a session's; Simulate compiles and
     simulates them through `AppState.simulate_config`."""
 
-    state = param.ClassSelector(class_=AppState)
     act = param.Callable(default=_run, doc="runs a state method as the page's actions run")
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        if not isinstance(self.state, AppState):
-            raise TypeError("the configuration needs the page's AppState")
-        self.app: AppState = self.state
         self.model = widget(pn.widgets.Select, "Model", options=list(MODELS))
         self.batch = widget(pn.widgets.IntInput, "Batch", start=1, value=64)
         self.capacity = widget(pn.widgets.TextInput, "Capacity (bytes, e.g. 3GiB, or % of the footprint)",
@@ -780,21 +768,17 @@ def _knob(name: str, opt: OptionSpec, value: Any) -> Any:
         return widget(pn.widgets.FloatInput, label, value=float(value))
     return widget(pn.widgets.TextInput, label, value=str(value))
 
-class Editor(pn.viewable.Viewer):
+class Editor(_OverState):
     """Edit the plan without the mouse: move a tensor's offload or prefetch marker to an op, undo every
     edit, add or drop a tensor's round trip from the table of tensors. Every edit goes through
     `AppState.drag` or `toggle_offload`, as a drag on the timeline does. `picked` is the tensor picked
     in the table, which the page lights up."""
 
-    state = param.ClassSelector(class_=AppState)
     act = param.Callable(default=_run, doc="runs a state method as the page's actions run")
     picked = param.Integer(default=None, allow_None=True, doc="the tensor picked in the table")
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        if not isinstance(self.state, AppState):
-            raise TypeError("the editor needs the page's AppState")
-        self.app: AppState = self.state
         self.marker_kind = widget(pn.widgets.Select, "Marker", options=["prefetch", "offload"], width=110)
         self.marker_tensor = widget(pn.widgets.Select, "Tensor", options={}, width=220)
         self.marker_op = widget(pn.widgets.IntInput, "Issue after op", start=-1, width=120)
@@ -870,22 +854,18 @@ class Editor(pn.viewable.Viewer):
             pn.Row(self.marker_kind, self.marker_tensor, self.marker_op, self.move, self.reset),
             self.marker_range, self.tensors, self.toggle, sizing_mode="stretch_width")
 
-class GpuRun(pn.viewable.Viewer):
+class GpuRun(_OverState):
     """Run the shown plan on the GPU: queued on the server's one queue (`worker.shared_queue`), followed
     with a progress bar while this page lasts, its measured session opened when it ends. `tab_open`
     says whether the page's browser tab is still there (`app.page` asks the server session); `act` runs
     the page's actions. Bokeh may call `close` after it has cleared the served script's module: this
     class lives outside it and names nothing of it."""
 
-    state = param.ClassSelector(class_=AppState)
     act = param.Callable(default=_run, doc="runs a state method as the page's actions run")
     tab_open = param.Callable(default=lambda: True, doc="whether the page's browser tab is still there")
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        if not isinstance(self.state, AppState):
-            raise TypeError("the GPU run needs the page's AppState")
-        self.app: AppState = self.state
         self.iterations = widget(pn.widgets.IntInput, "GPU run: iterations", start=1, end=1000, value=5)
         self.run = widget(pn.widgets.Button, "Run on GPU", button_type="primary")
         self.reason = Text(styles={"font-size": "0.85em", "font-style": "italic"})
