@@ -933,7 +933,11 @@ def test_the_page_tells_the_story_first_then_offers_the_cliff_the_lesson_and_com
     assert list(view.tabs._names) == ["Session", "Paging cliff", "Lesson", "Compare"]
     session = view.tabs[0]
     assert session[0] is view.story.headline and "per iteration" in view.story.headline.object
-    assert session[2] is view.timeline and session[3] is view.story.bars
+    assert session[2] is view.timeline
+    sidebar = pn.Column()
+    assert not session[3].objects and not sidebar.objects  # the first screen's document: the story alone
+    view.complete(sidebar)
+    assert session[3][0] is view.story.bars and any(o is view.sample for o in sidebar.objects)
     assert not view.cliff.live
     view.tabs.active = 1
     assert view.cliff.live and view.cliff.points.data["name"]

@@ -204,6 +204,23 @@ def test_one_run_at_a_time_per_gpu() -> None:
         assert q.status(b).state == "running"
 
 
+def test_queues_of_different_server_processes_take_a_gpu_one_run_at_a_time(tmp_path: Any, monkeypatch: Any) -> None:
+    # two queues stand for two processes of one server: each holds its own jobs, the GPU's lock is shared
+    monkeypatch.setenv("VMEXPLORER_LOCK_DIR", str(tmp_path))
+    with RunQueue(runner=slow) as first, RunQueue(runner=slow) as second:
+        a = first.submit(request("a", 100))
+        _until(lambda: first.status(a).iteration >= 1)
+        b, c = second.submit(request("b", 2)), second.submit(request("c", 2))
+        time.sleep(0.5)
+        waiting = second.status(b)
+        assert waiting.state == "running" and waiting.iteration == 0 and "waiting for the GPU" in waiting.message
+        assert second.cancel(b) is True
+        assert second.wait(b, 5).state == "cancelled" and "before it started" in second.status(b).message
+        first.cancel(a)
+        assert first.wait(a, 10).state == "cancelled"
+        assert second.wait(c, 15).state == "done"  # the GPU is free again: the other process's run goes on
+
+
 def test_the_runner_must_reach_a_spawned_worker() -> None:
     with pytest.raises(TypeError, match="module-level function"):
         RunQueue(runner=lambda config, progress, should_stop: b"")

@@ -157,31 +157,50 @@ class AppView:
         self.editor = Editor(state=self.state, act=self._act)
 
     def _compare_widgets(self) -> None:
-        """A second session beside the shown one (views.Comparison), and the tabs."""
-        self.comparison = Comparison(state=self.state, act=self._act, in_document=self._in_document)
+        """A second session beside the shown one (views.Comparison, built with its tab), and the tabs."""
+        self._comparison: Comparison | None = None
         self.tabs = pn.Tabs(dynamic=False, sizing_mode="stretch_width")
+        self._below = pn.Column(sizing_mode="stretch_width")  # the Session tab under the timeline: `complete`
         self.compare_twin = _w(pn.widgets.Button, "Compare with the measured uvm run", button_type="primary")
 
     def _story_widgets(self) -> None:
         """The headline and where the time goes, the paging cliff and the lesson (views.py)."""
         self.story = WhereTimeGoes(state=self.state)
-        self.cliff = PagingCliff(state=self.state)
-        # the cliff is drawn when its tab is first opened, and follows the session from then on
-        cliff_tab = self.TABS.index("Paging cliff")
-        self.tabs.param.watch(lambda *_: setattr(self.cliff, "live", self.cliff.live or self.tabs.active == cliff_tab),
-                              "active")
-        self.finder = Finder(state=self.state)
-        self.finder.param.watch(lambda e: self._zoom_to(e.new), "focus")
-        self.finder.param.watch(lambda e: self._highlight(e.new), "selected_tensor")
+        # the cliff, the finder and the comparison are built when first shown: a page that never opens
+        # them (most) never pays for them, and the first screen comes sooner
+        self._cliff: PagingCliff | None = None
+        self._finder: Finder | None = None
         # closed, and empty until first opened: its two tables of every op and tensor are the heaviest
         # thing a browser would build for the first screen, below it
         self.finder_card = pn.Card(title="Find ops and tensors", collapsed=True, sizing_mode="stretch_width")
         self.finder_card.param.watch(lambda e: self._fill_finder() if not e.new else None, "collapsed")
-        # what a tap picks is shown there: it opens
-        self.finder.param.watch(lambda *_: setattr(self.finder_card, "collapsed", False),
-                                ["selected_op", "selected_memop"])
         self.lesson = Lesson(state=self.state)
         self.lesson.param.watch(lambda *_: self._show_lesson_step(), "step")
+
+    @property
+    def cliff(self) -> PagingCliff:
+        """Drawn (`live`) once its tab is first opened; it follows the session from then on."""
+        if self._cliff is None:
+            self._cliff = PagingCliff(state=self.state)
+        return self._cliff
+
+    @property
+    def finder(self) -> Finder:
+        if self._finder is None:
+            self._finder = finder = Finder(state=self.state, iteration=self._iteration_index())
+            finder.param.watch(lambda e: self._zoom_to(e.new), "focus")
+            finder.param.watch(lambda e: self._highlight(e.new), "selected_tensor")
+            # what a tap picks is shown in the finder's card: it opens
+            finder.param.watch(lambda *_: setattr(self.finder_card, "collapsed", False),
+                               ["selected_op", "selected_memop"])
+        return self._finder
+
+    @property
+    def comparison(self) -> Comparison:
+        if self._comparison is None:
+            self._comparison = Comparison(state=self.state, act=self._act, in_document=self._in_document)
+            self._comparison.draw()
+        return self._comparison
 
     def _wire(self) -> None:
         """What each widget does, and what the page redraws when the state changes."""
@@ -195,12 +214,12 @@ class AppView:
         # param calls a watcher of several parameters with one event per parameter a batch changed, so
         # every watcher here takes any number (`lambda _:` fails once two change together)
         s.param.watch(lambda *_: self._drawing(self._draw_session), "session")
-        s.param.watch(lambda *_: self._drawing(self.comparison.draw), ["comparison", "session"])
+        s.param.watch(lambda *_: self._drawing(self._comparison.draw) if self._comparison else None,
+                      ["comparison", "session"])
         s.param.watch(lambda *_: self._draw_messages(), ["message", "status"])
         self.link.param.watch(lambda *_: self._show_link(), list(ViewLink.FIELDS))
         self.x_axis.param.watch(lambda *_: self._write_link(), "value")
         self._draw_session()
-        self.comparison.draw()
         self._draw_messages()
 
     # --- actions: each goes through the state, which turns problems into `message`
@@ -350,7 +369,8 @@ class AppView:
         finally:
             self._picking = False
         self.iteration.visible = n > 1
-        self.finder.iteration = self._iteration_index()
+        if self._finder is not None:
+            self._finder.iteration = self._iteration_index()
         self._draw_timeline()
         self._write_link()
 
@@ -430,7 +450,9 @@ class AppView:
         name = self.TABS[self.tabs.active]
         holder = self._tab_holders.get(name)
         if holder is not None and not holder.objects:
-            holder.objects = [self._tab_contents[name]]
+            holder.objects = [self._tab_contents[name]()]
+        if name == "Paging cliff":
+            self.cliff.live = True
 
     def _fill_finder(self) -> None:
         if not self.finder_card.objects:
@@ -451,7 +473,8 @@ class AppView:
         if self._picking:
             return
         self._draw_timeline()
-        self.finder.iteration = self._iteration_index()
+        if self._finder is not None:
+            self._finder.iteration = self._iteration_index()
         self._write_link()
 
     def _iteration_index(self) -> int | None:
@@ -498,6 +521,19 @@ class AppView:
         return s
 
     # --- layout
+    def complete(self, sidebar: pn.Column) -> None:
+        """Put in what the first screen's story can do without: the sidebar's panels, and under the
+        timeline where the time goes, the finder, the table and the editor.
+
+        Served, the page's first document holds only the headline and the timeline, and this runs once
+        the browser has drawn them (`pn.state.onload`): the server builds, encodes and the browser lays
+        out the rest, two thirds of the page's models (the tables the slowest of them), while the
+        timeline is already on the screen."""
+        if not sidebar.objects:
+            sidebar.objects = self.sidebar()
+        if not self._below.objects:
+            self._below.objects = [self.story.bars, self.finder_card, self.summary, self.editor]
+
     def sidebar(self) -> list[Any]:
         return [
             pn.pane.Markdown("**vmexplorer**: how CNN training pages GPU unified memory. The GPU's capacity "
@@ -510,22 +546,22 @@ class AppView:
         ]
 
     def main(self) -> list[Any]:
-        comparison = self.comparison
         # the story first: at 1280x720 the headline and the timeline fill the first screen, where the
         # time goes beside the baselines right under it, the full table after
         session = pn.Column(self.story.headline,
                             pn.Row(pn.pane.Markdown("x axis:"), self.x_axis, self.iteration, self.compare_twin),
-                            self.timeline, self.story.bars,
-                            self.finder_card,
-                            self.summary, self.editor, sizing_mode="stretch_width")
-        cliff = pn.Column(pn.pane.Markdown("Iteration time against capacity, simulated with the shown "
-                                           "session's cost model; the diamonds were measured. Tap a point "
-                                           "to open it."), self.cliff, name="Paging cliff")
-        # each tab but the first is built into the page when it is first opened: the first screen's
-        # document, what the server encodes and the browser builds, holds only what it shows
-        self._tab_contents = dict(zip(self.TABS, (session, cliff, self.lesson.contents(), comparison), strict=True))
+                            self.timeline, self._below, sizing_mode="stretch_width")
+        def cliff() -> Any:
+            return pn.Column(pn.pane.Markdown("Iteration time against capacity, simulated with the shown "
+                                              "session's cost model; the diamonds were measured. Tap a point "
+                                              "to open it."), self.cliff, name="Paging cliff")
+
+        # each tab but the first is built, and put into the page, when it is first opened: the first
+        # screen's document, what the server encodes and the browser builds, holds only what it shows
+        self._tab_contents: dict[str, Callable[[], Any]] = dict(zip(
+            self.TABS, (lambda: session, cliff, self.lesson.contents, lambda: self.comparison), strict=True))
         self._tab_holders = {name: pn.Column(sizing_mode="stretch_width") for name in self.TABS[1:]}
-        self.tabs[:] = [(name, self._tab_holders.get(name, content)) for name, content in self._tab_contents.items()]
+        self.tabs[:] = [(name, self._tab_holders.get(name, session)) for name in self.TABS]
         self.tabs.param.watch(lambda *_: self._fill_tab(), "active")
         # the lesson's banner sits above the tabs: a step may show the timeline or the cliff
         return [pn.Column(self.alert, self.info, self.lesson, self.tabs, sizing_mode="stretch_width")]
@@ -548,9 +584,13 @@ def page(state: AppState | None = None) -> Template:
     # laid out before a link is read: a lesson step opens in its tab, which must be there. The sidebar is
     # one root, not one per widget (a template makes a root of each item): a document of 6 roots instead
     # of 28, each of which the browser would lay out on its own
-    sidebar = pn.Column(*view.sidebar(), sizing_mode="stretch_width")
+    sidebar = pn.Column(sizing_mode="stretch_width")
     template = Template(title="vmexplorer", sidebar=[sidebar], main=view.main())
     doc = pn.state.curdoc
+    if doc is not None and doc.session_context is not None:  # served: the story first, the rest once drawn
+        pn.state.onload(lambda: view.complete(sidebar))
+    else:
+        view.complete(sidebar)
     if doc is not None:  # served: the view follows its browser tab (built outside a server, there is none)
         view.document = doc
         view.gpu.tab_open = _tab_open(doc)
@@ -612,6 +652,8 @@ class _ClosedTabWrites:
 
 
 if __name__.startswith("bokeh"):  # served by `panel serve`; importing the module builds nothing
+    from panel.io.resources import LOCAL_DIST
+
     # Bokeh runs this file as a new module for every browser session and clears that module's globals when
     # the session ends, before the session-destroyed hooks run and while runs may still be followed. The
     # page is built by the package's own module instead: imported once per server, it keeps its globals,
@@ -622,5 +664,11 @@ if __name__.startswith("bokeh"):  # served by `panel serve`; importing the modul
     # each: frozen, it walks them once
     served_doc = pn.state.curdoc
     assert served_doc is not None  # Bokeh serves this script into a document
+    # where Panel's stylesheets are served from, which Panel writes into a session's document as it
+    # renders its page; `vmexplorer serve` renders one page for every visitor and builds each visitor's
+    # session when the browser connects (cli.py), so that session's page is never rendered: without
+    # this its models would name stylesheets on Panel's CDN, not reachable offline
+    served_doc.template_variables.setdefault(
+        "dist_url", f"{pn.state.rel_path}/{LOCAL_DIST}" if pn.state.rel_path else LOCAL_DIST)
     with served_doc.models.freeze():
         served_page().servable()

@@ -306,6 +306,11 @@ def _app_server(args: argparse.Namespace) -> Any:
     import panel as pn
 
     app = Path(__file__).with_name("app.py")
+    # the page (its HTML: the template and where each part goes) is the same for every visitor: render
+    # it from one session, and build each visitor's own when the browser connects, after it has loaded
+    # the scripts. Built at the request instead, the session's build competes with the browser for the
+    # CPU as it starts the page, and holds up the scripts' requests behind it
+    pn.config.reuse_sessions = True
     try:
         return pn.serve({"app": str(app)}, port=args.port, address=args.address,
                         websocket_origin=args.allow_websocket_origin, show=False, start=False, verbose=False,

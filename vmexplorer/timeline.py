@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from bokeh.core.properties import field
 from bokeh.layouts import column
 from bokeh.models import (
     BasicTicker,
@@ -26,7 +27,9 @@ from bokeh.models import (
     GroupFilter,
     HoverTool,
     PointDrawTool,
+    Quad,
     Range1d,
+    Scatter,
 )
 from bokeh.models.annotations import Label, Legend, LegendItem
 from bokeh.plotting import figure
@@ -43,6 +46,7 @@ from .plots.axis import (
     MEMOP_COLORS,
     PHASE_COLORS,
     Axis,
+    add_renderer,
     byte_unit,
     make_axis,
     op_columns,
@@ -83,23 +87,30 @@ def timeline_figure(session: Session, x_axis: str = "time", editable: bool = Fal
     sources = {name: ColumnDataSource(name=name) for name in _SOURCES}
     # one source per glyph kind keeps a large session fast; a view per phase or kind of transfer gives
     # the legend one renderer to hide each
-    ops: list[Any] = [lanes.quad(left="left", right="right", bottom=LANES["compute"], top=LANES["compute"] + BAR,
-                      color="color", source=sources["ops"], name=f"ops_{phase}", view=_only("phase", phase))
-           for phase in PHASE_COLORS]
+    ops: list[Any] = [add_renderer(lanes, Quad(left="left", right="right", bottom=LANES["compute"],
+                                               top=LANES["compute"] + BAR, fill_color=field("color"),
+                                               line_color=field("color")),
+                                   sources["ops"], name=f"ops_{phase}", view=_only("phase", phase))
+                      for phase in PHASE_COLORS]
     lanes.add_tools(HoverTool(renderers=ops, tooltips=[
         ("op", "@name"), ("what it does", "@kind, @phase pass"), ("ran for", "@duration"),
         ("waited before it", "@stall"), ("faulted in while it ran", "@fault")]))
-    memops: list[Any] = [lanes.quad(left="left", right="right", bottom="bottom", top="top", color="color",
-                                    alpha="alpha", source=sources["memops"], view=_only("kind", kind),
-                                    name=f"memops_{kind.replace(' ', '_')}")
-              for kind in MEMOP_COLORS]
+    memops: list[Any] = [add_renderer(lanes, Quad(left="left", right="right", bottom="bottom", top="top",
+                                                  fill_color=field("color"), line_color=field("color"),
+                                                  fill_alpha=field("alpha"), line_alpha=field("alpha")),
+                                      sources["memops"], view=_only("kind", kind),
+                                      name=f"memops_{kind.replace(' ', '_')}")
+                         for kind in MEMOP_COLORS]
     lanes.add_tools(HoverTool(renderers=memops, tooltips=[
         ("tensor", "@tensor"), ("bytes", "@size"), ("what", "@what"), ("took", "@duration")]))
-    markers: list[Any] = [lanes.scatter("x", "y", marker=shape, size=12 if editable else 9, color=MEMOP_COLORS[kind],
-                                        alpha="alpha", source=sources[f"{kind}_markers"], name=f"{kind}_marker_glyphs")
-               for kind, shape in (("offload", "inverted_triangle"), ("prefetch", "triangle"))]
-    ghosts = lanes.scatter("x", "y", marker="marker", size=12, fill_alpha=0, line_color="color", line_width=1.5,
-                           line_dash="dotted", source=sources["ghost_markers"], name="ghost_marker_glyphs")
+    markers: list[Any] = [add_renderer(lanes, Scatter(x="x", y="y", marker=shape, size=12 if editable else 9,
+                                                      fill_color=MEMOP_COLORS[kind], line_color=MEMOP_COLORS[kind],
+                                                      fill_alpha=field("alpha"), line_alpha=field("alpha")),
+                                       sources[f"{kind}_markers"], name=f"{kind}_marker_glyphs")
+                          for kind, shape in (("offload", "inverted_triangle"), ("prefetch", "triangle"))]
+    ghosts = add_renderer(lanes, Scatter(x="x", y="y", marker=field("marker"), size=12, fill_alpha=0,
+                                         line_color=field("color"), line_width=1.5, line_dash="dotted"),
+                          sources["ghost_markers"], name="ghost_marker_glyphs")
     lanes.add_tools(HoverTool(renderers=markers, tooltips=[
         ("tensor", "@tensor"), ("bytes", "@size"), ("what", "@what"), ("issued after", "@after")]))
     lanes.add_tools(HoverTool(renderers=[ghosts], tooltips=[("before the edits", "@what")]))
@@ -437,8 +448,9 @@ def _fault_columns(session: Session, ops: dict[str, Any]) -> tuple[dict[str, Any
 
 def _faults(source: ColumnDataSource, lanes: Any) -> Any:
     f = figure(height=110, x_range=lanes.x_range, sizing_mode="stretch_width", tools="", toolbar_location=None)
-    bars = f.quad(left="left", right="right", bottom=0, top="top", color=MEMOP_COLORS["demand fault"],
-                  source=source, name="fault_bars")
+    red = MEMOP_COLORS["demand fault"]
+    bars = add_renderer(f, Quad(left="left", right="right", bottom=0, top="top", fill_color=red, line_color=red),
+                        source, name="fault_bars")
     f.add_tools(HoverTool(renderers=[bars], tooltips=[("op", "@name"), ("faulted in while it ran", "@fault")]))
     # an empty plot reads as "not recorded": say that nothing faulted
     f.add_layout(Label(x=10, y=40, x_units="screen", y_units="screen", text="no demand faults",

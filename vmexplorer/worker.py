@@ -13,7 +13,9 @@ it is given (the plan the page shows, compiled once, when it was made), runs `en
 whose check is the one this plan gets, and returns the measured `Session`; tests use CPU runners that
 sleep, raise or crash.
 
-The server should use `shared_queue()`, one queue for all its browser sessions. `gpu_available()`
+The server should use `shared_queue()`, one queue for all its browser sessions. A server of several
+processes has one queue in each; a run takes its GPU through a lock on a file named after the GPU
+(`DeviceLock`), so runs from every process (and every server on the machine) still go one at a time. `gpu_available()`
 says whether CuPy and a GPU are there without importing CuPy here: it asks a short subprocess, once,
 and remembers the answer; `gpu_check()` asks it in a background thread so a page never waits for it.
 """
@@ -29,6 +31,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -126,11 +129,47 @@ class _Job:
         self.cancel_requested = False
 
 
+LOCK_DIR_ENV = "VMEXPLORER_LOCK_DIR"  # where the GPUs' lock files are (default: the system's temp folder)
+
+
+class DeviceLock:
+    """This machine's claim on one GPU, shared by every process that runs on it: an exclusive `flock`
+    on a file named after the GPU. The kernel lets go of it when its holder exits, however it exits,
+    so a crashed server never leaves the GPU claimed. Where there is no `flock` (Windows, which CuPy
+    runs need not serve), every acquire succeeds."""
+
+    def __init__(self, device: int | None) -> None:
+        folder = os.environ.get(LOCK_DIR_ENV) or tempfile.gettempdir()
+        self.path = os.path.join(folder, f"vmexplorer-gpu-{'default' if device is None else device}.lock")
+        self._fd: int | None = None
+
+    def try_acquire(self) -> bool:
+        """Take the GPU if no other process holds it; False at once if one does."""
+        try:
+            import fcntl
+        except ImportError:
+            return True
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the file lets go of its lock
+            self._fd = None
+
+
 class _Slot:
     """One GPU: a thread that runs its jobs one at a time in a worker process it restarts as needed."""
 
     def __init__(self, queue: RunQueue, device: int | None) -> None:
         self.queue, self.device = queue, device
+        self.lock = DeviceLock(device)
         self.proc: Any = None
         self.conn: Any = None
         self.stop: Any = None  # the worker's should_stop flag; a fresh one with each worker
@@ -167,6 +206,8 @@ class _Slot:
                     return
                 job = q._pending.pop(0)
                 job.state, job.gpu, job.message = "running", self.device, "starting"
+            if not self._claim(job):
+                continue
             try:
                 self._run(job)
             except Exception as e:  # never let the slot's thread die: the queue must go on
@@ -175,6 +216,21 @@ class _Slot:
                     q._finish(job, "cancelled", "cancelled")
                 else:
                     q._finish(job, "failed", f"the run's worker failed: {type(e).__name__}: {e}")
+            finally:
+                self.lock.release()
+
+    def _claim(self, job: _Job) -> bool:
+        """Wait until this process may use the GPU (another process of the server, or another server,
+        may be running on it); False, the job ended, if it is cancelled or the queue closes meanwhile."""
+        q = self.queue
+        while not self.lock.try_acquire():
+            if job.cancel_requested or q._closed:
+                q._finish(job, "cancelled", "cancelled before it started")
+                return False
+            with q._cond:
+                job.message = "waiting for the GPU: a run from another process of the server is on it"
+            time.sleep(q.poll_s)
+        return True
 
     def _run(self, job: _Job) -> None:
         q = self.queue

@@ -102,9 +102,10 @@ def _answers(port: int) -> bool:
 
 @pytest.fixture(scope="session")
 def app_url(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`panel serve vmexplorer/app.py` on a free loopback port; the app's URL. (Asks for the browser
-    first, so a machine without one skips before starting a server.)"""
-    with serve_app(tmp_path_factory.mktemp("panel") / "serve.log") as url:
+    """The app as the README starts it (`vmexplorer serve`: one page rendered for every visitor, each
+    visitor's session built when the browser connects) on a free loopback port; its URL. (Asks for the
+    browser first, so a machine without one skips before starting a server.)"""
+    with serve_app(tmp_path_factory.mktemp("panel") / "serve.log", launcher=True) as url:
         yield url
 
 
@@ -115,12 +116,15 @@ def app_server(browser: Any) -> Callable[..., AbstractContextManager[str]]:
 
 
 @contextmanager
-def serve_app(log: Path, env: dict[str, str] | None = None, args: Sequence[str] = ()) -> Iterator[str]:
-    """`panel serve vmexplorer/app.py` (with `env` added to the environment and `args` to the command)
-    on a free loopback port, its output in `log`, for as long as the block lasts; the app's URL."""
+def serve_app(log: Path, env: dict[str, str] | None = None, args: Sequence[str] = (),
+              launcher: bool = False) -> Iterator[str]:
+    """`panel serve vmexplorer/app.py` (with `env` added to the environment and `args` to the command),
+    or with `launcher` `vmexplorer serve`, on a free loopback port, its output in `log`, for as long as
+    the block lasts; the app's URL."""
     port = _free_port()
-    cmd = [sys.executable, "-m", "panel", "serve", "vmexplorer/app.py", "--address", "127.0.0.1",
-           "--port", str(port), "--allow-websocket-origin", f"127.0.0.1:{port}", *args]
+    where = ["--address", "127.0.0.1", "--port", str(port), "--allow-websocket-origin", f"127.0.0.1:{port}"]
+    cmd = [sys.executable, "-m", "vmexplorer", "serve", *where, *args] if launcher else \
+        [sys.executable, "-m", "panel", "serve", "vmexplorer/app.py", *where, *args]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})

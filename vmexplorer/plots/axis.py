@@ -40,6 +40,15 @@ class Axis:
         return "time (ms)" if self.mode == "time" else "op (position in execution order)"
 
 
+def add_renderer(fig: Any, glyph: Any, source: Any, **renderer: Any) -> Any:
+    """`fig`'s renderer of `glyph` over `source`, without the two copies of the glyph (for unselected
+    and muted rows) that Bokeh's plotting methods add to every renderer. Nothing here is selected or
+    muted (legends hide a lane; a picked tensor is lit through an alpha column), and the copies were a
+    third of a timeline's glyph models: built by the server for every page, encoded, and built again by
+    the browser before it draws."""
+    return fig.add_glyph(source, glyph, **renderer)
+
+
 def make_axis(session: Session, mode: str) -> Axis:
     tl, n = session.timeline, len(session.graph.ops)
     order = np.argsort(tl.op_start_ns, kind="stable")

@@ -11,6 +11,7 @@ from bokeh.models import (
     BasicTicker,
     ColumnDataSource,
     HoverTool,
+    Quad,
 )
 from bokeh.models.widgets import Div
 from bokeh.plotting import figure
@@ -18,7 +19,7 @@ from bokeh.plotting import figure
 from ..records.collected import migration_shares, per_op
 from ..session import Session
 from ..units import format_bytes, format_ns
-from .axis import MEMOP_COLORS, Axis, byte_unit, op_columns, plain_title, texts
+from .axis import MEMOP_COLORS, Axis, add_renderer, byte_unit, op_columns, plain_title, texts
 
 
 def measured_lanes(session: Session, axis: Axis, lanes: Any) -> list[Any]:
@@ -92,9 +93,9 @@ def _migrations(session: Session, axis: Axis, lanes: Any) -> Any:
     for name, top, bottom, color in (("measured_htod", htod / scale, 0 * htod, MEMOP_COLORS["prefetch"]),
                                      ("measured_dtoh", 0 * dtoh, -dtoh / scale, MEMOP_COLORS["offload"])):
         keep = top > bottom
-        renderers.append(fig.quad(left="left", right="right", bottom="bottom", top="top", color=color, name=name,
-                                  source=ColumnDataSource({**{k: v[keep] for k, v in base.items()},
-                                                           "top": top[keep], "bottom": bottom[keep]})))
+        source = ColumnDataSource({**{k: v[keep] for k, v in base.items()}, "top": top[keep], "bottom": bottom[keep]})
+        renderers.append(add_renderer(fig, Quad(left="left", right="right", bottom="bottom", top="top",
+                                                fill_color=color, line_color=color), source, name=name))
     fig.add_tools(HoverTool(renderers=renderers, tooltips=tips))
     fig.xaxis.visible = False
     fig.yaxis.ticker = BasicTicker(desired_num_ticks=3)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from bokeh.models import ColumnDataSource, HoverTool, Range1d
+from bokeh.models import ColumnDataSource, HoverTool, Line, Range1d, Step, VArea, VAreaStep
 from bokeh.models.annotations import Label, Legend, LegendItem, Span
 from bokeh.plotting import figure
 
@@ -21,7 +21,7 @@ from ..graph import Kind
 from ..records.spans import resident_steps
 from ..session import Session
 from ..units import format_bytes
-from .axis import Axis, byte_unit
+from .axis import Axis, add_renderer, byte_unit
 
 # persistent kinds at the bottom, so what comes and goes during the iteration stacks on a steady base
 KINDS = (Kind.WEIGHT, Kind.BUFFER, Kind.OPTIMIZER_STATE, Kind.INPUT, Kind.GRADIENT, Kind.ACTIVATION, Kind.WORKSPACE)
@@ -54,21 +54,20 @@ def resident_figure(session: Session, axis: Axis, x_range: Any) -> Any:
     kinds = ColumnDataSource(name="resident_kinds")
     items = []
     for kind in KINDS:
-        area: Any = f.varea_step(x="x", y1=f"{kind.value}_lo", y2=f"{kind.value}_hi", step_mode="after",
-                                 source=kinds, fill_color=KIND_COLORS[kind], fill_alpha=0.75,
-                                 name=f"resident_{kind.value}")
+        area = add_renderer(f, VAreaStep(x="x", y1=f"{kind.value}_lo", y2=f"{kind.value}_hi", step_mode="after",
+                                         fill_color=KIND_COLORS[kind], fill_alpha=0.75),
+                            kinds, name=f"resident_{kind.value}")
         items.append(LegendItem(label=KIND_LABELS[kind], renderers=[area]))
     total = ColumnDataSource(name="resident")
-    f.step(x="x", y="y", mode="after", source=total, color="#3182bd", name="resident")
-    hover = f.line(x="x", y="total", source=kinds, line_alpha=0, name="resident_hover")
+    add_renderer(f, Step(x="x", y="y", mode="after", line_color="#3182bd"), total, name="resident")
+    hover = add_renderer(f, Line(x="x", y="total", line_alpha=0), kinds, name="resident_hover")
     f.add_tools(HoverTool(renderers=[hover], mode="vline", line_policy="prev", tooltips=[
         ("resident", "@total_text"), *((KIND_LABELS[k], f"@{k.value}_text") for k in KINDS),
         *((f"largest {i + 1}", f"@top{i}") for i in range(LARGEST))]))
     # a plain area over corner points, not varea_step: BokehJS (3.9) hangs the page drawing an empty
     # varea_step beside the kinds' areas, and this one is empty until a tensor is picked
-    f.varea(x="x", y1=0, y2="y", source=ColumnDataSource(name="tensor_resident"),
-                 fill_color="#d62728", fill_alpha=0.25, hatch_pattern="/", hatch_color="#d62728",
-                 name="tensor_resident")
+    add_renderer(f, VArea(x="x", y1=0, y2="y", fill_color="#d62728", fill_alpha=0.25, hatch_pattern="/",
+                          hatch_color="#d62728"), ColumnDataSource(name="tensor_resident"), name="tensor_resident")
     legend: Any = Legend(items=items, orientation="horizontal", click_policy="hide", border_line_alpha=0,
                          label_text_font_size="9pt", glyph_height=12, label_height=12, margin=2, nrows=2)
     legend.padding = 2  # a compact legend leaves the plot its height
