@@ -119,6 +119,15 @@ BAD_INPUTS = {
                                         "--out", "{tmp}/exists.html"],
     "calibrate in place without --force": ["calibrate", "{sample}/vgg19-b64-device.measured.vms",
                                            "--out", "{sample}/vgg19-b64-device.measured.vms"],
+    "cost model from a missing file": ["plan", *HALF, "--policy", "uvm", "--cost-model", "{tmp}/missing.vms"],
+    "cost model from a folder": ["plan", *HALF, "--policy", "uvm", "--cost-model", "{tmp}"],
+    "cost model from a garbage file": ["plan", *HALF, "--policy", "uvm", "--cost-model", "{tmp}/garbage.vms"],
+    "cost model from a moves file": ["plan", *HALF, "--policy", "uvm", "--cost-model", "{tmp}/moves.json"],
+    "cost model from a simulated session": ["plan", *HALF, "--policy", "uvm", "--cost-model", "{uvm}"],
+    "simulate with the cost model of a simulated session": ["simulate", *HALF, "--policy", "uvm", "--out",
+                                                            "{tmp}/big.vms", "--cost-model", "{uvm}"],
+    "cost model for run, which measures": ["run", *HALF, "--policy", "uvm", "--out", "{tmp}/run.vms",
+                                           "--cost-model", "{uvm}"],
     # hostile or mistaken input: each of these was a traceback or a silent success
     "moves file nested 100k deep": ["plan", *HALF, "--policy", "manual", "--moves", "{tmp}/deep.json"],
     "moves file with a list as an op": ["plan", *HALF, "--policy", "manual", "--moves", "{tmp}/list-op.json"],
@@ -498,6 +507,75 @@ def test_plan_table_shows_summary_and_memops(capsys: pytest.CaptureFixture[str])
     code, out, _ = run(capsys, "plan", *HALF, "--policy", "autovm")
     assert code == 0
     assert "iteration_ns" in out and "to_host" in out and "features.1.out" in out
+
+
+# --- the bound and --cost-model -----------------------------------------------------------------
+def test_plan_and_simulate_hold_the_plan_against_the_bound(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from vmexplorer.session import load_session
+    from vmexplorer.simulator import H100_DEFAULT
+    from vmexplorer.simulator.bound import lower_bound
+
+    graph = build_graph("vgg19", 64)
+    expected = lower_bound(graph, graph.footprint // 2, H100_DEFAULT)
+    planned = run_json(capsys, "plan", *HALF, "--policy", "autovm")
+    assert planned["bound"] == expected.as_json() and planned["bound"]["set_by"] == "migration bandwidth"
+    assert 0 < planned["bound"]["lower_bound_ns"] <= planned["summary"]["iteration_ns"]
+    out = tmp_path / "s.vms"
+    simulated = run_json(capsys, "simulate", *HALF, "--policy", "autovm", "--out", str(out))
+    assert simulated["bound"] == planned["bound"] and simulated["cost_model"] == "h100-uncalibrated"
+    assert load_session(out).bound == expected
+    code, table, _ = run(capsys, "plan", *HALF, "--policy", "autovm")
+    ratio = planned["summary"]["iteration_ns"] / expected.lower_bound_ns
+    assert code == 0 and f"the simulated iteration is {ratio:.1f}x the bound, set by migration bandwidth" in table
+    code, table, _ = run(capsys, "simulate", *HALF, "--policy", "autovm", "--out", str(out), "--force")
+    assert code == 0 and f"{ratio:.1f}x the bound, set by migration bandwidth" in table
+
+
+def test_at_the_footprint_compute_sets_the_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = run_json(capsys, "plan", *VGG, "--capacity", "100%", "--policy", "device")
+    assert doc["bound"]["set_by"] == "compute" and doc["bound"]["min_bytes_to_device"] == 0
+
+
+def test_cost_model_takes_a_measured_sessions_calibrated_model(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from vmexplorer.session import load_session
+    from vmexplorer.simulator.bound import lower_bound
+
+    sample = SAMPLES / "vgg19-b64-autovm-50pct.measured.vms"
+    cost = load_session(sample).cost_model
+    graph = build_graph("vgg19", 64)
+    doc = run_json(capsys, "plan", *HALF, "--policy", "uvm", "--cost-model", str(sample))
+    default = run_json(capsys, "plan", *HALF, "--policy", "uvm")
+    assert doc["cost_model"] == cost.name != default["cost_model"]
+    assert doc["bound"] == lower_bound(graph, graph.footprint // 2, cost).as_json() != default["bound"]
+    assert doc["summary"]["iteration_ns"] != default["summary"]["iteration_ns"]
+    out = tmp_path / "c.vms"
+    run_json(capsys, "simulate", *HALF, "--policy", "uvm", "--cost-model", str(sample), "--out", str(out))
+    assert load_session(out).cost_model == cost
+
+
+def test_a_cost_model_of_another_graph_lends_its_rates_not_its_op_times(capsys: pytest.CaptureFixture[str]) -> None:
+    sample = SAMPLES / "vgg19-b64-autovm-50pct.measured.vms"
+    code, out, err = run(capsys, "plan", "--model", "alexnet", "--batch", "256", "--capacity", "50%", "--policy",
+                         "uvm", "--cost-model", str(sample), "--format", "json")
+    assert code == 0 and "its transfer rates are used" in err and err.startswith("vmexplorer: note: ")
+    assert json.loads(out)["cost_model"].endswith("its rates only")
+
+
+def test_a_measured_session_without_a_cost_model_is_refused_saying_how_to_make_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import dataclasses
+
+    from vmexplorer.session import load_session, save_session
+
+    bare = tmp_path / "bare.vms"
+    save_session(dataclasses.replace(load_session(SAMPLES / "vgg19-b64-uvm-50pct.measured.vms"), cost_model=None),
+                 bare)
+    code, out, err = run(capsys, "plan", *HALF, "--policy", "uvm", "--cost-model", str(bare))
+    assert (code, out) == (2, "") and err.count("\n") == 1
+    assert "a measured session with no cost model" in err and "vmexplorer calibrate" in err
+    code, _, err = run(capsys, "plan", *HALF, "--policy", "uvm", "--cost-model", str(SAMPLES / "none.vms"))
+    assert code == 2 and "none.vms" in err
 
 
 # --- sessions: simulate, info, compare, export -----------------------------------------------------

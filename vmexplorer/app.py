@@ -670,5 +670,7 @@ if __name__.startswith("bokeh"):  # served by `panel serve`; importing the modul
     # this its models would name stylesheets on Panel's CDN, not reachable offline
     served_doc.template_variables.setdefault(
         "dist_url", f"{pn.state.rel_path}/{LOCAL_DIST}" if pn.state.rel_path else LOCAL_DIST)
+    # the tables come after the first document (`AppView.complete`): their scripts are asked for by name
+    pn.extension("tabulator")
     with served_doc.models.freeze():
         served_page().servable()

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from .graph import Graph
     from .plan import Plan
+    from .simulator import CostModel
 
 EXIT_OK, EXIT_PIPE_CLOSED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 _OPTION_DEST = "policy_option_"  # argparse dest prefix of policy options, so they cannot clash
@@ -84,23 +85,63 @@ def cmd_graph(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
     from .records import summarize
-    from .simulator import H100_DEFAULT, simulate
+    from .simulator import simulate
+    from .simulator.bound import lower_bound
 
+    measured = _cost_session(args.cost_model)  # a bad file is refused before the work
     graph, plan = _compile(args)
-    timeline = simulate(graph, plan, H100_DEFAULT)
-    return plan_doc(graph, plan, summarize(graph, plan, timeline), H100_DEFAULT.name)
+    cost = _cost_model(measured, graph, args.cost_model)
+    timeline = simulate(graph, plan, cost)
+    doc = plan_doc(graph, plan, summarize(graph, plan, timeline), cost.name)
+    return {**doc, "bound": lower_bound(graph, plan.capacity, cost).as_json()}
 
 
 def cmd_simulate(args: argparse.Namespace) -> dict[str, Any]:
     from .session import new_session, save_session
-    from .simulator import H100_DEFAULT, simulate
+    from .simulator import simulate
+    from .simulator.bound import lower_bound
 
     _refuse_existing(args.out, args.force)  # before the work, not after it
+    measured = _cost_session(args.cost_model)
     graph, plan = _compile(args)
-    timeline = simulate(graph, plan, H100_DEFAULT)
-    session = new_session(graph, plan, timeline, cost_model=H100_DEFAULT, notes=tuple(args.note))
+    cost = _cost_model(measured, graph, args.cost_model)
+    timeline = simulate(graph, plan, cost)
+    bound = lower_bound(graph, plan.capacity, cost)
+    session = new_session(graph, plan, timeline, cost_model=cost, notes=tuple(args.note), bound=bound)
     save_session(session, args.out, force=args.force)
-    return {"path": str(args.out), "config": _config(session.plan), "summary": session.summary}
+    return {"path": str(args.out), "config": _config(session.plan), "cost_model": cost.name,
+            "summary": session.summary, "bound": bound.as_json()}
+
+
+def _cost_session(path: Path | None) -> Any:
+    """The measured session `--cost-model FILE` names, with its calibrated model, or None without one."""
+    if path is None:
+        return None
+    session = _load(path)
+    if session.timeline.source != "measured" or session.cost_model is None:
+        what = "a measured session with no cost model" if session.cost_model is None else "a simulated session"
+        raise UsageError(f"--cost-model {path}: {what}; it takes a measured session with a calibrated cost model "
+                         f"(`vmexplorer calibrate MEASURED --device DEVICE --out FILE` stores one)")
+    return session
+
+
+def _cost_model(session: Any, graph: Graph, path: Path | None) -> CostModel:
+    """The uncalibrated default, or the model calibrated on a measured session (`--cost-model FILE`):
+    that GPU's rates, and its op times where FILE ran this graph (an op time of another model or batch
+    would be another op's, so for another graph they are left out, with a note)."""
+    import dataclasses
+
+    from .simulator import H100_DEFAULT
+
+    if session is None:
+        return H100_DEFAULT
+    cost: CostModel = session.cost_model
+    if session.graph.key == graph.key:
+        return cost
+    _note(f"--cost-model {path} was calibrated on {session.graph.model} batch {session.graph.batch} at "
+          f"{session.graph.image_size}px: its transfer rates are used, and this graph's op times come from the "
+          "default compute rates")
+    return dataclasses.replace(cost, name=f"{cost.name}, its rates only", op_ns={}, op_gap_ns={})
 
 
 def cmd_info(args: argparse.Namespace) -> dict[str, Any]:
@@ -549,7 +590,8 @@ def table_plan(doc: dict[str, Any]) -> str:
     head = (f"{_config_line(doc['config'])}; cost model {_safe(doc['cost_model'])}\n"
             f"{len(p['memops'])} memory operations, {len(p['moves'])} planned round trips, "
             f"{len(p['resident_at_start'])} tensors resident at start, "
-            f"peak resident {format_bytes(p['peak_resident_bytes'])}")
+            f"peak resident {format_bytes(p['peak_resident_bytes'])}\n"
+            f"{_bound_line(doc['bound'], doc['summary'].get('iteration_ns'))}")
     return "\n".join([head, _title("simulated summary"), _pairs(doc["summary"]), _title("memory operations"),
                       _table(("tensor", "bytes", "direction", "mode", "origin", "issue after",
                               "complete before"), memops)])
@@ -559,8 +601,23 @@ def table_simulate(doc: dict[str, Any]) -> str:
     from .units import format_ns
 
     s = doc["summary"]
-    return (f"wrote {_safe(doc['path'])}: {_config_line(doc['config'])}; "
+    text = (f"wrote {_safe(doc['path'])}: {_config_line(doc['config'])}; "
             f"iteration {format_ns(s.get('iteration_ns', 0))} ({_safe(s.get('source', '?'))})")
+    return text if "bound" not in doc else f"{text}\n{_bound_line(doc['bound'], s.get('iteration_ns'))}"
+
+
+def _bound_line(bound: dict[str, Any], iteration_ns: float | None) -> str:
+    """The bound for people: "the simulated iteration is 1.4x the bound, set by migration bandwidth (any
+    schedule moves at least 3.12 GiB each way and takes at least 469.12 ms)"."""
+    from .simulator.bound import Bound
+    from .units import format_bytes, format_ns
+
+    b = Bound(**bound)
+    out, into = b.min_bytes_to_host, b.min_bytes_to_device
+    moved = f"{format_bytes(out)} each way" if out == into else \
+        f"{format_bytes(out)} to the host and {format_bytes(into)} to the device"
+    head = "bound" if iteration_ns is None else f"the simulated iteration is {b.versus(iteration_ns)}"
+    return f"{head} (any schedule moves at least {moved} and takes at least {format_ns(b.lower_bound_ns)})"
 
 
 def table_info(doc: dict[str, Any]) -> str:
@@ -620,9 +677,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--image-size", type=int, default=DEFAULT_IMAGE_SIZE, metavar="S")
 
     _graph_args(command("graph", cmd_graph, table_graph, "ops and tensors of one training iteration"))
-    _plan_args(command("plan", cmd_plan, table_plan, "compile a policy's plan and simulate it"))
+    p = command("plan", cmd_plan, table_plan, "compile a policy's plan and simulate it")
+    _plan_args(p)
+    _cost_model_arg(p)
     p = command("simulate", cmd_simulate, table_simulate, "simulate a plan and save it as a session file")
     _plan_args(p)
+    _cost_model_arg(p)
     p.add_argument("--out", type=Path, required=True, metavar="FILE", help="session file to write")
     p.add_argument("--force", action="store_true", help="replace FILE if it exists")
     p.add_argument("--note", action="append", default=[], metavar="TEXT",
@@ -736,6 +796,14 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                 group.add_argument(_flag(name), dest=_OPTION_DEST + name, default=argparse.SUPPRESS,
                                    type=opt.type, choices=opt.choices or None,
                                    metavar=None if opt.choices else opt.type.__name__.upper(), help=text)
+
+
+def _cost_model_arg(p: argparse.ArgumentParser) -> None:
+    from pathlib import Path
+
+    p.add_argument("--cost-model", type=Path, metavar="FILE",
+                   help="simulate with the cost model calibrated on a measured session FILE (that GPU's rates; "
+                        "`calibrate` stores one) instead of the uncalibrated H100 default")
 
 
 def _flag(option: str) -> str:

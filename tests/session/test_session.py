@@ -36,6 +36,7 @@ from vmexplorer.session import (
 from vmexplorer.session import files as session_module
 from vmexplorer.session.session import SCHEMA_VERSION
 from vmexplorer.simulator import H100_DEFAULT, simulate
+from vmexplorer.simulator.bound import lower_bound
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +76,7 @@ def assert_same(a: Session, b: Session) -> None:
             assert x == y
     assert b.cost_model == a.cost_model
     assert (b.environment, b.notes, b.created) == (a.environment, a.notes, a.created)
+    assert b.bound == a.bound
     assert (a.collected is None) == (b.collected is None)
     if a.collected is not None and b.collected is not None:
         for f in dataclasses.fields(Collected):
@@ -189,11 +191,24 @@ def set_in(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
     return change
 
 
-def as_version(version: int) -> Callable[[dict[str, Any]], None]:
-    """The document relabelled as an older schema, without the fields that came after it (schema 6's
-    `cost_model.fault_bytes_per_ns_by_kind`, schema 5's `timeline.counted_iterations`); fields of older
-    schemas are each test's to remove or keep."""
+def relabel(version: int) -> Callable[[dict[str, Any]], None]:
+    """The document relabelled as a schema older than 7, without schema 7's `bound` and
+    `cost_model.serialises_directions`; fields of older schemas stay."""
     def change(doc: dict[str, Any]) -> None:
+        doc["schema_version"] = version
+        del doc["bound"]
+        if doc["cost_model"] is not None:
+            del doc["cost_model"]["serialises_directions"]
+    return change
+
+
+def as_version(version: int) -> Callable[[dict[str, Any]], None]:
+    """The document relabelled as an older schema, without the fields that came after it (schema 7's
+    `bound` and `cost_model.serialises_directions`, schema 6's `cost_model.fault_bytes_per_ns_by_kind`,
+    schema 5's `timeline.counted_iterations`); fields of older schemas are each test's to remove or keep."""
+    def change(doc: dict[str, Any]) -> None:
+        if version < 7:
+            relabel(version)(doc)
         doc["schema_version"] = version
         if version < 6 and doc["cost_model"] is not None:
             del doc["cost_model"]["fault_bytes_per_ns_by_kind"]
@@ -212,6 +227,9 @@ def delete(path: str) -> Callable[[dict[str, Any]], None]:
     return change
 
 
+GOOD_BOUND = {"min_bytes_to_host": 1 << 30, "min_bytes_to_device": 1 << 30, "lower_bound_ns": 10**8,
+              "set_by": "migration bandwidth"}
+
 BAD_FILES: list[tuple[str, Callable[[bytes], bytes], str]] = [
     ("empty", lambda good: b"", "is not a vmexplorer session: it is not gzip-compressed"),
     ("text", lambda good: b"hello, world\n", "not gzip-compressed"),
@@ -226,8 +244,8 @@ BAD_FILES: list[tuple[str, Callable[[bytes], bytes], str]] = [
     ("json list", lambda good: gzip.compress(b"[1, 2]"), "is not a vmexplorer session"),
     ("truncated", lambda good: good[: len(good) // 2], "is truncated"),
     ("corrupted", lambda good: good[:40] + bytes(b ^ 0x55 for b in good[40:80]) + good[80:], "damaged"),
-    ("newer schema", rewrite(set_in("schema_version", 7)),
-     "written by a newer vmexplorer (schema 7, this reads up to 6); upgrade"),
+    ("newer schema", rewrite(set_in("schema_version", SCHEMA_VERSION + 1)),
+     f"written by a newer vmexplorer (schema {SCHEMA_VERSION + 1}, this reads up to {SCHEMA_VERSION}); upgrade"),
     ("a rate of zero", rewrite(set_in("cost_model.evict_bytes_per_ns", 0)),
      "cost_model.evict_bytes_per_ns is 0: expected a rate from 0.001 to 1e+09 per ns"),
     ("a negative gap", rewrite(set_in("cost_model.op_gap_ns", {"conv1": -5})),
@@ -235,10 +253,29 @@ BAD_FILES: list[tuple[str, Callable[[bytes], bytes], str]] = [
     ("a fault rate of zero for a kind", rewrite(set_in("cost_model.fault_bytes_per_ns_by_kind", {"sgd_momentum": 0})),
      "cost_model.fault_bytes_per_ns_by_kind.sgd_momentum is 0: expected a rate from 0.001"),
     ("fault rates by kind in a schema 5 cost model",
-     rewrite(lambda doc: doc.update(schema_version=5)), 'unexpected field "fault_bytes_per_ns_by_kind"'),
+     rewrite(relabel(5)), 'unexpected field "fault_bytes_per_ns_by_kind"'),
+    ("a bound in a schema 6 file", rewrite(set_in("schema_version", 6)), 'unexpected field "bound"'),
+    ("serialised directions in a schema 6 cost model",
+     rewrite(lambda doc: (doc.update(schema_version=6), doc.pop("bound"))), 'unexpected field "serialises_directions"'),
+    ("serialised directions as a number", rewrite(set_in("cost_model.serialises_directions", 1)),
+     "cost_model.serialises_directions should be true or false, not the number 1"),
+    ("a bound that is a list", rewrite(set_in("bound", [1])), "bound should be an object, not a list"),
+    ("a bound without its time",
+     rewrite(set_in("bound", {k: v for k, v in GOOD_BOUND.items() if k != "lower_bound_ns"})),
+     "bound has no 'lower_bound_ns' field"),
+    ("a bound set by something unknown", rewrite(set_in("bound", {**GOOD_BOUND, "set_by": "<b>luck</b>"})),
+     'bound.set_by is "<b>luck</b>", expected one of "compute", "migration bandwidth"'),
+    ("a negative bound", rewrite(set_in("bound", {**GOOD_BOUND, "min_bytes_to_host": -1})),
+     "bound.min_bytes_to_host is -1, expected at least 0"),
+    ("a bound beyond any size", rewrite(set_in("bound", {**GOOD_BOUND, "min_bytes_to_device": 2**51})),
+     "bound.min_bytes_to_device is 2251799813685248, more than the 1125899906842624 bytes"),
+    ("a bound beyond any time", rewrite(set_in("bound", {**GOOD_BOUND, "lower_bound_ns": 2**60})),
+     "bound.lower_bound_ns is 1152921504606846976: expected a time from 0"),
+    ("a fractional bound", rewrite(set_in("bound", {**GOOD_BOUND, "lower_bound_ns": 0.5})),
+     "bound.lower_bound_ns should be a whole number, not the number 0.5"),
     ("schema 3 fields in a schema 2 cost model", rewrite(as_version(2)), 'unexpected field "call_ns"'),
     ("collected in a schema 1 file", rewrite(as_version(1)), 'unexpected field "collected"'),
-    ("counted iterations in a schema 4 timeline", rewrite(set_in("schema_version", 4)),
+    ("counted iterations in a schema 4 timeline", rewrite(relabel(4)),
      'unexpected field "counted_iterations"'),
     ("every iteration counted", rewrite(set_in("timeline.counted_iterations", lambda _: 10_000)),
      "timeline.counted_iterations is 10000, but the timeline records"),
@@ -303,8 +340,8 @@ BAD_FILES: list[tuple[str, Callable[[bytes], bytes], str]] = [
      "config: batch 1099511627776 is beyond any sensible run"),
     ("a capacity beyond any GPU", rewrite(set_in("config.capacity_bytes", 2**51)),
      "config.capacity_bytes is 2251799813685248, more than the 1125899906842624 bytes (1 PiB)"),
-    ("a policy vmexplorer does not know", rewrite(set_in("config.policy", "belady")),
-     'config.policy is "belady", not a policy this vmexplorer knows (device, uvm, autovm, manual)'),
+    ("a policy vmexplorer does not know", rewrite(set_in("config.policy", "lru")),
+     'config.policy is "lru", not a policy this vmexplorer knows (device, uvm, autovm, belady, vdnn, tuned, manual)'),
     ("an option the policy does not have", rewrite(set_in("config.options.speed", 11)),
      'config.options.speed: the autovm policy has no option "speed"'),
     ("an option of the wrong type", rewrite(set_in("config.options.prefetch_distance", "3")),
@@ -578,6 +615,24 @@ def test_fault_rates_by_kind_are_saved_and_a_schema_5_cost_model_has_none(sessio
     doc = json.loads(gzip.decompress(session_to_bytes(kinds)))
     as_version(5)(doc)
     assert session_from_bytes(gzip.compress(json.dumps(doc).encode())).cost_model.fault_bytes_per_ns_by_kind == {}
+
+
+def test_a_bound_and_one_way_migrations_are_saved_and_a_schema_6_file_loads_with_neither(session: Session) -> None:
+    bound = lower_bound(session.graph, session.plan.capacity, H100_DEFAULT)
+    both_ways = dataclasses.replace(session.cost_model, serialises_directions=False)
+    s = dataclasses.replace(session, bound=bound, cost_model=both_ways)
+    back = session_from_bytes(session_to_bytes(s))
+    assert back.bound == bound and back.bound.min_bytes_to_device > 0
+    assert back.cost_model.serialises_directions is False
+    doc = json.loads(gzip.decompress(session_to_bytes(s)))
+    as_version(6)(doc)
+    old = session_from_bytes(gzip.compress(json.dumps(doc).encode()))
+    assert old.bound is None and old.cost_model.serialises_directions is True  # managed memory's driver
+
+
+def test_new_session_refuses_a_bound_of_another_type(session: Session) -> None:
+    with pytest.raises(SessionError, match="bound should be a simulator.bound.Bound, not dict"):
+        new_session(session.graph, session.plan, session.timeline, bound=GOOD_BOUND)  # type: ignore[arg-type]
 
 
 BAD_COLLECTED: list[tuple[str, Callable[[bytes], bytes], str]] = [

@@ -1,6 +1,7 @@
 """Stage 2's compilers: a policy turns a graph, a capacity and its options into a plan.
 
-Each policy is one module here (`device.py`, `uvm.py`, `autovm.py`, `manual.py`) declaring its `SPEC`:
+Each policy is one module here (`device.py`, `uvm.py`, `autovm.py`, `belady.py`, `vdnn.py`,
+`tuned.py`, `manual.py`) declaring its `SPEC`:
 its name, a summary, its options, and `plan_moves`, a pure function that says which tensors make
 planned round trips (`Move`s). `compile_plan` checks the options against the declaration and the
 capacity against the graph, asks the policy for its moves, and has `residency.repair` add what the UVM
@@ -21,28 +22,36 @@ from ..config import Config
 from ..graph import Graph
 from ..plan import Move, Plan, PlanError
 from ..plan.residency import repair, transfers_for_moves
-from . import autovm, device, manual, uvm
+from . import autovm, belady, device, manual, tuned, uvm, vdnn
 from .common import check_capacity
-from .spec import OptionSpec, PlanMoves, PolicySpec
+from .spec import OptionSpec, PlanMoves, PolicySpec, SearchMoves, Simulation
 
 POLICIES: dict[str, PolicySpec] = {spec.name: spec for spec in (
     device.SPEC,
     uvm.SPEC,
     autovm.SPEC,
+    belady.SPEC,
+    vdnn.SPEC,
+    tuned.SPEC,
     manual.SPEC,
 )}
 
 
 def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str, Any] | None = None,
-                 moves: Sequence[Move] = ()) -> Plan:
+                 moves: Sequence[Move] = (), simulation: Simulation | None = None) -> Plan:
     """The policy's plan, complete with what the driver adds; PlanError naming the problem and the fix
-    for an unknown policy or option, a capacity no plan fits, or moves the policy cannot take."""
+    for an unknown policy or option, a capacity no plan fits, or moves the policy cannot take.
+    `simulation` (the simulator and the cost model the plan will be simulated with) is for a policy
+    that searches in it (`tuned`); the others ignore it."""
     spec = POLICIES.get(policy)
     if spec is None:
         raise PlanError(f"unknown policy {policy!r}; choose one of: {', '.join(POLICIES)}")
     opts = _check_options(spec, options or {})
     check_capacity(graph, capacity)
-    planned = spec.plan_moves(graph, capacity, opts, moves if spec.takes_moves else ())
+    if spec.search is not None and simulation is not None:
+        planned = spec.search(graph, capacity, opts, simulation)
+    else:
+        planned = spec.plan_moves(graph, capacity, opts, moves if spec.takes_moves else ())
     # after the policy, so that its own refusal of the capacity (device's footprint) is the one reported
     if moves and not spec.takes_moves:
         raise PlanError(f"moves are a manual plan; the {policy} policy makes its own")
@@ -78,5 +87,5 @@ def _check_options(spec: PolicySpec, options: Mapping[str, Any]) -> dict[str, An
     return out
 
 
-__all__ = ["POLICIES", "OptionSpec", "PlanMoves", "PolicySpec", "check_capacity", "compile_plan",
-           "non_default_options"]
+__all__ = ["POLICIES", "OptionSpec", "PlanMoves", "PolicySpec", "SearchMoves", "Simulation", "check_capacity",
+           "compile_plan", "non_default_options"]

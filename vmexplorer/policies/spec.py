@@ -1,14 +1,15 @@
 """What a policy declares to the registry: its name, a one-line summary, the function that plans its
-moves, and its options (each with a type, a default, a help line, and choices or a minimum)."""
+moves, and its options (each with a type, a default, a help line, and choices or a minimum); and what
+a policy that searches schedules in the simulator is given to search with (`Simulation`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..graph import Graph
-from ..plan import Move
+from ..plan import Move, Plan
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,35 @@ class PlanMoves(Protocol):
         ...
 
 
+class _Timed(Protocol):
+    def iteration_ns(self) -> Any: ...  # the simulated iterations' times (records.spans.Timeline)
+
+
+class _Bounded(Protocol):
+    @property
+    def lower_bound_ns(self) -> int: ...  # simulator.bound.Bound
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """The simulator, with the cost model the plan will be simulated with, for a policy that searches
+    schedules in it. Policies come before the simulator in the import contract (tests/test_imports.py
+    counts lazy imports too), so the caller, which holds the cost model, passes the functions in:
+    `Simulation(simulator.simulate, simulator.bound.lower_bound, cost)`."""
+
+    simulate: Callable[[Graph, Plan, Any], _Timed]
+    lower_bound: Callable[[Graph, int, Any], _Bounded]
+    cost_model: Any  # a simulator.CostModel: the policy only hands it back to the two functions
+    report: Callable[[str], None] | None = None  # told, for people, how the search went
+
+
+class SearchMoves(Protocol):
+    def __call__(self, graph: Graph, capacity: int, options: Mapping[str, Any],
+                 simulation: Simulation) -> list[Move]:
+        """The round trips a searching policy finds by simulating candidates with `simulation`."""
+        ...
+
+
 @dataclass(frozen=True)
 class PolicySpec:
     name: str
@@ -36,3 +66,6 @@ class PolicySpec:
     plan_moves: PlanMoves
     options: dict[str, OptionSpec] = field(default_factory=dict)
     takes_moves: bool = False  # whether it plans a person's moves (`--moves`, the app's edits)
+    # a policy that searches in the simulator: compile_plan calls this instead of plan_moves when its
+    # caller passes a Simulation; plan_moves is what the policy plans without one
+    search: SearchMoves | None = None

@@ -35,6 +35,7 @@ from ..records.collected import (
     check_against,
 )
 from ..records.spans import MAX_NS, Timeline
+from ..simulator.bound import SET_BY, Bound
 from ..simulator.costmodel import RATES, CostModel
 from ..units import MAX_BYTES, quoted
 from .session import Session, SessionError
@@ -53,7 +54,9 @@ ColType = str | type[StrEnum]
 _COST_FIELDS = tuple(f for f in RATES if f != "call_ns")  # the cost model's numbers up to schema 2
 TOP_LEVEL_V1 = ("format", "schema_version", "created", "environment", "notes", "config", "graph", "plan",
                 "timeline", "cost_model")
-TOP_LEVEL = (*TOP_LEVEL_V1, "collected")  # schema 2 added the collectors' records
+TOP_LEVEL_V2 = (*TOP_LEVEL_V1, "collected")  # schema 2 added the collectors' records
+TOP_LEVEL = (*TOP_LEVEL_V2, "bound")  # schema 7 the bound
+BOUND_FIELDS = ("min_bytes_to_host", "min_bytes_to_device", "lower_bound_ns", "set_by")
 
 
 
@@ -92,6 +95,7 @@ def encode(s: Session) -> dict[str, Any]:
         },
         "cost_model": None if s.cost_model is None else _cost_model(s.cost_model),
         "collected": None if s.collected is None else _collected(s.collected),
+        "bound": None if s.bound is None else s.bound.as_json(),
     }
 
 
@@ -125,6 +129,7 @@ def _table(columns: dict[str, list[Any]], ragged: dict[str, list[tuple[int, ...]
 def _cost_model(c: CostModel) -> dict[str, Any]:
     # float(): calibration computes with numpy, and the file holds plain JSON numbers
     return {"name": c.name, **{f: float(getattr(c, f)) for f in RATES},
+            "serialises_directions": bool(c.serialises_directions),
             **{table: {k: float(v) for k, v in getattr(c, table).items()}
                for table in ("op_ns", "op_gap_ns", "fault_bytes_per_ns_by_kind")}}
 
@@ -158,8 +163,8 @@ def _collected(c: Collected) -> dict[str, Any]:
 
 def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
     """The Session's fields from a parsed document whose format and version are already known
-    (schema 1 has no "collected" field: it loads with none)."""
-    r.fields(doc, "the file", TOP_LEVEL if version >= 2 else TOP_LEVEL_V1)
+    (schema 1 has no "collected" field: it loads with none; schema 6 and older no "bound": none)."""
+    r.fields(doc, "the file", TOP_LEVEL if version >= 7 else TOP_LEVEL_V2 if version >= 2 else TOP_LEVEL_V1)
     created = r.scalar(doc["created"], "created", STR)
     if not _is_iso_time(created):
         r.fail(f"created is {quoted(created)}, not an ISO-8601 date and time")
@@ -188,8 +193,9 @@ def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
     cost = None if doc["cost_model"] is None else _read_cost_model(r, doc["cost_model"], version)
     raw = doc.get("collected")
     collected = None if raw is None else _read_collected(r, raw, timeline, version)
+    bound = None if doc.get("bound") is None else _read_bound(r, doc["bound"])
     return dict(graph=graph, plan=plan, timeline=timeline, cost_model=cost, environment=dict(env),
-                notes=tuple(notes), created=created, collected=collected)
+                notes=tuple(notes), created=created, collected=collected, bound=bound)
 
 
 def _options(r: Reader, policy: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -332,9 +338,11 @@ def _timeline(r: Reader, value: Any, graph: Graph, plan: Plan, version: int) -> 
 
 def _read_cost_model(r: Reader, value: Any, version: int) -> CostModel:
     """(schema 3 added `call_ns` and `op_gap_ns`; an older cost model has neither: 0 and no gaps. Schema 6
-    added `fault_bytes_per_ns_by_kind`; an older one has none: every kind faults at the one rate.)"""
+    added `fault_bytes_per_ns_by_kind`; an older one has none: every kind faults at the one rate. Schema 7
+    added `serialises_directions`; an older one was of managed memory, whose driver does: true.)"""
     newer = (("call_ns", "op_gap_ns") if version >= 3 else ()) + (
-        ("fault_bytes_per_ns_by_kind",) if version >= 6 else ())
+        ("fault_bytes_per_ns_by_kind",) if version >= 6 else ()) + (
+        ("serialises_directions",) if version >= 7 else ())
     d = r.fields(value, "cost_model", ("name", *_COST_FIELDS, "op_ns", *newer))
 
     def number(v: Any, where: str, lo: float, hi: float, what: str) -> float:
@@ -356,8 +364,28 @@ def _read_cost_model(r: Reader, value: Any, version: int) -> CostModel:
         by_op[table] = {k: number(v, f"cost_model.{table}.{_key(k)}", *op_time) for k, v in values.items()}
     kinds = r.fields(d.get("fault_bytes_per_ns_by_kind", {}), "cost_model.fault_bytes_per_ns_by_kind", None)
     by_kind = {k: number(v, f"cost_model.fault_bytes_per_ns_by_kind.{_key(k)}", *rate) for k, v in kinds.items()}
+    serialised = r.scalar(d.get("serialises_directions", True), "cost_model.serialises_directions", BOOL)
     return CostModel(r.scalar(d["name"], "cost_model.name", STR), **rates, op_ns=by_op["op_ns"],
-                     op_gap_ns=by_op["op_gap_ns"], fault_bytes_per_ns_by_kind=by_kind)
+                     op_gap_ns=by_op["op_gap_ns"], fault_bytes_per_ns_by_kind=by_kind,
+                     serialises_directions=serialised)
+
+
+def _read_bound(r: Reader, value: Any) -> Bound:
+    """A record of what was worked out when the session was made (under the cost model then in use,
+    by the vmexplorer then), so it is checked for range, not recomputed: sizes and a time a session can
+    hold, and a reason this vmexplorer names."""
+    d = r.fields(value, "bound", BOUND_FIELDS)
+    sizes = [r.scalar(d[k], f"bound.{k}", INT, 0) for k in BOUND_FIELDS[:2]]
+    for k, nbytes in zip(BOUND_FIELDS[:2], sizes):
+        if nbytes > MAX_BYTES:
+            r.fail(f"bound.{k} is {nbytes}, more than the {MAX_BYTES} bytes (1 PiB) any size may be")
+    ns = r.scalar(d["lower_bound_ns"], "bound.lower_bound_ns", INT, 0)
+    if ns > MAX_NS:
+        r.fail(f"bound.lower_bound_ns is {ns}: expected a time from 0 to {MAX_NS} ns (104 days)")
+    set_by = r.scalar(d["set_by"], "bound.set_by", STR)
+    if set_by not in SET_BY:
+        r.fail(f"bound.set_by is {quoted(set_by)}, expected one of {', '.join(quoted(x) for x in SET_BY)}")
+    return Bound(sizes[0], sizes[1], ns, set_by)
 
 
 def _read_collected(r: Reader, value: Any, timeline: Timeline, version: int) -> Collected:

@@ -16,11 +16,12 @@ from ..records import Timeline, summarize
 from ..records.breakdown import TimeSplit, time_split
 from ..records.collected import Collected, CollectedError, check_against, collected_summary, migration_shares
 from ..simulator import H100_DEFAULT, CostModel
+from ..simulator.bound import Bound
 
 FORMAT = "vmexplorer-session"
 # 2 added "collected" (the GPU collectors' records), 3 the cost model's "op_gap_ns" and "call_ns", 4
-# "collected.memcpy"; older files still load
-SCHEMA_VERSION = 6
+# "collected.memcpy", 7 the "bound" and the cost model's "serialises_directions"; older files still load
+SCHEMA_VERSION = 7
 
 class SessionError(ValueError):
     """A session that cannot be saved or loaded; the message names the file and the problem."""
@@ -36,6 +37,7 @@ class Session:
     notes: tuple[str, ...]
     created: str  # ISO-8601 UTC, when the run or simulation was made (not when it was saved)
     collected: Collected | None = None  # what CUPTI / NVML recorded in a measured run, if they ran
+    bound: Bound | None = None  # the least traffic and time any schedule needs here, as worked out when made
 
     def time_split(self, iteration: int | None = None) -> TimeSplit:
         """Where the typical iteration's time went (`records.breakdown`), each op's own time from the
@@ -57,17 +59,21 @@ class Session:
 
 def new_session(graph: Graph, plan: Plan, timeline: Timeline, cost_model: CostModel | None = None,
                 notes: tuple[str, ...] | list[str] = (),
-                environment: dict[str, str] | None = None, *, collected: Collected | None = None) -> Session:
+                environment: dict[str, str] | None = None, *, collected: Collected | None = None,
+                bound: Bound | None = None) -> Session:
     """A session stamped now, with this machine's software versions; `environment` adds to them
     (the engine passes the GPU, its driver and CUDA). `collected`: the collectors' records of a
-    measured run (see `vmexplorer.records.collected`), checked against the timeline."""
+    measured run (see `vmexplorer.records.collected`), checked against the timeline. `bound`: the
+    plan's graph and capacity against `simulator.bound.lower_bound` (under the cost model it used)."""
     check_matches(graph, plan)
     check_collected(collected, timeline)
+    if bound is not None and not isinstance(bound, Bound):
+        raise SessionError(f"bound should be a simulator.bound.Bound, not {type(bound).__name__}")
     env = {"vmexplorer": __version__, "python": platform.python_version(),
            "platform": platform.platform(), "numpy": np.__version__}
     env.update(environment or {})
     created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return Session(graph, plan, timeline, cost_model, env, tuple(notes), created, collected)
+    return Session(graph, plan, timeline, cost_model, env, tuple(notes), created, collected, bound)
 
 
 def check_matches(graph: Graph, plan: Plan) -> None:

@@ -4,6 +4,7 @@ how much prefetch calls block the host, the last by simulating the plan at each 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -46,6 +47,8 @@ def calibrate(graph: Graph, plan: Plan, timeline: Timeline, base: CostModel = H1
       comes closest to the measured one, when the plan has asynchronous calls.
 
     Only the timed iterations count: iterations run with CUPTI's unified-memory counters on are slower.
+    Whether migrations run one direction at a time (`serialises_directions`) is `base`'s: a timeline
+    shows when each transfer was issued and completed, not whether the driver ran two at once.
     """
     tl = timed_only(timeline)
     duration = (tl.op_end_ns - tl.op_start_ns).astype(np.float64)
@@ -53,8 +56,9 @@ def calibrate(graph: Graph, plan: Plan, timeline: Timeline, base: CostModel = H1
     rates = _transfer_rates(plan, tl, base)
     fault_rate, by_kind = _fault_rates(graph, tl, duration, op_ns, base)
     label = name or f"calibrated on {graph.model} b{graph.batch} {plan.policy} ({tl.source})"
+    numbers: dict[str, Any] = {**rates, **fault_rate}  # rates only: `serialises_directions` stays `base`'s
     fitted = replace(base, name=label, op_ns=op_ns, op_gap_ns=op_gap_ns, fault_bytes_per_ns_by_kind=by_kind,
-                     **rates, **fault_rate)
+                     **numbers)
     if any(m.mode is Mode.ASYNC for m in plan.memops) and len(tl.op_index):
         fitted = replace(fitted, host_block=_fit_host_block(graph, plan, tl, fitted))
     return fitted

@@ -6,6 +6,7 @@ Bandwidths are in bytes per ns, which is the same number as GB/s.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +30,10 @@ class CostModel:
     # kernel walks memory decides how well the driver batches its faults (bench/results/validation.md
     # lists the rates fitted per kind on the H100)
     fault_bytes_per_ns_by_kind: dict[str, float] = field(default_factory=dict)
+    # whether migrations run one direction at a time: the UVM driver does (on the H200 a 2 GiB eviction
+    # and a 2 GiB prefetch issued together on two streams took their sum, DESIGN.md), pinned copies do
+    # not; the bound (simulator/bound.py) adds the two directions' times when set
+    serialises_directions: bool = True
 
     def fault_ns(self, nbytes: int, kind: str = "") -> float:
         return nbytes / self.fault_bytes_per_ns_by_kind.get(kind, self.fault_bytes_per_ns)
@@ -85,8 +90,8 @@ def pooled(models: list[CostModel], name: str) -> CostModel:
         keys = dict.fromkeys(k for d in dicts for k in d)
         return {k: float(np.median([d[k] for d in dicts if k in d])) for k in keys}
 
-    return replace(models[0], name=name,
-                   **{f: float(np.median([getattr(m, f) for m in models])) for f in RATES},
+    medians: dict[str, Any] = {f: float(np.median([getattr(m, f) for m in models])) for f in RATES}
+    return replace(models[0], name=name, **medians,
                    op_ns=median_by_key([m.op_ns for m in models]),
                    op_gap_ns=median_by_key([m.op_gap_ns for m in models]),
                    fault_bytes_per_ns_by_kind=median_by_key([m.fault_bytes_per_ns_by_kind for m in models]))

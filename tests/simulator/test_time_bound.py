@@ -1,0 +1,93 @@
+"""The time bound: no plan simulates faster, and it says what sets it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import cache
+
+import numpy as np
+import pytest
+
+from vmexplorer.graph import Graph, build_graph
+from vmexplorer.plan.bound import min_traffic
+from vmexplorer.policies import POLICIES, compile_plan
+from vmexplorer.simulator import simulate
+from vmexplorer.simulator.bound import COMPUTE, EVICTION, MIGRATION, PREFETCH, SET_BY, Bound, lower_bound
+from vmexplorer.simulator.costmodel import H100_DEFAULT, CostModel
+
+BOTH_WAYS = replace(H100_DEFAULT, serialises_directions=False)
+
+
+@cache
+def graph(model: str, batch: int, size: int = 224) -> Graph:
+    return build_graph(model, batch, size)
+
+
+def compute_ns(g: Graph, cost: CostModel) -> float:
+    return sum(cost.compute_ns(op.name, op.flops, op.bytes_touched) for op in g.ops)
+
+
+@pytest.mark.parametrize("cost", [H100_DEFAULT, BOTH_WAYS], ids=["one way at a time", "both ways at once"])
+@pytest.mark.parametrize("model,batch,size", [("vgg19", 64, 224), ("resnet50", 16, 224), ("alexnet", 64, 224),
+                                              ("vgg11", 4, 64)])
+@pytest.mark.parametrize("share", [0.5, 0.6, 0.75, 0.9, 1.0])
+def test_no_policys_plan_simulates_faster_than_the_bound(cost: CostModel, model: str, batch: int, size: int,
+                                                         share: float) -> None:
+    g = graph(model, batch, size)
+    capacity = max(int(g.footprint * share), g.min_capacity[0])
+    bound = lower_bound(g, capacity, cost)
+    for policy in POLICIES:
+        if policy == "device" and capacity < g.footprint:
+            continue
+        plan = compile_plan(g, capacity, policy)
+        simulated = float(np.median(simulate(g, plan, cost).iteration_ns()))
+        assert bound.lower_bound_ns <= simulated, (policy, bound, simulated)
+
+
+def test_at_the_footprint_compute_sets_the_bound_and_nothing_moves() -> None:
+    g = graph("vgg19", 64)
+    bound = lower_bound(g, g.footprint, H100_DEFAULT)
+    assert bound == Bound(0, 0, int(compute_ns(g, H100_DEFAULT)), COMPUTE)
+
+
+def test_through_uvm_the_two_directions_add_up_and_with_copies_each_way_the_slower_counts() -> None:
+    g = graph("vgg19", 64)
+    capacity = g.footprint // 2
+    traffic = min_traffic(g, capacity)
+    out_ns = traffic.min_bytes_to_host / H100_DEFAULT.evict_bytes_per_ns
+    in_ns = traffic.min_bytes_to_device / H100_DEFAULT.prefetch_bytes_per_ns
+    assert compute_ns(g, H100_DEFAULT) < out_ns  # the default's eviction rate is the slow one
+    one_way = lower_bound(g, capacity, H100_DEFAULT)
+    assert (one_way.lower_bound_ns, one_way.set_by) == (int(out_ns + in_ns), MIGRATION)
+    assert (one_way.min_bytes_to_host, one_way.min_bytes_to_device) == (traffic.min_bytes_to_host,
+                                                                        traffic.min_bytes_to_device)
+    both = lower_bound(g, capacity, BOTH_WAYS)
+    assert (both.lower_bound_ns, both.set_by) == (int(out_ns), EVICTION)
+    slow_in = replace(BOTH_WAYS, prefetch_bytes_per_ns=1.0, fault_bytes_per_ns=0.5)
+    assert lower_bound(g, capacity, slow_in).set_by == PREFETCH
+
+
+def test_data_comes_in_at_the_fastest_rate_the_cost_model_knows() -> None:
+    g = graph("alexnet", 256)
+    capacity = g.footprint // 2
+    traffic = min_traffic(g, capacity)
+    fast_faults = replace(H100_DEFAULT, fault_bytes_per_ns_by_kind={"conv2d_backward": 90.0})
+    expected = traffic.min_bytes_to_host / H100_DEFAULT.evict_bytes_per_ns + traffic.min_bytes_to_device / 90.0
+    assert lower_bound(g, capacity, fast_faults).lower_bound_ns == int(expected)
+
+
+def test_a_faster_gpu_has_a_lower_bound_and_more_capacity_never_raises_it() -> None:
+    g = graph("resnet50", 32)
+    faster = replace(H100_DEFAULT, evict_bytes_per_ns=17.5, prefetch_bytes_per_ns=51.0)
+    shares = (0.5, 0.6, 0.75, 0.9, 1.0)
+    times = [lower_bound(g, int(g.footprint * s), H100_DEFAULT).lower_bound_ns for s in shares]
+    assert times == sorted(times, reverse=True)
+    assert lower_bound(g, g.footprint // 2, faster).lower_bound_ns < times[0]
+
+
+def test_the_wording_says_how_far_and_what_sets_it() -> None:
+    bound = Bound(1 << 30, 1 << 30, 300_000_000, MIGRATION)
+    assert bound.versus(420_000_000) == "1.4x the bound, set by migration bandwidth"
+    assert Bound(0, 0, 0, COMPUTE).versus(5.0) == "the bound is 0, set by compute"
+    assert set(bound.as_json()) == {"min_bytes_to_host", "min_bytes_to_device", "lower_bound_ns", "set_by"}
+    assert {COMPUTE, MIGRATION, EVICTION, PREFETCH} == set(SET_BY)
