@@ -100,3 +100,38 @@ def test_paging_never_changes_the_math(model, batch, size):
         result = execute(graph, plan, RunSettings(**kw))
         for name, value in reference.items():
             assert np.array_equal(result.weights[name], value), f"{policy} changed {name}"
+
+
+# --- where the tensors live: one pool by lifetime, dead managed pages discarded ------------------------
+def test_the_device_run_takes_its_footprint_plus_the_convolution_workspace():
+    graph = build_graph("resnet18", 64)
+    kw = dict(iterations=2, warmup=1, collect=False)
+    _run(graph, "device", **kw)  # cuDNN's handle and plans, CuPy's kernels: loaded once per process
+    memory = _run(graph, "device", **kw).memory
+    _record("device memory", "resnet18 b64", vars(memory))
+    assert graph.footprint <= memory.pool_bytes <= graph.footprint * 1.005
+    # what cudaMemGetInfo says the run took: its pool, CuPy's cached scratch, and allocation granularity
+    assert memory.pool_bytes <= memory.device_bytes_taken <= memory.pool_bytes + memory.workspace_bytes + (32 << 20)
+    assert memory.device_bytes_taken < 0.5 * sum(t.nbytes for t in graph.tensors)
+
+
+def test_a_paging_run_discards_dead_pages_and_its_ledger_stays_within_the_capacity():
+    graph = build_graph("resnet18", 32, 64)
+    result = _run(graph, "autovm", share=0.5, iterations=2, warmup=1, collect=False, discard=True)
+    plan = compile_plan(graph, max(int(graph.footprint * 0.5), graph.min_capacity[0]), "autovm")
+    assert result.environment["dead_data"].startswith("discarded"), result.environment["dead_data"]
+    assert 0 < result.memory.discarded_bytes and result.memory.ledger_peak_bytes <= plan.capacity
+    kept = _run(graph, "autovm", share=0.5, iterations=2, warmup=1, collect=False, discard=False)
+    assert kept.environment["dead_data"].startswith("left on the device")
+    assert kept.memory.discarded_bytes == 0 and kept.memory.ledger_peak_bytes > plan.capacity
+
+
+@pytest.mark.parametrize("model,batch,size", SMALL[:2])
+def test_discarding_dead_pages_or_not_never_changes_the_math(model, batch, size):
+    graph = build_graph(model, batch, size)
+    kw = dict(iterations=3, warmup=0, allow_tf32=False, deterministic=True, keep_weights=True, collect=False)
+    reference = _run(graph, "device", **kw).weights
+    for discard in (True, False):
+        weights = _run(graph, "uvm", share=0.5, discard=discard, **kw).weights
+        for name, value in reference.items():
+            assert np.array_equal(weights[name], value), f"uvm (discard={discard}) changed {name}"

@@ -6,6 +6,12 @@ The executor is policy-agnostic: it allocates the run's tensors (managed memory,
 its copy stream, an eviction one on the compute stream; CUDA events order the streams and time every
 step on one clock. Demand faults need no call: the kernels take them. Every op and memory operation is
 an NVTX range, so Nsight Systems shows the same names.
+
+The tensors share one pool placed by their lifetimes (`memory.layout`), so `device` trains in its
+footprint. Under managed memory a dead tensor's pages stay on the device until a new tensor takes them
+over in place, so no dead byte ever moves; with `RunSettings.discard` (CUDA 13's batch calls) they are
+discarded instead wherever the device would otherwise hold more than the capacity, and a new tensor's
+populated without migrating anything (`memory.dead_bytes`). The run's environment says which.
 """
 
 from __future__ import annotations
@@ -26,15 +32,15 @@ from ..records.collected import CUPTI, PARTS
 from ..records.spans import Timeline, resident_curve
 from . import gpu
 from .init import initial_value
-from .memory import Arena
-from .schedule import Step, StepKind, Stream, schedule
+from .memory import Arena, DeadBytes, dead_bytes
+from .schedule import Ledger, Step, StepKind, Stream, room_per_op, schedule
 
-PAGE = 64 << 10  # evict partial ranges on page-group boundaries
 # What a recorded run can collect, each part switchable: CUPTI kernel records, CUPTI migration counters
 # (bytes each way, thrashing, throttling, remote mapping), CUPTI GPU page-fault records, CUPTI memory-copy
 # records, NVML samples (`vmexplorer.records.collected.PARTS` names them).
 COLLECTOR_PARTS = tuple(p.name for p in PARTS)
 _PAGED_UNCOUNTED: list[bool] = []  # whether this process has paged managed memory without CUPTI counting
+_KEPT_SUFFIXES = (".weight.grad", ".bias.grad", ".mask")  # what keep_weights returns beside persistent tensors
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,23 @@ class RunSettings:
     counted: int = 1
     nvml_interval_s: float = 0.02  # NVML's PCIe counters integrate over 20 ms: sampling faster repeats them
     keep_weights: bool = False  # return persistent tensors, weight gradients and dropout masks at the end
+    # Under managed memory, discard dead pages the capacity has no room for and populate new tensors' on
+    # the device (CUDA 13), so the device never holds more than the capacity. Off, dead pages stay on the
+    # device until a new tensor takes them over in place (none ever moves): on the H200 the discard and
+    # populate calls cost more time than that saved (bench/results/h200/bench_device_pool_paging.txt)
+    discard: bool = False
+
+
+@dataclass(frozen=True)
+class MemoryUse:
+    """What a run held on the GPU, read after its last iteration."""
+
+    pool_bytes: int  # the one allocation all tensors share, placed by lifetime
+    footprint_bytes: int  # the graph's peak of live bytes: what the pool cannot be smaller than, but for alignment
+    workspace_bytes: int  # CuPy's memory pool: the kernels' scratch (convolution workspaces), cached
+    device_bytes_taken: int  # cudaMemGetInfo's free bytes before the pool was allocated, less those after
+    ledger_peak_bytes: int  # the most bytes the executor had on the device while an op ran
+    discarded_bytes: int  # dead bytes discarded per iteration (0 with plain device memory or no discard)
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,6 +88,7 @@ class RunResult:
     environment: dict[str, str]
     weights: dict[str, np.ndarray] = field(default_factory=dict)
     collected: Any = None  # vmexplorer.records.collected.Collected, when settings.collect
+    memory: MemoryUse | None = None
 
 
 def measured_session(graph: Graph, plan: Plan, result: RunResult, where: str = "",
@@ -102,7 +126,7 @@ def execute(graph: Graph, plan: Plan, settings: RunSettings = RunSettings(),
         execute(graph, plan, replace(settings, iterations=1, warmup=0, collect=False, keep_weights=False))
     collectors = _start_collectors(settings.collectors, settings.nvml_interval_s) if settings.collect else []
     try:
-        arena = Arena(graph, managed=managed, capacity=plan.capacity)
+        arena = Arena(graph, managed=managed, capacity=plan.capacity, keep=kept_tensors(graph, settings.keep_weights))
     except BaseException:
         for c in collectors:
             c.stop()
@@ -125,8 +149,17 @@ def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena, settings: RunSettings,
         if value is not None:
             arena.views[t].set(value)
     streams = {s: cp.cuda.Stream(non_blocking=True) for s in Stream}
-    resident = _place(graph, plan, arena, streams[Stream.COMPUTE])
-    steps = schedule(graph, plan)
+    environment = gpu.environment()
+    dead = None
+    if arena.managed:
+        why = gpu.discard_unavailable() if settings.discard else "RunSettings.discard is off"
+        if why is None:
+            room = room_per_op(graph, plan, kept_tensors(graph, settings.keep_weights))
+            dead = dead_bytes(arena.layout, len(graph.ops), room)
+        environment["dead_data"] = (f"discarded ({', '.join(gpu.DISCARD_CALLS)})" if why is None else
+                                    f"left on the device until reused ({why})")
+    ledger = Ledger(graph, _place(graph, plan, arena, streams[Stream.COMPUTE], dead))
+    steps = schedule(graph, plan, dead)
     ranges = gpu.Ranges()
     loss = graph.tensor_id("loss.value")
     cupti = _cupti(collectors)
@@ -147,7 +180,7 @@ def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena, settings: RunSettings,
                      for k in range(len(graph.ops))]
             # the streams are idle here, so the origin event fires at once: its CUPTI time is now
             t0 = clock() if clock is not None else 0
-            events = _iteration(cp, graph, plan, arena, streams, steps, attrs, resident, ranges)
+            events = _iteration(cp, graph, plan, arena, streams, steps, attrs, ledger, ranges)
             for s in streams.values():
                 s.synchronize()
             for c in collectors:
@@ -160,14 +193,23 @@ def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena, settings: RunSettings,
     finally:
         for c in collectors:
             c.stop()
+    memory = MemoryUse(arena.layout.total, graph.footprint, cp.get_default_memory_pool().total_bytes(),
+                       arena.device_bytes_taken(), ledger.peak, dead.discarded_bytes() if dead is not None else 0)
     weights = {}
     if settings.keep_weights:
         weights = {t.name: arena.views[i].get() for i, t in enumerate(graph.tensors)
-                   if t.persistent or t.name.endswith((".weight.grad", ".bias.grad", ".mask"))}
+                   if t.persistent or t.name.endswith(_KEPT_SUFFIXES)}
     timeline, offsets, lengths = _timeline(cp, graph, plan, records)
     timeline = replace(timeline, counted=sum(r["counted"] for r in records))
     collected = _collected(collectors, [r["t0"] for r in records], offsets, lengths) if settings.collect else None
-    return RunResult(timeline, tuple(losses[settings.warmup:]), gpu.environment(), weights, collected)
+    return RunResult(timeline, tuple(losses[settings.warmup:]), environment, weights, collected, memory)
+
+
+def kept_tensors(graph: Graph, keep_weights: bool) -> frozenset[int]:
+    """Tensors an op creates that the host reads after the iteration, so no later tensor may take their
+    bytes in the pool: the loss, and with `keep_weights` the weight gradients and dropout masks."""
+    return frozenset(t for t, tensor in enumerate(graph.tensors) if not tensor.persistent and (
+        tensor.name == "loss.value" or keep_weights and tensor.name.endswith(_KEPT_SUFFIXES)))
 
 
 def _start_collectors(parts: tuple[str, ...], nvml_interval_s: float) -> list[Collector]:
@@ -196,23 +238,27 @@ def _collected(collectors: list[Collector], t0s: list[int], offsets: list[float]
     return build_collected(collectors, t0s, offsets, lengths)
 
 
-def _place(graph: Graph, plan: Plan, arena: Arena, stream: Any) -> list[int]:
+def _place(graph: Graph, plan: Plan, arena: Arena, stream: Any, dead: DeadBytes | None) -> list[int]:
     """Put every tensor where the plan's iteration starts: bytes on the device in front, the rest on the
-    host. Returns the bytes resident per tensor, as the executor tracks it."""
+    host; with `dead`, the dead tensors' bytes discarded as in the steady state. Returns the bytes
+    resident per tensor, as the executor's ledger starts."""
     start = dict(plan.resident_at_start)
     resident = []
     for t, tensor in enumerate(graph.tensors):
+        # temporaries too, so the driver has touched every page once, as in every later iteration
         keep = start.get(t, 0) if tensor.persistent else tensor.nbytes
         if arena.managed:
             gpu.prefetch(arena.ptr(t), keep, True, stream)
             gpu.prefetch(arena.ptr(t) + keep, tensor.nbytes - keep, False, stream)
-        resident.append(keep if arena.managed else tensor.nbytes)
+        resident.append(0 if dead is not None and not tensor.persistent else keep if arena.managed else tensor.nbytes)
+    if dead is not None:  # no temporary is alive as an iteration begins
+        gpu.discard([(arena.at(s), e - s) for s, e in dead.at_start], stream)
     stream.synchronize()
     return resident
 
 
 def _iteration(cp: Any, graph: Graph, plan: Plan, arena: Arena, streams: dict[Stream, Any],
-               steps: tuple[Step, ...], attrs: list[dict], resident: list[int], ranges: gpu.Ranges) -> dict:
+               steps: tuple[Step, ...], attrs: list[dict], ledger: Ledger, ranges: gpu.Ranges) -> dict:
     """Enqueue one iteration; returns its (begin, done) events per step and the iteration's start event."""
     origin = cp.cuda.Event()
     origin.record(streams[Stream.COMPUTE])
@@ -224,35 +270,37 @@ def _iteration(cp: Any, graph: Graph, plan: Plan, arena: Arena, streams: dict[St
             stream.wait_event(done[event])
         begin = cp.cuda.Event()
         begin.record(stream)
-        if step.kind is StepKind.OP:
-            op = graph.ops[step.index]
-            ranges.push(op_range_name(op))
-            with stream:
-                OPS[op.kind](cp, [arena.views[t] for t in op.reads], [arena.views[t] for t in op.writes],
-                             attrs[step.index])
-            ranges.pop()
-            for t in op.touches:
-                resident[t] = graph.tensors[t].nbytes
-        elif step.kind is not StepKind.FAULT:
-            m = plan.memops[step.index]
-            ranges.push(memop_range_name(graph, m))
-            ptr, size = arena.ptr(m.tensor), graph.tensors[m.tensor].nbytes
-            if m.direction is Direction.TO_DEVICE:
-                gpu.prefetch(ptr, size, True, stream)
-                resident[m.tensor] = size
-            elif m.mode is Mode.SYNC:  # the driver evicts the least recently used pages: the tail here
-                keep = max(0, resident[m.tensor] - m.nbytes) // PAGE * PAGE
-                gpu.prefetch(ptr + keep, resident[m.tensor] - keep, False, stream)
-                resident[m.tensor] = keep
-            else:
-                gpu.prefetch(ptr, resident[m.tensor], False, stream)
-                resident[m.tensor] = 0
-            ranges.pop()
+        _issue(cp, graph, plan, arena, stream, step, attrs, ledger, ranges)
         end = cp.cuda.Event()
         end.record(stream)
         done[step.done] = end
         spans[step.done] = (begin, end)
     return {"origin": origin, "spans": spans}
+
+
+def _issue(cp: Any, graph: Graph, plan: Plan, arena: Arena, stream: Any, step: Step, attrs: list[dict],
+           ledger: Ledger, ranges: gpu.Ranges) -> None:
+    """Enqueue one step on its stream and keep the ledger."""
+    if step.kind is StepKind.OP:
+        op = graph.ops[step.index]
+        ranges.push(op_range_name(op))
+        with stream:
+            OPS[op.kind](cp, [arena.views[t] for t in op.reads], [arena.views[t] for t in op.writes],
+                         attrs[step.index])
+        ranges.pop()
+        ledger.apply(step, plan)
+    elif step.kind in (StepKind.DISCARD, StepKind.POPULATE):
+        ranges.push(f"{step.kind.value} {op_range_name(graph.ops[step.index]) if step.index >= 0 else 'kept'}")
+        pieces = [(arena.at(s), e - s) for s, e in step.ranges]
+        (gpu.discard if step.kind is StepKind.DISCARD else gpu.populate)(pieces, stream)
+        ranges.pop()
+        ledger.apply(step, plan)
+    elif step.kind is not StepKind.FAULT:  # faults need no call: the op's kernels take them
+        m = plan.memops[step.index]
+        ranges.push(memop_range_name(graph, m))
+        offset, size = ledger.apply(step, plan)
+        gpu.prefetch(arena.ptr(m.tensor) + offset, size, m.direction is Direction.TO_DEVICE, stream)
+        ranges.pop()
 
 
 def _timeline(cp: Any, graph: Graph, plan: Plan, records: list[dict]) -> tuple[Timeline, list[float], list[float]]:

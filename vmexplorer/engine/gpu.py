@@ -30,20 +30,78 @@ def cupy() -> Any:
     return cp
 
 
-def prefetch(ptr: int, nbytes: int, to_device: bool, stream: Any, device: int = 0) -> None:
-    """cudaMemPrefetchAsync (CUDA 13 signature) of a managed range to the device or to the host."""
-    if nbytes <= 0:
-        return
+def _location(to_device: bool, device: int = 0) -> Any:
     from cuda.bindings import runtime as rt
 
     location = rt.cudaMemLocation()
     location.type = (rt.cudaMemLocationType.cudaMemLocationTypeDevice if to_device
                      else rt.cudaMemLocationType.cudaMemLocationTypeHost)
     location.id = device if to_device else 0
-    (err,) = rt.cudaMemPrefetchAsync(ptr, nbytes, location, 0, stream.ptr)
+    return location
+
+
+def _check(err: Any, what: str) -> None:
+    from cuda.bindings import runtime as rt
+
     if err != rt.cudaError_t.cudaSuccess:
-        raise RuntimeError(f"cudaMemPrefetchAsync of {nbytes} bytes {'to device' if to_device else 'to host'} "
-                           f"failed: {err}")
+        raise RuntimeError(f"{what} failed: {err}")
+
+
+def prefetch(ptr: int, nbytes: int, to_device: bool, stream: Any, device: int = 0) -> None:
+    """cudaMemPrefetchAsync (CUDA 13 signature) of a managed range to the device or to the host.
+
+    One call per range: on the H200 cudaMemPrefetchBatchAsync moved 16 ranges no faster than 16 calls, and
+    to the device it held the host for the whole transfer where single calls returned at once."""
+    if nbytes <= 0:
+        return
+    from cuda.bindings import runtime as rt
+
+    (err,) = rt.cudaMemPrefetchAsync(ptr, nbytes, _location(to_device, device), 0, stream.ptr)
+    _check(err, f"cudaMemPrefetchAsync of {nbytes} bytes {'to device' if to_device else 'to host'}")
+
+
+DISCARD_CALLS = ("cudaMemDiscardBatchAsync", "cudaMemDiscardAndPrefetchBatchAsync")
+
+
+@lru_cache(maxsize=1)
+def discard_unavailable() -> str | None:
+    """None when managed pages can be discarded here (CUDA 13's batch calls in cuda-bindings, and a GPU
+    with concurrent managed access); otherwise why not, for the run's environment."""
+    try:
+        import cuda.bindings
+        from cuda.bindings import runtime as rt
+    except ImportError as e:
+        return f"cuda-bindings could not be imported: {e}"
+    missing = [name for name in DISCARD_CALLS if not hasattr(rt, name)]
+    if missing:
+        return f"cuda-bindings {getattr(cuda.bindings, '__version__', '?')} has no {', '.join(missing)} (CUDA 13)"
+    err, value = rt.cudaDeviceGetAttribute(rt.cudaDeviceAttr.cudaDevAttrConcurrentManagedAccess, 0)
+    if err != rt.cudaError_t.cudaSuccess or not value:
+        return "the GPU has no concurrent managed access, which discarding needs"
+    return None
+
+
+def discard(ranges: list[tuple[int, int]], stream: Any) -> None:
+    """cudaMemDiscardBatchAsync of managed (pointer, bytes) ranges: their contents are dropped, wherever
+    they were, and nothing is written back."""
+    if ranges:
+        from cuda.bindings import runtime as rt
+
+        ptrs, sizes = [p for p, _ in ranges], [n for _, n in ranges]
+        (err,) = rt.cudaMemDiscardBatchAsync(ptrs, sizes, len(ranges), 0, stream.ptr)
+        _check(err, f"cudaMemDiscardBatchAsync of {sum(sizes)} bytes in {len(ranges)} ranges")
+
+
+def populate(ranges: list[tuple[int, int]], stream: Any, device: int = 0) -> None:
+    """cudaMemDiscardAndPrefetchBatchAsync of managed ranges to the device: pages for data about to be
+    written, with no old contents migrated."""
+    if ranges:
+        from cuda.bindings import runtime as rt
+
+        ptrs, sizes = [p for p, _ in ranges], [n for _, n in ranges]
+        (err,) = rt.cudaMemDiscardAndPrefetchBatchAsync(ptrs, sizes, len(ranges), [_location(True, device)], [0], 1,
+                                                        0, stream.ptr)
+        _check(err, f"cudaMemDiscardAndPrefetchBatchAsync of {sum(sizes)} bytes in {len(ranges)} ranges")
 
 
 def environment() -> dict[str, str]:

@@ -1,22 +1,37 @@
-"""Where a run's tensors live: one arena, each tensor its own 2 MiB-aligned range.
+"""Where a run's tensors live: one pool, each tensor at an offset planned from its lifetime.
 
-Managed memory for the paging policies (so moving one tensor never drags a neighbour's pages),
-plain device memory for `device`. Before anything is allocated the run is checked against the free
-GPU memory and host RAM: the capacity is emulated, so the real card is never over-subscribed.
+A static memory plan, as an allocator would reach at best: tensors alive at the same op never share a
+byte, and a tensor that has died leaves its bytes to those created later, so the pool is the graph's
+footprint plus alignment (and, rarely, a little fragmentation), not the sum of every tensor. The planner
+is greedy, in the spirit of tinygrad's `schedule/memory.py` and TFLite's greedy arenas: persistent tensors
+first, then the rest by size (first fit) or op by op from the busiest (best fit); the smaller pool wins.
+
+Managed memory for the paging policies, each tensor on its own 2 MiB blocks: the driver migrates managed
+memory in 2 MiB blocks, and no two tensors alive at once share one, so moving a tensor never drags a live
+neighbour's pages (a block may hold a dead tensor's bytes: `dead_bytes`). Plain device
+memory for `device`, aligned as CuPy aligns its own allocations. Before anything is allocated the run is
+checked against the free GPU memory and host RAM: the capacity is emulated, so the real card is never
+over-subscribed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from ..graph import Graph
 from ..units import format_bytes
 
 ALIGN = 2 << 20  # the driver migrates managed memory in 2 MiB blocks
+DEVICE_ALIGN = 512  # CuPy's own allocation unit: every tensor stays aligned for cuDNN and vector loads
 MANAGED_SHARE = 0.5  # managed memory stays well under the free device memory (DESIGN.md's safety rule)
 DEVICE_SHARE = 0.9
 HOST_SHARE = 0.8
+
+Span = tuple[int, int]  # (first op, last op) a tensor's bytes must hold; -1 and len(ops): across iterations
 
 
 class ResourceError(RuntimeError):
@@ -25,16 +40,200 @@ class ResourceError(RuntimeError):
 
 @dataclass(frozen=True)
 class Layout:
-    offsets: tuple[int, ...]
-    total: int
+    offsets: tuple[int, ...]  # bytes from the pool's start, per tensor
+    sizes: tuple[int, ...]  # each tensor's bytes rounded up to `align`: what it occupies
+    spans: tuple[Span, ...]
+    total: int  # the pool's size
+    align: int
+
+    def range(self, tensor: int) -> tuple[int, int]:
+        """(start, end) of the tensor's bytes in the pool, padding included."""
+        return self.offsets[tensor], self.offsets[tensor] + self.sizes[tensor]
 
 
-def layout(graph: Graph) -> Layout:
-    offsets, at = [], 0
-    for t in graph.tensors:
-        offsets.append(at)
-        at += -(-max(t.nbytes, 1) // ALIGN) * ALIGN
-    return Layout(tuple(offsets), at)
+def spans(graph: Graph, keep: Collection[int] = ()) -> tuple[Span, ...]:
+    """Each tensor's lifetime in ops: persistent tensors live across iterations; a tensor in `keep` (one
+    the host reads after the iteration, such as the loss) lives from its producer to the iteration's end."""
+    n = len(graph.ops)
+    return tuple((-1, n) if t.persistent else (t.producer, n if i in keep else graph.last_use[i])
+                 for i, t in enumerate(graph.tensors))
+
+
+def aligned(nbytes: int, align: int) -> int:
+    return -(-max(nbytes, 1) // align) * align
+
+
+def peak_bytes(sizes: Sequence[int], lifetimes: Sequence[Span], n_ops: int) -> int:
+    """The most bytes alive at any op: no pool can be smaller."""
+    delta = np.zeros(n_ops + 1, dtype=np.int64)
+    for size, (first, last) in zip(sizes, lifetimes):
+        delta[max(first, 0)] += size
+        delta[min(last, n_ops - 1) + 1] -= size
+    return int(np.cumsum(delta[:n_ops]).max(initial=0))
+
+
+def layout(graph: Graph, align: int = ALIGN, keep: Collection[int] = ()) -> Layout:
+    lifetimes = spans(graph, keep)
+    sizes = tuple(aligned(t.nbytes, align) for t in graph.tensors)
+    offsets = plan_offsets(sizes, lifetimes, len(graph.ops))
+    total = max((o + s for o, s in zip(offsets, sizes)), default=0)
+    return Layout(offsets, sizes, lifetimes, total, align)
+
+
+def plan_offsets(sizes: Sequence[int], lifetimes: Sequence[Span], n_ops: int) -> tuple[int, ...]:
+    """Offsets at which no two tensors alive at the same op overlap; of two greedy orders, the one whose
+    pool is smaller. Sizes should already be aligned: offsets are sums of sizes."""
+    persistent = [t for t, (first, _) in enumerate(lifetimes) if first < 0]
+    by_size = persistent + sorted(set(range(len(sizes))) - set(persistent),
+                                  key=lambda t: (-sizes[t], lifetimes[t][0], t))
+    candidates = [_place(by_size, sizes, lifetimes, best_fit=False),
+                  _place(_by_breadth(sizes, lifetimes, n_ops, persistent), sizes, lifetimes, best_fit=True)]
+    return min(candidates, key=lambda offs: (max((o + s for o, s in zip(offs, sizes)), default=0)))
+
+
+def _by_breadth(sizes: Sequence[int], lifetimes: Sequence[Span], n_ops: int, persistent: list[int]) -> list[int]:
+    """Tensors op by op, the op with the most bytes alive first, each op's tensors largest first."""
+    first = np.array([s for s, _ in lifetimes]).reshape(1, -1)
+    last = np.array([e for _, e in lifetimes]).reshape(1, -1)
+    ops = np.arange(n_ops).reshape(-1, 1)
+    alive = (first <= ops) & (ops <= last)
+    busiest = np.argsort(-(alive * np.array(sizes)).sum(axis=1), kind="stable")
+    order, seen = list(persistent), set(persistent)
+    for k in busiest:
+        for t in sorted(np.flatnonzero(alive[k]).tolist(), key=lambda t: (-sizes[t], lifetimes[t][0], t)):
+            if t not in seen:
+                seen.add(t)
+                order.append(t)
+    return order + [t for t in range(len(sizes)) if t not in seen]
+
+
+def _place(order: Sequence[int], sizes: Sequence[int], lifetimes: Sequence[Span], best_fit: bool) -> tuple[int, ...]:
+    """Each tensor in `order` at the lowest gap between those already placed and alive with it that holds
+    it (`best_fit`: the tightest such gap), else above them all."""
+    n = len(order)
+    first, last, lo, hi = (np.zeros(n, dtype=np.int64) for _ in range(4))
+    offsets = [0] * len(sizes)
+    for m, t in enumerate(order):
+        a, b = lifetimes[t]
+        clash = (first[:m] <= b) & (a <= last[:m])
+        los, his = lo[:m][clash], hi[:m][clash]
+        at = 0
+        if los.size:
+            by = np.argsort(los, kind="stable")
+            los, reach = los[by], np.maximum.accumulate(his[by])
+            starts = np.concatenate(([0], reach[:-1]))
+            gaps = los - starts
+            fits = np.flatnonzero(gaps >= sizes[t])
+            if fits.size:
+                at = int(starts[fits[np.argmin(gaps[fits])] if best_fit else fits[0]])
+            else:
+                at = int(reach[-1])
+        offsets[t] = at
+        first[m], last[m], lo[m], hi[m] = a, b, at, at + sizes[t]
+    return tuple(offsets)
+
+
+Range = tuple[int, int]  # [start, end) bytes in the pool
+
+
+@dataclass(frozen=True)
+class DeadBytes:
+    """Which bytes of the pool the executor discards and populates, op by op, in the steady state.
+
+    The bytes a dead tensor leaves are either taken over in place by the next tensor placed on them
+    (nothing moves, nothing is called) or discarded after its last op and populated on the device just
+    before the next one's producer runs (discard and prefetch: nothing migrates, where a kernel touching
+    discarded pages would fault each one in, far slower). Dead bytes wait on the device for their next
+    tensor only within the room the device has beyond its live tensors while each op runs, the shortest
+    waits first: the device never holds more than the capacity, and no dead byte ever moves. With no
+    room, they stay only where the very next op's new tensors take them over. Planned in `align` blocks."""
+
+    at_start: tuple[Range, ...]  # discarded as an iteration begins
+    kept: tuple[int, ...]  # tensors the host reads after the iteration: they never die within it
+    kept_ranges: tuple[Range, ...]  # their bytes to discard as the next iteration begins (the host has read them)
+    discard_after: tuple[tuple[Range, ...], ...]  # per op
+    populate_before: tuple[tuple[tuple[int, int, int], ...], ...]  # per op: (start, end, op that discarded it;
+    # -1: as the iteration began)
+    dying: tuple[tuple[int, ...], ...]  # per op: the tensors whose last op it is (kept ones never die)
+    held: tuple[int, ...]  # per op: dead bytes waiting on the device for their next tensor while it runs
+
+    def discarded_bytes(self) -> int:
+        """Per iteration, the kept tensors' bytes included."""
+        return sum(e - s for ranges in (*self.discard_after, self.kept_ranges) for s, e in ranges)
+
+
+def dead_bytes(pool: Layout, n_ops: int, room: Sequence[int] | None = None) -> DeadBytes:
+    """`room[k]`: the bytes the device may hold while op k runs beyond its live tensors (the capacity less
+    what the executor's ledger holds then); None: none."""
+    free = np.zeros(n_ops, dtype=np.int64) if room is None else np.array(room, dtype=np.int64)
+    held = np.zeros(n_ops, dtype=np.int64)
+    discard: list[list[Range]] = [[] for _ in range(n_ops)]
+    populate: list[list[tuple[int, int, int]]] = [[] for _ in range(n_ops)]
+    start: list[Range] = []
+    kept_ranges: list[Range] = []
+    for died, reborn, block, kept in sorted(_waits(pool, n_ops), key=lambda w: (w[1] - w[0], w[2])):
+        ops = np.arange(died + 1, reborn) % n_ops
+        if (free[ops] >= pool.align).all():  # it waits on the device
+            free[ops] -= pool.align
+            held[ops] += pool.align
+            continue
+        r = (block * pool.align, (block + 1) * pool.align)
+        (kept_ranges if kept else discard[died]).append(r)
+        if reborn >= n_ops and not kept:  # discarded in the iteration before: so as this one begins
+            start.append(r)
+        populate[reborn % n_ops].append((*r, died if reborn < n_ops else -1))
+    temporaries = [t for t, (first, last) in enumerate(pool.spans) if first >= 0]
+    dying: list[list[int]] = [[] for _ in range(n_ops)]
+    for t in temporaries:
+        if pool.spans[t][1] < n_ops:
+            dying[pool.spans[t][1]].append(t)
+    return DeadBytes(tuple(_union(start)), tuple(t for t in temporaries if pool.spans[t][1] >= n_ops),
+                     tuple(_union(kept_ranges)), tuple(tuple(_union(d)) for d in discard),
+                     tuple(tuple(_merge(p)) for p in populate), tuple(tuple(d) for d in dying),
+                     tuple(int(h) for h in held))
+
+
+def _waits(pool: Layout, n_ops: int) -> list[tuple[int, int, int, bool]]:
+    """(op after which a block's tensor dies, op whose tensor next takes the block, the block, whether the
+    dead one is kept) for each time a block lies dead across at least one op. The iteration repeats, so
+    the op after which the last tensor on a block dies is followed by the op (+ n_ops) whose tensor is
+    first on it; a kept tensor dies as the next iteration begins."""
+    on: dict[int, list[tuple[int, int, bool]]] = {}
+    for t, (first, last) in enumerate(pool.spans):
+        if first < 0:
+            continue
+        start, end = pool.range(t)
+        for block in range(start // pool.align, end // pool.align):
+            on.setdefault(block, []).append((first, min(last, n_ops - 1), last >= n_ops))
+    out = []
+    for block, tenants in on.items():
+        tenants.sort()
+        for i, (_, died, kept) in enumerate(tenants):
+            reborn = tenants[i + 1][0] if i + 1 < len(tenants) else tenants[0][0] + n_ops
+            if reborn > died + 1:
+                out.append((died, reborn, block, kept))
+    return out
+
+
+def _union(ranges: Sequence[Range]) -> list[Range]:
+    out: list[list[int]] = []
+    for s, e in sorted(ranges):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def _merge(pieces: Sequence[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """Adjacent pieces discarded after the same op, as one."""
+    out: list[list[int]] = []
+    for s, e, op in sorted(pieces, key=lambda p: (p[2], p[0])):
+        if out and out[-1][2] == op and out[-1][1] == s:
+            out[-1][1] = e
+        else:
+            out.append([s, e, op])
+    return [(s, e, op) for s, e, op in out]
 
 
 def check_resources(total: int, capacity: int, managed: bool, free_device: int, available_host: int) -> None:
@@ -66,16 +265,23 @@ def available_host_bytes() -> int:
 
 
 class Arena:
-    """The run's tensors as CuPy arrays over one allocation (GPU only)."""
+    """The run's tensors as CuPy arrays over one pool (GPU only).
 
-    def __init__(self, graph: Graph, managed: bool, capacity: int) -> None:
+    The pool is allocated outside CuPy's memory pool, so what CuPy's pool holds afterwards is the kernels'
+    scratch (convolution workspaces); `device_bytes_taken` reads cudaMemGetInfo against the reading taken
+    just before the pool was allocated. For managed memory that reading says little: the driver keeps the
+    physical chunks of pages once touched, wherever the pages are now."""
+
+    def __init__(self, graph: Graph, managed: bool, capacity: int, keep: Collection[int] = ()) -> None:
         import cupy as cp
 
-        self.layout = layout(graph)
-        free, _ = cp.cuda.runtime.memGetInfo()
-        check_resources(self.layout.total, capacity, managed, free, available_host_bytes())
+        self.layout = layout(graph, ALIGN if managed else DEVICE_ALIGN, keep)
+        self.free_before, _ = cp.cuda.runtime.memGetInfo()
+        check_resources(self.layout.total, capacity, managed, self.free_before, available_host_bytes())
         self.managed = managed
-        self.memory = cp.cuda.malloc_managed(self.layout.total) if managed else cp.cuda.alloc(self.layout.total)
+        size = max(self.layout.total, 1)
+        self.memory = (cp.cuda.malloc_managed(size) if managed
+                       else cp.cuda.MemoryPointer(cp.cuda.Memory(size), 0))
         self.views: list[Any] = [
             cp.ndarray(t.shape, cp.dtype(t.dtype), memptr=self.memory + off)
             for t, off in zip(graph.tensors, self.layout.offsets)
@@ -83,3 +289,11 @@ class Arena:
 
     def ptr(self, tensor: int) -> int:
         return int(self.memory.ptr) + self.layout.offsets[tensor]
+
+    def at(self, offset: int) -> int:
+        return int(self.memory.ptr) + offset
+
+    def device_bytes_taken(self) -> int:
+        import cupy as cp
+
+        return self.free_before - int(cp.cuda.runtime.memGetInfo()[0])

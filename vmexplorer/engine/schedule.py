@@ -5,21 +5,33 @@ it is tested on a CPU. Each step runs on one stream, first waits for events reco
 steps, then records its own `done` event. Following DESIGN.md, an asynchronous memory call comes as
 late in host order as it can (right before the op that waits for it): the call blocks the host for
 about its transfer, and by then the GPU has every op up to that one queued.
+
+Under managed memory the dead bytes get steps of their own (`memory.dead_bytes` says which): a discard
+after the op a tensor dies at, on a stream of its own so compute never waits for it, and a populate
+before the op that creates a tensor on bytes discarded earlier, on another, issued once the op two
+before has run (the call then never blocks the host, and overlaps the op before), which that op waits
+for. The `Ledger` keeps the bytes each tensor has on the device as these steps are issued.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 from ..graph import Graph
-from ..plan import Direction, Mode, Plan
+from ..plan import Direction, MemOp, Mode, Plan
+from .memory import DeadBytes, Range
+
+PAGE = 64 << 10  # evict partial ranges on page-group boundaries
 
 
 class Stream(StrEnum):
     COMPUTE = "compute"
     TO_HOST = "to_host"
     TO_DEVICE = "to_device"
+    DISCARD = "discard"
+    POPULATE = "populate"
 
 
 class StepKind(StrEnum):
@@ -27,9 +39,12 @@ class StepKind(StrEnum):
     COPY = "copy"  # cudaMemPrefetchAsync of memop `index` on its copy stream
     EVICT = "evict"  # a driver eviction (memop `index`) on the compute stream, before the next op
     FAULT = "fault"  # memop `index` happens inside the next op's kernels: nothing to issue, only recorded
+    DISCARD = "discard"  # after op `index` (-1: as the iteration begins): `tensors` died; discard `ranges`
+    POPULATE = "populate"  # before op `index`: cudaMemDiscardAndPrefetchBatchAsync of `ranges` to the device
 
 
-Event = tuple[str, int]  # ("op", k) or ("memop", i): recorded when that step is done
+Event = tuple[str, int]  # ("op", k), ("memop", i), ("discard", k) or ("populate", k): recorded when done
+_EVENT = {StepKind.OP: "op", StepKind.DISCARD: "discard", StepKind.POPULATE: "populate"}
 
 
 @dataclass(frozen=True)
@@ -38,14 +53,16 @@ class Step:
     index: int
     stream: Stream
     waits: tuple[Event, ...]
+    tensors: tuple[int, ...] = ()  # a discard's dead tensors, a populate's new ones
+    ranges: tuple[Range, ...] = ()  # a discard's or populate's bytes in the pool
 
     @property
     def done(self) -> Event:
-        return ("op" if self.kind is StepKind.OP else "memop", self.index)
+        return (_EVENT.get(self.kind, "memop"), self.index)
 
 
-def schedule(graph: Graph, plan: Plan) -> tuple[Step, ...]:
-    """One iteration's steps in host order."""
+def schedule(graph: Graph, plan: Plan, dead: DeadBytes | None = None) -> tuple[Step, ...]:
+    """One iteration's steps in host order; with `dead`, the discards and populates of dead bytes too."""
     n = len(graph.ops)
     due: list[list[int]] = [[] for _ in range(n + 1)]
     for i, m in enumerate(plan.memops):
@@ -56,6 +73,8 @@ def schedule(graph: Graph, plan: Plan) -> tuple[Step, ...]:
     for i, m in enumerate(plan.memops):
         if m.mode is Mode.SYNC:
             evictions[m.complete_before].append(i)
+    if dead is not None and dead.kept:  # the host has read them: dead now
+        steps.append(Step(StepKind.DISCARD, -1, Stream.DISCARD, (), dead.kept, dead.kept_ranges))
     for k in range(n + 1):
         ready: list[Event] = []
         # evictions first: a prefetch landing before op k must wait for the room they make, or the
@@ -77,5 +96,84 @@ def schedule(graph: Graph, plan: Plan) -> tuple[Step, ...]:
                 steps.append(Step(StepKind.FAULT, i, Stream.COMPUTE, ()))
             last_move[m.tensor] = ("memop", i)
         if k < n:
+            if dead is not None and dead.populate_before[k]:
+                steps.append(_populate(graph, dead, k))
+                ready.append(("populate", k))
             steps.append(Step(StepKind.OP, k, Stream.COMPUTE, tuple(ready)))
+            if dead is not None:
+                steps += _discard(dead, k, last_move)
     return tuple(steps)
+
+
+def _populate(graph: Graph, dead: DeadBytes, k: int) -> Step:
+    # after the discards that freed the bytes, and once op k-2 has run: never while an op uses them
+    freed = sorted({op for _, _, op in dead.populate_before[k] if op >= 0 or dead.kept})
+    waits = [("op", k - 2)] * (k >= 2) + [("discard", op) for op in freed]
+    new = tuple(t for t, tensor in enumerate(graph.tensors) if tensor.producer == k)
+    return Step(StepKind.POPULATE, k, Stream.POPULATE, tuple(waits), new,
+                tuple((s, e) for s, e, _ in dead.populate_before[k]))
+
+
+def _discard(dead: DeadBytes, k: int, last_move: dict[int, Event]) -> list[Step]:
+    gone = dead.dying[k]
+    if not gone:
+        return []
+    waits = [("op", k)] + [last_move[t] for t in gone if t in last_move]
+    return [Step(StepKind.DISCARD, k, Stream.DISCARD, tuple(dict.fromkeys(waits)), gone, dead.discard_after[k])]
+
+
+class Ledger:
+    """The bytes of each tensor the executor has put on the device, kept as it issues steps in host order:
+    an op brings its tensors in whole, a prefetch brings a tensor in, a driver eviction takes what it says
+    off the tensor's end, an offload takes all of it, a populate brings new tensors in and a discard
+    leaves dead ones nothing. Managed memory's residency cannot be read back (the driver keeps its
+    physical chunks), so this is what the executor's residency rests on."""
+
+    def __init__(self, graph: Graph, start: Sequence[int]) -> None:
+        self.graph = graph
+        self.bytes = list(start)
+        self.total = sum(self.bytes)
+        self.peak = self.total  # the most bytes on the device while an op ran
+
+    def set(self, tensor: int, nbytes: int) -> None:
+        self.total += nbytes - self.bytes[tensor]
+        self.bytes[tensor] = nbytes
+
+    def apply(self, step: Step, plan: Plan) -> tuple[int, int]:
+        """Account for one step; for a copy or eviction, (offset into the tensor, bytes) to move."""
+        tensors = self.graph.tensors
+        if step.kind is StepKind.OP:
+            for t in self.graph.ops[step.index].touches:
+                self.set(t, tensors[t].nbytes)
+            self.peak = max(self.peak, self.total)
+        elif step.kind in (StepKind.DISCARD, StepKind.POPULATE):
+            for t in step.tensors:
+                self.set(t, 0 if step.kind is StepKind.DISCARD else tensors[t].nbytes)
+        elif step.kind is not StepKind.FAULT:
+            return self._move(plan.memops[step.index])
+        return 0, 0
+
+    def _move(self, m: MemOp) -> tuple[int, int]:
+        have = self.bytes[m.tensor]
+        if m.direction is Direction.TO_DEVICE:
+            self.set(m.tensor, self.graph.tensors[m.tensor].nbytes)
+            return 0, self.graph.tensors[m.tensor].nbytes
+        keep = max(0, have - m.nbytes) // PAGE * PAGE if m.mode is Mode.SYNC else 0
+        self.set(m.tensor, keep)  # the driver evicts the least recently used pages: the tail here
+        return keep, have - keep
+
+
+def room_per_op(graph: Graph, plan: Plan, kept: Collection[int] = ()) -> list[int]:
+    """The bytes the device has beyond its live tensors while each op runs: the capacity less what the
+    ledger holds then, dead tensors holding nothing. Dead bytes may wait there for their next tensor."""
+    start = dict(plan.resident_at_start)
+    ledger = Ledger(graph, [start.get(t, 0) if tensor.persistent else 0 for t, tensor in enumerate(graph.tensors)])
+    room = [0] * len(graph.ops)
+    for step in schedule(graph, plan):
+        ledger.apply(step, plan)
+        if step.kind is StepKind.OP:
+            room[step.index] = max(plan.capacity - ledger.total, 0)
+            for t in graph.ops[step.index].touches:
+                if not graph.tensors[t].persistent and graph.last_use[t] == step.index and t not in kept:
+                    ledger.set(t, 0)
+    return room
