@@ -487,7 +487,7 @@ async def drive(url: str, users: int, seconds: float, interval: float, stagger: 
 def run_load(root: Path, args: argparse.Namespace) -> tuple[Tally, list[Sample]]:
     tally, samples = Tally(), list[Sample]()
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_load_serve_{os.getpid()}.log"
-    with served(root, log, profile=args.profile_server) as (url, proc):
+    with served(root, log, launcher=args.launcher, profile=args.profile_server) as (url, proc):
         stop = threading.Event()
         sampler = threading.Thread(target=sample_usage, args=(proc.pid, samples, stop), daemon=True)
         sampler.start()
@@ -576,7 +576,8 @@ def report(tally: Tally, samples: list[Sample], args: argparse.Namespace) -> str
     opened = max(tally.connected_at, default=float("inf"))  # from then on, no page build competes with drags
     c = tally.connect_s
     line = (f"{args.users} users x {args.seconds:.0f} s, a drag every {args.interval:g} s +-40% (light websocket "
-            f"clients in one process, one panel serve): all drags: {drag_figures(tally.drags)}; each page's first "
+            f"clients in one process, one {'vmexplorer' if args.launcher else 'panel'} serve): "
+            f"all drags: {drag_figures(tally.drags)}; each page's first "
             f"drag: answered {spread([d.answered_s for d in firsts])}; later drags: {drag_figures(later)}; "
             f"{len(tally.errors)} errors; page open (GET to document pulled) p50 {pct(c, .5):.1f} s, worst "
             f"{max(c, default=float('nan')):.1f} s; {usage_figures(tally, samples, opened)}")
@@ -599,6 +600,8 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=3.5, help="mean seconds from a drag's answer to the next drag")
     ap.add_argument("--stagger", type=float, default=0.5, help="seconds between users opening the page")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--launcher", action="store_true",
+                    help="serve with `python -m vmexplorer serve` (what the README starts) instead of panel serve")
     ap.add_argument("--root", type=Path, default=ROOT, help="a checkout whose vmexplorer/app.py to serve")
     ap.add_argument("--profile-server", type=Path, default=None, metavar="FILE",
                     help="run the server under cProfile, write its profile to FILE and print its top functions")
