@@ -23,6 +23,7 @@ from vmexplorer.plan.validate import validate_plan
 from vmexplorer.plots import SUMMARY_ROWS
 from vmexplorer.session import load_session
 from vmexplorer.timeline import comparison_figure, issue_after_at, timeline_figure, timeline_source
+from vmexplorer.units import format_ns
 
 UVM_TWIN = "vgg19-b64-uvm-50pct.measured.vms"
 pytestmark = pytest.mark.skipif(not (SAMPLES / DEFAULT_SAMPLE).is_file(), reason="sample sessions are missing")
@@ -996,3 +997,31 @@ def test_the_iteration_picker_the_browser_holds_names_the_iteration_the_timeline
     typical = str(s.timeline.typical_iteration() + 1)
     assert view.iteration.value == typical and model.value == typical
     assert f"iteration {typical} of {s.timeline.iterations}" in view.timeline.object.children[0].title.text.text
+
+
+def test_the_summary_holds_the_session_against_the_bound_under_the_baselines_cost_model(state):
+    from vmexplorer.simulator.bound import lower_bound
+
+    rows = {r["figure"]: r for r in state.summary_rows()}
+    s = state.session
+    bound = lower_bound(s.graph, s.plan.capacity, state.cost_model)
+    typical = s.time_split().iteration_ns
+    assert rows["against the bound"]["value"] == bound.versus(typical)
+    assert float(rows["against the bound"]["value"].split("x")[0]) >= 1.0  # a measured run never beats it
+    assert rows["against the bound"]["source"].startswith("measured")
+
+
+def test_the_summary_parts_add_up_to_the_iteration_time_it_shows(state):
+    fig = {r["figure"]: r["value"] for r in state.summary_rows()}
+    split = state.session.time_split()
+    assert fig["iteration time"] == format_ns(split.iteration_ns)  # the parts' sum (records.breakdown)
+    assert state.session.summary["iteration_ns"] != split.iteration_ns  # this sample's median is not an iteration
+
+
+def test_tuned_searches_in_the_cost_model_it_is_simulated_with_and_says_how_far_it_ends_from_the_bound(state):
+    assert state.simulate_config("alexnet", 256, "50%", "tuned"), state.message
+    said = [n for n in state.session.notes if n.startswith("tuned:")]
+    assert len(said) == 1 and "the lower bound" in said[0]
+    tuned_ns = iteration_ns(state)
+    assert state.simulate_config("alexnet", 256, "50%", "belady"), state.message
+    assert tuned_ns <= iteration_ns(state)  # the search starts from the best of the others, belady among them

@@ -11,7 +11,9 @@ and simulated at once (a few ms).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,17 +25,19 @@ import param
 
 from .config import share_of_footprint
 from .graph import Graph, GraphError, build_graph
-from .plan import Move, PlanError
+from .plan import Move, Plan, PlanError
 from .plan.moves import format_edits, parse_edits
 from .plan.residency import next_use
 from .plots import SUMMARY_ROWS, figures, summary_items
 from .policies import POLICIES, compile_plan, non_default_options
 from .policies.common import reuse_gaps
+from .policies.spec import Simulation
 from .records.breakdown import PARTS as BREAKDOWN_PARTS
 from .records.breakdown import TimeSplit, time_split
 from .session import Session, SessionError, load_session, new_session, session_from_bytes
 from .session.compare import align_op_times
 from .simulator import H100_DEFAULT, CostModel, calibrate, simulate
+from .simulator.bound import Bound, lower_bound
 from .units import format_bytes, format_ns, parse_bytes, quoted
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_sessions"
@@ -77,6 +81,7 @@ class AppState(param.Parameterized):
         super().__init__(**params)
         self._baselines: dict[tuple[Any, ...], _Baseline] = {}
         self._sweeps: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+        self._bounds: dict[tuple[Any, ...], Bound | None] = {}
         self._unedited: tuple[Any, Session | None] = (None, None)
 
     # --- loading and configuring ------------------------------------------------------------------
@@ -122,10 +127,10 @@ class AppState(param.Parameterized):
             capacity = parse_bytes(capacity_text, graph.footprint)
             spec = POLICIES.get(policy)  # a policy that plans a person's moves plans the ones shown
             moves = self._moves_for(graph) if spec is not None and spec.takes_moves else []
-            plan = compile_plan(graph, capacity, policy, dict(options or {}), moves)
             cost = self.cost_model if self._same_graph(graph) else H100_DEFAULT
+            plan, searched = plan_in(graph, capacity, policy, cost, dict(options or {}), moves)
             session = new_session(graph, plan, simulate(graph, plan, cost), cost,
-                                  notes=[f"simulated in the app with {cost.name}"])
+                                  notes=[f"simulated in the app with {cost.name}", *searched])
         except (GraphError, PlanError, SessionError, ValueError, TypeError) as e:
             return self.fail(str(e))
         self._show(session, f"simulated: {model} batch {batch}, {policy} at {format_bytes(capacity)}",
@@ -283,6 +288,12 @@ class AppState(param.Parameterized):
             value = times_than(fig["iteration_ns"], base.iteration_ns, policy)
             rows.append({"figure": f"against {policy}", "value": value,
                          "source": f"{source} vs {base.source} {policy} ({format_ns(base.iteration_ns)})"})
+        bound = self.bound()
+        if bound is not None:
+            rows.append({"figure": "against the bound", "value": bound.versus(fig["iteration_ns"]),
+                         "source": f"{source} vs the least any schedule could take here "
+                                   f"({format_ns(bound.lower_bound_ns)} under {self._baseline_cost().name}, "
+                                   f"moving at least {format_bytes(bound.min_bytes_to_host)} each way)"})
         unedited = self.unedited()
         if unedited is not None and unedited.cost_model is not None:
             # the edit beside the plan it came from, both from one cost model
@@ -292,6 +303,8 @@ class AppState(param.Parameterized):
                 base = self._baseline(policy)
                 if base is not None:
                     before[f"against {policy}"] = times_than(was["iteration_ns"], base.iteration_ns, policy)
+            if bound is not None:
+                before["against the bound"] = bound.versus(was["iteration_ns"])
             rows = [{"figure": r["figure"], "edited": r["value"], "before the edits": before.get(r["figure"], ""),
                      "source": r["source"]} for r in rows]
         return rows
@@ -488,20 +501,46 @@ class AppState(param.Parameterized):
             self.message = ""
             self.session = session
 
+    def baseline_ns(self, policy: str) -> int | None:
+        """The typical iteration of `policy` beside the shown session (`_baseline`), None where it cannot run."""
+        base = self._baseline(policy) if self.session is not None else None
+        return None if base is None else base.iteration_ns
+
+    def bound(self) -> Bound | None:
+        """The least time any schedule could take at the shown session's model and capacity, under the cost
+        model its baselines are simulated with (`simulator.bound`)."""
+        s = self.session
+        if s is None:
+            return None
+        cost = self._baseline_cost()
+        key = ("bound", s.graph.key, s.plan.capacity, cost.name)
+        if key not in self._bounds:
+            try:
+                self._bounds[key] = lower_bound(s.graph, s.plan.capacity, cost)
+            except PlanError:
+                self._bounds[key] = None
+        return self._bounds[key]
+
+    def _baseline_cost(self) -> CostModel:
+        s = self.session
+        assert s is not None
+        if s.timeline.source == "simulated" and s.cost_model is not None:
+            return s.cost_model
+        return self.cost_model if self._same_graph(s.graph) and self.cost_model is not None else H100_DEFAULT
+
     def _baseline(self, policy: str) -> _Baseline | None:
         """Like against like: a measured session against a measured sample of `policy` when there is
         one, a simulated session against `policy` simulated with the same cost model."""
         s = self.session
         assert s is not None
         g, capacity, source = s.graph, s.plan.capacity, s.timeline.source
-        cost = s.cost_model if source == "simulated" and s.cost_model is not None else \
-            (self.cost_model if self._same_graph(g) else H100_DEFAULT)
+        cost = self._baseline_cost()
         key = (g.key, capacity if policy != "device" else None, policy, source, cost.name)
         if key not in self._baselines:
             found = _measured_baseline(g, capacity, policy) if source == "measured" else None
             if found is None:
                 try:
-                    plan = compile_plan(g, capacity if policy != "device" else max(capacity, g.footprint), policy)
+                    plan, _ = plan_in(g, capacity if policy != "device" else max(capacity, g.footprint), policy, cost)
                 except PlanError:
                     return None
                 tl = simulate(g, plan, cost)
@@ -526,7 +565,8 @@ def _sweep(g: Graph, cost: CostModel, points: int) -> list[dict[str, Any]]:
     capacities = sorted({int(need + (g.footprint - need) * i / (points - 1)) for i in range(points)})
     lines = []
     for policy, spec in POLICIES.items():
-        if spec.takes_moves:  # a person's moves belong to one capacity, not to a sweep
+        # a person's moves belong to one capacity, not to a sweep; a search takes seconds a point
+        if spec.takes_moves or spec.search is not None:
             continue
         line: dict[str, Any] = {"policy": policy, "capacity_pct": [], "iteration_ms": []}
         for c in capacities:
@@ -538,6 +578,29 @@ def _sweep(g: Graph, cost: CostModel, points: int) -> list[dict[str, Any]]:
             line["iteration_ms"].append(simulate(g, plan, cost).iteration_ns().max() / 1e6)
         lines.append(line)
     return lines
+
+
+def plan_in(graph: Graph, capacity: int, policy: str, cost: CostModel, options: Mapping[str, Any] | None = None,
+            moves: Sequence[Move] = ()) -> tuple[Plan, tuple[str, ...]]:
+    """`compile_plan`, with the simulator and `cost` for a policy that searches schedules in it (`tuned`),
+    and what the search reported. A search is deterministic for its options and takes a second or more,
+    so each is done once per server process, whichever page asks."""
+    if POLICIES.get(policy) is None or POLICIES[policy].search is None:
+        return compile_plan(graph, capacity, policy, options, moves), ()
+    cost_json = json.dumps(dataclasses.asdict(cost), sort_keys=True)
+    return _searched(graph.model, graph.batch, graph.image_size, capacity, policy,
+                     json.dumps(dict(options or {}), sort_keys=True), cost_json)
+
+
+@functools.lru_cache(maxsize=32)
+def _searched(model: str, batch: int, image_size: int, capacity: int, policy: str, options_json: str,
+              cost_json: str) -> tuple[Plan, tuple[str, ...]]:
+    said: list[str] = []
+    cost = CostModel(**json.loads(cost_json))
+    graph = build_graph(model, batch, image_size)
+    plan = compile_plan(graph, capacity, policy, json.loads(options_json),
+                        simulation=Simulation(simulate, lower_bound, cost, said.append))
+    return plan, tuple(said)
 
 
 def times_than(ns: int, base_ns: int, base: str) -> str:
@@ -635,7 +698,8 @@ def _measured_baseline(graph: Graph, capacity: int, policy: str) -> _Baseline | 
     for name in _measured_samples(graph, capacity, policy):
         try:
             s = read_sample(name)
-            return _Baseline(int(s.summary["iteration_ns"]), "measured", s.time_split())
+            split = s.time_split()  # the typical iteration, as the shown session's figures are
+            return _Baseline(split.iteration_ns, "measured", split)
         except SessionError:
             continue
     return None

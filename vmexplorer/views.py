@@ -62,8 +62,8 @@ def headline(state: AppState) -> str:
     if s is None:
         return ""
     split = s.time_split()
-    device = next((r for r in state.breakdown_rows() if r["policy"] == "device"), None)
-    against = "" if device is None else f", {times_than(split.iteration_ns, device['iteration_ns'], 'device')}"
+    device_ns = state.baseline_ns("device")  # only device's: the other baselines come after the first screen
+    against = "" if device_ns is None else f", {times_than(split.iteration_ns, device_ns, 'device')}"
     parts = sorted(((getattr(split, key), label) for key, label in BREAKDOWN_PARTS[1:]), reverse=True)
     most = f"; {format_ns(parts[0][0])} of it {parts[0][1]}" if parts and parts[0][0] > 0 else ""
     p = s.plan

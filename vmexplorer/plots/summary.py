@@ -41,9 +41,12 @@ SUMMARY_ROWS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
 
 
 def figures(session: Session) -> dict[str, Any]:
-    """The session's summary with where its typical iteration's time went, part by part."""
+    """The session's summary with where its typical iteration's time went, part by part. The iteration
+    time is the typical iteration's (the one the timeline draws), so that its parts add up to it; the
+    median of a measured run's iterations falls between two of them when their number is even."""
     split = session.time_split()
-    return {**session.summary, **{key: getattr(split, key) for key, _ in BREAKDOWN_PARTS}}
+    return {**session.summary, "iteration_ns": split.iteration_ns,
+            **{key: getattr(split, key) for key, _ in BREAKDOWN_PARTS}}
 
 
 def summary_items(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
