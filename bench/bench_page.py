@@ -1,7 +1,7 @@
 """Cold first load of the served app in headless Chromium (Debian's): time to the drawn timeline, and
 the bytes on the wire.
 
-    python bench/bench_page.py [--loads 5] [--root DIR] [--launcher | --compress] [--profile]
+    python bench/bench_page.py [--loads 5] [--gap 3] [--root DIR] [--launcher | --compress] [--profile]
 
 Serves `vmexplorer/app.py` of `--root` (default: this checkout) with `panel serve` on a free loopback
 port, then loads the page `--loads` times, each in a fresh browser context (an empty cache), and
@@ -196,7 +196,8 @@ def short(url: str) -> str:
     return path if len(path) <= 90 else "..." + path[-87:]
 
 
-def measure_loads(root: Path, loads: int, compress: bool, launcher: bool = False) -> tuple[list[Load], Path]:
+def measure_loads(root: Path, loads: int, compress: bool, launcher: bool = False,
+                  gap_s: float = 3.0) -> tuple[list[Load], Path]:
     from playwright.sync_api import sync_playwright
 
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_page_serve_{os.getpid()}.log"
@@ -204,7 +205,11 @@ def measure_loads(root: Path, loads: int, compress: bool, launcher: bool = False
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
             load_once(browser, url)  # warm-up: the server's first session imports and builds the most
-            return [load_once(browser, url) for _ in range(loads)], log
+            out = []
+            for _ in range(loads):
+                time.sleep(gap_s)  # a first load is one visitor's on a server doing nothing else
+                out.append(load_once(browser, url))
+            return out, log
         finally:
             browser.close()
 
@@ -256,6 +261,9 @@ def profile_build(root: Path, builds: int = 5) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--loads", type=int, default=5)
+    ap.add_argument("--gap", type=float, default=3.0, metavar="S",
+                    help="seconds the server is left alone before each load (default 3): a cold first load is "
+                         "one visitor's on an otherwise idle server; many at once are bench_load.py's")
     ap.add_argument("--root", type=Path, default=ROOT, help="a checkout whose vmexplorer/app.py to serve")
     how = ap.add_mutually_exclusive_group()
     how.add_argument("--launcher", action="store_true", help="serve with `vmexplorer serve` (gzip), as the README")
@@ -263,8 +271,9 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true", help="also profile AppView() built in this process")
     args = ap.parse_args()
     root = args.root.resolve()
-    results, _ = measure_loads(root, args.loads, args.compress, args.launcher)
-    lines = [report_loads(results, " (vmexplorer serve)" if args.launcher else " (gzip)" if args.compress else "")]
+    results, _ = measure_loads(root, args.loads, args.compress, args.launcher, args.gap)
+    how = " (vmexplorer serve)" if args.launcher else " (gzip)" if args.compress else ""
+    lines = [report_loads(results, f"{how}, {args.gap:g} s apart")]
     if args.profile:
         lines.append(profile_build(root))
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")

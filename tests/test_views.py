@@ -25,10 +25,12 @@ def test_the_headline_says_the_iteration_time_against_device_and_where_most_of_i
 
 def test_where_the_time_goes_updates_its_bars_in_place_when_another_session_is_shown(state: AppState) -> None:
     view = WhereTimeGoes(state=state)
+    assert view.figure is None  # drawn when the page first asks for the bars, after its first screen
+    bars = view.bars
     source = view.figure.select_one({"name": "breakdown"})
     before = list(source.data["label"])
     assert state.open_sweep_point("uvm", 50.0), state.message
-    assert view.figure.select_one({"name": "breakdown"}) is source
+    assert view.bars is bars and view.figure.select_one({"name": "breakdown"}) is source
     assert list(source.data["label"]) != before and source.data["label"][0] == "this session (uvm), measured"
     assert view.headline.object.startswith("vgg19 batch 64, uvm")
 

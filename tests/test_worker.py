@@ -290,3 +290,46 @@ def test_the_default_runner_runs_the_plan_it_is_sent_compiling_nothing_and_readi
     state = AppState()
     assert state.show_measured(session, "GPU run 1"), state.message
     assert state.session is session and calls.count("read back") == 0
+
+
+def wait_for(check: Callable[[], Any], timeout_s: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = check()
+        if got is not None:
+            return got
+        time.sleep(0.02)
+    return None
+
+
+def test_a_spare_is_made_ahead_handed_over_once_and_made_again_only_after_a_quiet_spell():
+    from vmexplorer.worker import Spare
+
+    made: list[float] = []
+
+    def make() -> int:
+        made.append(time.monotonic())
+        return len(made)
+
+    spare = Spare(make, quiet_s=0.3)
+    try:
+        assert wait_for(lambda: made[0] if made else None) is not None  # made at once: nothing was taken yet
+        time.sleep(0.1)
+        assert spare.take() == 1 and spare.take() is None  # handed over once
+        taken_at = time.monotonic()
+        assert wait_for(lambda: made[1] if len(made) > 1 else None) - taken_at >= 0.3 - 0.05  # after a quiet spell
+        time.sleep(0.1)
+        assert spare.take() == 2
+    finally:
+        spare.close()
+
+
+def test_a_spare_whose_making_fails_is_never_handed_over_and_says_why():
+    from vmexplorer.worker import Spare
+
+    def make() -> int:
+        raise RuntimeError("no sample sessions")
+
+    spare = Spare(make, quiet_s=0.0)
+    assert wait_for(lambda: spare.failed) == "RuntimeError: no sample sessions"
+    assert spare.take() is None

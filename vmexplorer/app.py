@@ -11,6 +11,7 @@ Viewers over it; this module lays the page out and draws the session's timeline.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import io
 import sys
@@ -63,6 +64,7 @@ from vmexplorer.views import (  # noqa: E402
     story_models,
 )
 from vmexplorer.views import widget as _w  # noqa: E402
+from vmexplorer.worker import Spare  # noqa: E402
 
 pd: Any = importlib.import_module("pandas")  # Panel's own dependency (its tables take DataFrames); no stubs
 ALL_ITERATIONS = "all"
@@ -580,14 +582,18 @@ class Template(pn.template.VanillaTemplate):
 
 
 def page(state: AppState | None = None) -> Template:
-    view = AppView(state)
+    doc = pn.state.curdoc
+    served = doc is not None and doc.session_context is not None
+    # served, the default view was made while the server waited for this visitor (`spare_views`): the
+    # session the browser waits for is built in the time the template and its models take
+    view = (spare_views().take() if served and state is None else None) or AppView(state)
+    view.gpu.follow_gpu_check()  # in this session: a spare was made with no session to poll in
     # laid out before a link is read: a lesson step opens in its tab, which must be there. The sidebar is
     # one root, not one per widget (a template makes a root of each item): a document of 6 roots instead
     # of 28, each of which the browser would lay out on its own
     sidebar = pn.Column(sizing_mode="stretch_width")
     template = Template(title="vmexplorer", sidebar=[sidebar], main=view.main())
-    doc = pn.state.curdoc
-    if doc is not None and doc.session_context is not None:  # served: the story first, the rest once drawn
+    if served:  # the story first, the rest once drawn
         pn.state.onload(lambda: view.complete(sidebar))
     else:
         view.complete(sidebar)
@@ -605,6 +611,20 @@ def page(state: AppState | None = None) -> Template:
             # the browser sends its own address once it connects: the page's is written after that
             pn.state.onload(view._write_link)
     return template
+
+
+@functools.lru_cache(maxsize=1)
+def spare_views() -> Spare[AppView]:
+    """The server's spare view of the default sample, made in a background thread once no page has
+    opened for two seconds; one per server process (this module is imported once, the served script is
+    not)."""
+    return Spare(_spare_view, quiet_s=2.0)
+
+
+def _spare_view() -> AppView:
+    view = AppView()
+    view.state.breakdown_rows()  # its baselines, simulated (and searched) ahead too: the page shows them next
+    return view
 
 
 def _tab_open(doc: Any) -> Callable[[], bool]:

@@ -102,13 +102,23 @@ class WhereTimeGoes(_OverState):
         super().__init__(**params)
         self.headline = Text(headline(self.app), styles={"font-size": "1.3em", "font-weight": "bold"},
                              sizing_mode="stretch_width")
-        self.figure = breakdown_figure(self.app.breakdown_rows())
-        self.bars = pn.pane.Bokeh(self.figure, sizing_mode="stretch_width")
+        self.figure: Any = None
+        self._bars: pn.pane.Bokeh | None = None
         self.app.param.watch(self._update, "session")
+
+    @property
+    def bars(self) -> pn.pane.Bokeh:
+        """Drawn when first asked for: the page's first screen holds the headline, the bars come after
+        (`AppView.complete`), and their baselines are simulated only then."""
+        if self._bars is None:
+            self.figure = breakdown_figure(self.app.breakdown_rows())
+            self._bars = pn.pane.Bokeh(self.figure, sizing_mode="stretch_width")
+        return self._bars
 
     def _update(self, *_: Any) -> None:
         self.headline.object = headline(self.app)
-        update_breakdown(self.figure, self.app.breakdown_rows())
+        if self._bars is not None:
+            update_breakdown(self.figure, self.app.breakdown_rows())
 
     def __panel__(self) -> Any:
         return pn.Column(self.headline, self.bars, sizing_mode="stretch_width")
@@ -878,6 +888,12 @@ class GpuRun(_OverState):
         self._poller: Any = None
         self.run.on_click(self._on_run)
         self.cancel.on_click(self._on_cancel)
+        self._draw_gpu_reason()
+
+    def follow_gpu_check(self) -> None:
+        """Show what the GPU check says now, and keep looking while it is still checking, in the session
+        this view is shown in (a view made ahead of its session could not)."""
+        self._stop_gpu_waiter()
         self._draw_gpu_reason()
 
     def _draw_gpu_reason(self) -> None:
