@@ -5,10 +5,11 @@
 One row per model and capacity: the median iteration time of `device` (the whole footprint on the
 GPU), `uvm` and `autovm` at that capacity; autovm's speedup over uvm and its overhead over device;
 CUPTI's GPU fault groups and bytes moved each way per iteration under each paging policy; and a lower
-bound on any policy that moves what autovm moved: max(compute, bytes to host / eviction bandwidth,
-bytes to device / prefetch bandwidth), with compute the `device` iteration and the bandwidths those
-fitted to the autovm run itself (its stored cost model, `bench/calibrate_samples.py`), and how close
-autovm comes to it. Capacities the recording refused (below the model's minimum) are listed from
+bound on any schedule at that capacity (`vmexplorer.simulator.bound`: the least bytes any schedule must
+move each way, Belady's MIN a byte at a time over the repeating iteration, at the rates fitted to the
+autovm run itself, its stored cost model from `bench/calibrate_samples.py`, with the two directions one
+at a time as the driver runs them; or the ops' compute, if that is longer), and how close autovm comes
+to it. Capacities the recording refused (below the model's minimum) are listed from
 bench/results/h100/record_samples.json. The table replaces the text between the README's
 `<!-- results:start -->` and `<!-- results:end -->`; `--check` only says whether it is up to date.
 """
@@ -32,6 +33,7 @@ from validate_simulator import share  # noqa: E402
 from vmexplorer.config import share_of_footprint  # noqa: E402
 from vmexplorer.policies import non_default_options  # noqa: E402
 from vmexplorer.session import Session, load_session  # noqa: E402
+from vmexplorer.simulator.bound import lower_bound  # noqa: E402
 from vmexplorer.units import format_bytes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,15 +59,15 @@ def faults(s: Session) -> str:
 
 
 def bound_ms(device: Session, autovm: Session) -> tuple[float, str] | None:
-    """The lower bound and which term sets it; None without the autovm run's cost model and bytes."""
-    cost, m = autovm.cost_model, autovm.summary
+    """The least time any schedule could take at autovm's capacity (`simulator.bound.lower_bound`: the
+    least traffic each way at the rates fitted to the autovm run, the directions one at a time as the
+    driver runs them, or the compute of the `device` run's ops) and what sets it; None without the
+    autovm run's cost model."""
+    cost = autovm.cost_model
     if cost is None:
         return None
-    terms = {"compute": ms(device),
-             "to host": m["bytes_to_host"] / cost.evict_bytes_per_ns / 1e6,
-             "to device": m["bytes_to_device"] / cost.prefetch_bytes_per_ns / 1e6}
-    name = max(terms, key=lambda k: terms[k])
-    return terms[name], name
+    bound = lower_bound(autovm.graph, autovm.plan.capacity, cost)
+    return bound.lower_bound_ns / 1e6, bound.set_by
 
 
 def table(samples: Path) -> str:
@@ -154,7 +156,7 @@ def autovm_paragraph(sessions: list[Session]) -> str:
         f"migration: `cudaMemPrefetchAsync` to the host ran at {cost.evict_bytes_per_ns:.1f} GB/s in the autovm "
         f"run, far below PCIe Gen5's 64 GB/s. So the {format_bytes(int(m['bytes_to_host']))} that leave per "
         f"iteration at 50% take {to_host_ms:.0f} ms by themselves, {to_host_ms / ms(device):.1f} times the whole "
-        f"compute, and the lower bound in the table is that transfer, not the compute. On a slower GPU the "
+        f"compute, and migration, not the compute, sets the lower bound in the table. On a slower GPU the "
         f"same transfers hide behind more compute, and removing the demand faults' stalls, which is what "
         f"AutoVM's graph knowledge does, is a larger share of the time. Here both policies pay for the same "
         f"eviction traffic: autovm overlaps it with compute and avoids the faults, but it cannot shrink it. "

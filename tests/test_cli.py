@@ -271,21 +271,25 @@ def _hostile_docs() -> dict[str, tuple[str, dict]]:
     config = {"model": HOSTILE, "batch": 1, "image_size": 224, "policy": HOSTILE, "capacity_bytes": 2**30,
               "options": {HOSTILE: HOSTILE}}
     summary = {"source": HOSTILE, "iteration_ns": 5, HOSTILE: HOSTILE}
+    bound = {"min_bytes_to_host": 1, "min_bytes_to_device": 2, "lower_bound_ns": 3, "set_by": HOSTILE}
     rates = {"prefetch_bytes_per_ns": 1.0, "evict_bytes_per_ns": 1.0, "fault_bytes_per_ns": 1.0, "host_block": 1.0,
              "fault_bytes_per_ns_by_kind": {HOSTILE: 1.0}}
     return {
         "info": ("info", {"path": HOSTILE, "config": config, "created": HOSTILE, "cost_model": HOSTILE,
-                          "environment": {HOSTILE: HOSTILE}, "notes": [HOSTILE], "summary": summary}),
+                          "environment": {HOSTILE: HOSTILE}, "notes": [HOSTILE], "summary": summary,
+                          "bound": bound, "bound_stored": False, "bound_cost_model": HOSTILE}),
         "environment as a string": ("info", {"path": "s", "config": config, "created": "c", "cost_model": None,
-                                             "environment": HOSTILE, "notes": [], "summary": {}}),
+                                             "environment": HOSTILE, "notes": [], "summary": {}, "bound": None,
+                                             "bound_stored": False, "bound_cost_model": "-"}),
         "compare": ("compare", {"a": {"path": HOSTILE, "config": config}, "b": {"path": HOSTILE, "config": config},
                                 "summary": {HOSTILE: {"a": HOSTILE, "b": 1, "ratio": None}}, "aligned_by": "op",
                                 "rows": [{"name": HOSTILE, "a_ns": 1, "b_ns": 2, "delta_ns": 1},
                                          {"name": HOSTILE, "a_ns": None, "b_ns": 2, "delta_ns": None}]}),
-        "simulate": ("simulate", {"path": HOSTILE, "config": config, "summary": summary}),
+        "simulate": ("simulate", {"path": HOSTILE, "config": config, "summary": summary, "bound": bound,
+                                  "notes": [HOSTILE]}),
         "calibrate": ("calibrate", {"path": HOSTILE, "config": config, "cost_model": HOSTILE, "rates": rates,
                                     "not_fitted": [], "ops_timed": 3, "measured_iteration_ns": 5,
-                                    "simulated_iteration_ns": 5}),
+                                    "simulated_iteration_ns": 5, "bound": bound}),
         "export": ("export", {"path": HOSTILE, "format": "html", "source": HOSTILE}),
     }
 
@@ -362,6 +366,58 @@ def test_calibrate_stores_a_fitted_model_in_a_copy_of_a_measured_session(
     assert set(cost.op_ns) == {op.name for op in load_session(out).graph.ops}
     assert doc["simulated_iteration_ns"] == pytest.approx(doc["measured_iteration_ns"], rel=0.1)
     assert load_session(out).timeline.iteration_ns().tolist() == load_session(source).timeline.iteration_ns().tolist()
+
+
+def test_calibrate_works_the_bound_out_again_with_the_new_rates(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    import dataclasses
+
+    from vmexplorer.session import load_session, save_session
+    from vmexplorer.simulator.bound import Bound, lower_bound
+
+    stale = tmp_path / "stale.vms"  # a bound worked out with other rates, which calibration must not keep
+    save_session(dataclasses.replace(load_session(SAMPLES / "vgg19-b64-uvm-50pct.measured.vms"),
+                                     bound=Bound(1, 1, 1, "compute")), stale)
+    out = tmp_path / "calibrated.vms"
+    doc = run_json(capsys, "calibrate", str(stale), "--device", str(SAMPLES / "vgg19-b64-device.measured.vms"),
+                   "--out", str(out))
+    session = load_session(out)
+    expected = lower_bound(session.graph, session.plan.capacity, session.cost_model)
+    assert session.bound == expected and doc["bound"] == expected.as_json()
+    code, table, _ = run(capsys, "calibrate", str(stale), "--device", str(SAMPLES / "vgg19-b64-device.measured.vms"),
+                         "--out", str(out), "--force")
+    ratio = doc["measured_iteration_ns"] / expected.lower_bound_ns
+    assert code == 0 and f"the measured iteration is {ratio:.1f}x the bound, set by {expected.set_by}" in table
+
+
+def test_info_holds_the_session_against_its_bound(sessions: dict[str, Path], tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    import dataclasses
+
+    from vmexplorer.session import load_session, save_session
+    from vmexplorer.simulator import H100_DEFAULT
+    from vmexplorer.simulator.bound import lower_bound
+    from vmexplorer.units import format_ns
+
+    simulated = load_session(sessions["autovm"])
+    doc = run_json(capsys, "info", str(sessions["autovm"]))
+    assert doc["bound"] == simulated.bound.as_json() and doc["bound_stored"] is True
+    code, table, _ = run(capsys, "info", str(sessions["autovm"]))
+    ratio = simulated.summary["iteration_ns"] / simulated.bound.lower_bound_ns
+    assert code == 0 and (f"lower bound {format_ns(simulated.bound.lower_bound_ns)}, set by migration bandwidth"
+                          in table) and f"this simulated iteration is {ratio:.1f}x it" in table
+    # a file with no bound stored (older than the bound, or measured before calibration) gets one worked
+    # out under its cost model, or the default without one, and says so
+    bare = tmp_path / "bare.vms"
+    measured = load_session(SAMPLES / "vgg19-b64-uvm-50pct.measured.vms")
+    save_session(dataclasses.replace(measured, cost_model=None, bound=None), bare)
+    doc = run_json(capsys, "info", str(bare))
+    expected = lower_bound(measured.graph, measured.plan.capacity, H100_DEFAULT)
+    assert (doc["bound"], doc["bound_stored"], doc["bound_cost_model"]) == (expected.as_json(), False,
+                                                                            H100_DEFAULT.name)
+    code, table, _ = run(capsys, "info", str(bare))
+    ratio = measured.summary["iteration_ns"] / expected.lower_bound_ns
+    assert f"this measured iteration is {ratio:.1f}x it" in table and "worked out now" in table
 
 
 def test_calibrating_a_device_run_says_its_transfer_rates_were_not_fitted_and_times_are_integers(
@@ -578,11 +634,52 @@ def test_a_measured_session_without_a_cost_model_is_refused_saying_how_to_make_o
     assert code == 2 and "none.vms" in err
 
 
+def test_tuned_searches_in_the_simulator_and_reports_how_far_it_ends_from_the_bound(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from vmexplorer.session import load_session
+
+    tuned = run_json(capsys, "plan", *HALF, "--policy", "tuned", "--search-steps", "40")
+    belady = run_json(capsys, "plan", *HALF, "--policy", "belady")
+    # belady is where the search starts: a tuned plan that is belady's is one that was never searched
+    assert tuned["plan"]["moves"] != belady["plan"]["moves"]
+    assert tuned["summary"]["iteration_ns"] < belady["summary"]["iteration_ns"]
+    (report,) = tuned["notes"]
+    ratio = tuned["summary"]["iteration_ns"] / tuned["bound"]["lower_bound_ns"]
+    assert report.startswith("tuned: from belady") and f"{ratio:.2f}x the lower bound" in report
+    assert "of 40 changes kept in" in report and belady["notes"] == []
+    def unclocked(text: str) -> str:  # the seconds the search took differ from run to run
+        return re.sub(r"in [\d.]+ s", "in - s", text)
+
+    code, table, _ = run(capsys, "plan", *HALF, "--policy", "tuned", "--search-steps", "40")
+    assert code == 0 and unclocked(report) in unclocked(table)
+    out = tmp_path / "tuned.vms"
+    simulated = run_json(capsys, "simulate", *HALF, "--policy", "tuned", "--search-steps", "40", "--out", str(out),
+                         "--note", "mine")
+    assert [unclocked(n) for n in simulated["notes"]] == [unclocked(report)]
+    assert load_session(out).notes == (simulated["notes"][0], "mine")
+    assert simulated["summary"]["iteration_ns"] == tuned["summary"]["iteration_ns"]
+
+
+def test_tuned_searches_with_the_cost_model_it_is_simulated_with(capsys: pytest.CaptureFixture[str]) -> None:
+    from vmexplorer.session import load_session
+    from vmexplorer.simulator.bound import lower_bound
+    from vmexplorer.units import format_ns
+
+    sample = SAMPLES / "vgg19-b64-autovm-50pct.measured.vms"
+    graph = build_graph("vgg19", 64)
+    calibrated = lower_bound(graph, graph.footprint // 2, load_session(sample).cost_model).lower_bound_ns
+    doc = run_json(capsys, "plan", *HALF, "--policy", "tuned", "--search-steps", "20", "--cost-model", str(sample))
+    default = run_json(capsys, "plan", *HALF, "--policy", "tuned", "--search-steps", "20")
+    assert f"the lower bound ({format_ns(calibrated)})" in doc["notes"][0]
+    assert f"({format_ns(calibrated)})" not in default["notes"][0]
+
+
 # --- sessions: simulate, info, compare, export -----------------------------------------------------
 def test_info_shows_config_environment_summary_and_notes(sessions: dict[str, Path],
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     doc = run_json(capsys, "info", str(sessions["autovm"]))
-    assert set(doc) == {"path", "config", "created", "cost_model", "environment", "notes", "summary"}
+    assert set(doc) == {"path", "config", "created", "cost_model", "environment", "notes", "summary", "bound",
+                        "bound_stored", "bound_cost_model"}
     assert doc["config"]["policy"] == "autovm" and doc["config"]["model"] == "vgg19"
     assert doc["notes"] == ["autovm test"]
     assert doc["summary"]["source"] == "simulated"
@@ -831,4 +928,34 @@ def test_serve_answers_with_the_page_and_gzipped_javascript_refuses_a_taken_port
     url = f"http://127.0.0.1:{port}/app"
     assert proc.returncode == 0, err
     assert out == f"serving the app at {url} (gzip-compressed); Ctrl-C stops it\nstopped serving {url}\n"
+    assert "Traceback" not in err
+
+
+def test_serve_refuses_a_negative_number_of_processes_in_one_line_with_exit_2(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "serve", "--num-procs", "-2")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("vmexplorer: error: --num-procs takes 1 or more processes (0: one per CPU core), not -2")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="several server processes need Linux")
+def test_serve_in_two_processes_answers_on_one_port_and_all_stop_when_the_first_is_terminated() -> None:
+    port = _free_port()
+    serve = [*_program(), "serve", "--address", "127.0.0.1", "--port", str(port), "--num-procs", "2"]
+    proc = subprocess.Popen(serve, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    try:
+        assert _serving(proc, port), "the server did not answer"
+        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        assert len(children) == 2  # the first process forks the two that serve, and waits for them
+        pages = {_get_gzip(port, "/app")[0] for _ in range(4)}  # the kernel hands connections to either
+        assert pages == {200}
+    finally:
+        proc.terminate()  # a service manager's SIGTERM reaches the first process only
+        out, err = proc.communicate(timeout=60)
+    deadline = time.monotonic() + 30
+    while any(os.path.exists(f"/proc/{pid}") for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in children), "a serving process outlived the first"
+    url = f"http://127.0.0.1:{port}/app"
+    assert out.startswith(f"serving the app at {url} (gzip-compressed, 2 processes); Ctrl-C stops it\n")
     assert "Traceback" not in err

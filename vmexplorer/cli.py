@@ -88,12 +88,10 @@ def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
     from .simulator import simulate
     from .simulator.bound import lower_bound
 
-    measured = _cost_session(args.cost_model)  # a bad file is refused before the work
-    graph, plan = _compile(args)
-    cost = _cost_model(measured, graph, args.cost_model)
+    graph, plan, cost, reports = _compile(args)
     timeline = simulate(graph, plan, cost)
     doc = plan_doc(graph, plan, summarize(graph, plan, timeline), cost.name)
-    return {**doc, "bound": lower_bound(graph, plan.capacity, cost).as_json()}
+    return {**doc, "bound": lower_bound(graph, plan.capacity, cost).as_json(), "notes": list(reports)}
 
 
 def cmd_simulate(args: argparse.Namespace) -> dict[str, Any]:
@@ -102,15 +100,13 @@ def cmd_simulate(args: argparse.Namespace) -> dict[str, Any]:
     from .simulator.bound import lower_bound
 
     _refuse_existing(args.out, args.force)  # before the work, not after it
-    measured = _cost_session(args.cost_model)
-    graph, plan = _compile(args)
-    cost = _cost_model(measured, graph, args.cost_model)
+    graph, plan, cost, reports = _compile(args)
     timeline = simulate(graph, plan, cost)
     bound = lower_bound(graph, plan.capacity, cost)
-    session = new_session(graph, plan, timeline, cost_model=cost, notes=tuple(args.note), bound=bound)
+    session = new_session(graph, plan, timeline, cost_model=cost, notes=(*reports, *args.note), bound=bound)
     save_session(session, args.out, force=args.force)
     return {"path": str(args.out), "config": _config(session.plan), "cost_model": cost.name,
-            "summary": session.summary, "bound": bound.as_json()}
+            "summary": session.summary, "bound": bound.as_json(), "notes": list(reports)}
 
 
 def _cost_session(path: Path | None) -> Any:
@@ -145,11 +141,18 @@ def _cost_model(session: Any, graph: Graph, path: Path | None) -> CostModel:
 
 
 def cmd_info(args: argparse.Namespace) -> dict[str, Any]:
+    from .session import bound_for
+    from .simulator import H100_DEFAULT
+
     session = _load(args.file)
     cost = session.cost_model
+    # a file from before the bound (schema 6 and older) has none stored: it is worked out here, the same way
+    bound = session.bound or bound_for(session.graph, session.plan, cost)
     return {"path": str(args.file), "config": _config(session.plan), "created": session.created,
             "cost_model": getattr(cost, "name", None), "environment": session.environment,
-            "notes": list(session.notes), "summary": session.summary}
+            "notes": list(session.notes), "summary": session.summary,
+            "bound": None if bound is None else bound.as_json(), "bound_stored": session.bound is not None,
+            "bound_cost_model": (cost or H100_DEFAULT).name}
 
 
 def cmd_calibrate(args: argparse.Namespace) -> dict[str, Any]:
@@ -157,7 +160,7 @@ def cmd_calibrate(args: argparse.Namespace) -> dict[str, Any]:
 
     import numpy as np
 
-    from .session import save_session
+    from .session import bound_for, save_session
     from .simulator import H100_DEFAULT, calibrate, simulate
 
     _refuse_existing(args.out, args.force)
@@ -178,7 +181,8 @@ def cmd_calibrate(args: argparse.Namespace) -> dict[str, Any]:
                          "fault-free op times its fault throughput is measured against")
     cost = calibrate(session.graph, session.plan, session.timeline, **({"base": base} if base else {}),
                      name=f"calibrated on {args.file.name}" + (f" and {args.device.name}" if base else ""))
-    save_session(dataclasses.replace(session, cost_model=cost), args.out, force=True)
+    bound = bound_for(session.graph, session.plan, cost)  # the new rates' bound, not the one made with the old
+    save_session(dataclasses.replace(session, cost_model=cost, bound=bound), args.out, force=True)
     measured = round(float(np.median(session.timeline.timed_ns())))
     predicted = round(float(np.median(simulate(session.graph, session.plan, cost).iteration_ns())))
     return {"path": str(args.out), "config": _config(session.plan), "cost_model": cost.name,
@@ -186,7 +190,7 @@ def cmd_calibrate(args: argparse.Namespace) -> dict[str, Any]:
                       "fault_bytes_per_ns_by_kind": dict(cost.fault_bytes_per_ns_by_kind)},
             "not_fitted": _not_fitted(session.plan, cost, base or H100_DEFAULT),
             "ops_timed": len(cost.op_ns), "measured_iteration_ns": measured,
-            "simulated_iteration_ns": predicted}
+            "simulated_iteration_ns": predicted, "bound": None if bound is None else bound.as_json()}
 
 
 _TRANSFER_RATES = ("prefetch_bytes_per_ns", "evict_bytes_per_ns", "fault_bytes_per_ns", "host_block")
@@ -222,10 +226,13 @@ def table_calibrate(doc: dict[str, Any]) -> str:
                            rate("fault_bytes_per_ns", f"demand faults {r['fault_bytes_per_ns']:.1f} GB/s"
                                 + (f" (by op kind: {kinds})" if kinds else "")),
                            rate("host_block", f"host blocking {r['host_block']:.2f}")])
-    return (f"wrote {_safe(doc['path'])} with the cost model {_safe(repr(doc['cost_model']))}: "
+    text = (f"wrote {_safe(doc['path'])} with the cost model {_safe(repr(doc['cost_model']))}: "
             f"{doc['ops_timed']} op times; {rates}; "
             f"it simulates the session's own plan in {doc['simulated_iteration_ns'] / 1e6:.1f} ms per iteration "
             f"(measured {doc['measured_iteration_ns'] / 1e6:.1f} ms)")
+    if doc.get("bound") is None:
+        return text
+    return f"{text}\n{_bound_line(doc['bound'], doc['measured_iteration_ns'], 'measured')} under its new rates"
 
 
 def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
@@ -264,7 +271,7 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError("--iterations must be at least 1, and --warmup and --counted at least 0")
     parts = _collector_parts(args.collectors)
     _refuse_existing(args.out, args.force)
-    graph, plan = _compile(args)
+    graph, plan, _, reports = _compile(args)
     fit = iterations_that_fit(graph, plan)
     if args.iterations + args.counted > fit:  # refused before the GPU works, not when its session is saved
         raise UsageError(f"{args.iterations} iterations (and {args.counted} counted) of this plan would not fit "
@@ -282,9 +289,10 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     except Exception as e:  # a CUDA or cuDNN failure is the run's, reported in one line
         raise RunFailed(f"the GPU run failed: {type(e).__name__}: {e}") from None
     session = measured_session(graph, plan, result, notes=(
-        "fault bytes per op are the plan's; measured faults come with the CUPTI collector", *args.note))
+        "fault bytes per op are the plan's; measured faults come with the CUPTI collector", *reports, *args.note))
     save_session(session, args.out, force=args.force)
-    return {"path": str(args.out), "config": _config(session.plan), "summary": session.summary}
+    return {"path": str(args.out), "config": _config(session.plan), "summary": session.summary,
+            "bound": None if session.bound is None else session.bound.as_json(), "notes": list(reports)}
 
 
 def _collector_parts(text: str | None) -> tuple[str, ...]:
@@ -316,10 +324,12 @@ def cmd_serve(args: argparse.Namespace) -> dict[str, Any]:
 
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port takes a TCP port from 0 (any free one) to 65535, not {args.port}")
+    procs = _serving_processes(args.num_procs)
     ignore_ctrl_c = signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # started in the background
-    server = _app_server(args)
+    server = _app_server(args, procs)  # with several processes, each goes on from here on its own
     loop = server.io_loop
     url = f"http://{args.address or 'localhost'}:{server.port}/app"
+    first = _task_id() in (None, 0)
 
     def stop(signum: int, frame: Any) -> None:  # stops between callbacks, never inside one
         loop.asyncio_loop.call_soon_threadsafe(loop.stop)
@@ -328,7 +338,9 @@ def cmd_serve(args: argparse.Namespace) -> dict[str, Any]:
     handlers = {signal.SIGINT: signal.SIG_IGN if ignore_ctrl_c else stop, signal.SIGTERM: stop}
     previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
     try:
-        _write_stdout(f"serving the app at {url} (gzip-compressed); Ctrl-C stops it\n")
+        if first:
+            many = f", {procs} processes" if procs > 1 else ""
+            _write_stdout(f"serving the app at {url} (gzip-compressed{many}); Ctrl-C stops it\n")
         server.start()
         if args.show:
             loop.add_callback(server.show, "/app")
@@ -337,16 +349,59 @@ def cmd_serve(args: argparse.Namespace) -> dict[str, Any]:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         server.stop()
-    return {"url": url}
+    return {"url": url, "process": _task_id() or 0, "processes": procs}
 
 
-def _app_server(args: argparse.Namespace) -> Any:
-    """A Bokeh server (Panel's) of the app, listening but not started."""
+def _serving_processes(asked: int) -> int:
+    """How many server processes `--num-procs` asks for, refused where the processes cannot be had."""
+    if asked < 0:
+        raise UsageError(f"--num-procs takes 1 or more processes (0: one per CPU core), not {asked}")
+    procs = asked or os.cpu_count() or 1
+    if procs > 1 and not sys.platform.startswith("linux"):
+        raise UsageError("--num-procs above 1 needs Linux (the processes are forked, and each must stop "
+                         "when the first one does); serve with one process here")
+    return procs
+
+
+def _task_id() -> int | None:
+    from tornado.process import task_id
+
+    return task_id()
+
+
+def _forked_server_process() -> None:
+    """In each forked server process: stop when the process that forked it does (a service manager's
+    SIGTERM, or Ctrl-C, reaches that one first), through Linux's parent-death signal."""
+    import ctypes
+    import signal
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+
+
+def _app_server(args: argparse.Namespace, procs: int = 1) -> Any:
+    """A Bokeh server (Panel's) of the app, listening but not started; with `procs` above 1, forked
+    into that many processes after it binds the port, this returning in each of them."""
     from pathlib import Path
 
     import panel as pn
 
     app = Path(__file__).with_name("app.py")
+    if procs > 1:
+        # Bokeh forks only if no page has been built yet (a built page may hold threads and open files,
+        # which a fork would copy half-made), so instead of `warm` the app's modules and the samples are
+        # read before the fork, shared by the processes until one writes them. Each process makes its
+        # own threads (the GPU check, the run queue, the spare page) when its first page asks for them
+        import signal
+
+        import vmexplorer.app  # noqa: F401
+        from vmexplorer.appstate import samples_by_gpu
+
+        samples_by_gpu()
+        os.register_at_fork(after_in_child=_forked_server_process)
+        # the first process only waits for the others: Ctrl-C stops them, each on its own, and once all
+        # have stopped it ends too, quietly (a SIGTERM to it stops them through the parent-death signal)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     # the page (its HTML: the template and where each part goes) is the same for every visitor: render
     # it from one session, and build each visitor's own when the browser connects, after it has loaded
     # the scripts. Built at the request instead, the session's build competes with the browser for the
@@ -355,7 +410,7 @@ def _app_server(args: argparse.Namespace) -> Any:
     try:
         return pn.serve({"app": str(app)}, port=args.port, address=args.address,
                         websocket_origin=args.allow_websocket_origin, show=False, start=False, verbose=False,
-                        warm=True, compress_response=True)
+                        warm=procs == 1, num_procs=procs, compress_response=True)
     except OSError as e:
         where = f"{args.address or 'every address'} port {args.port}"
         raise UsageError(f"cannot listen on {where}: {e.strerror or e}") from None
@@ -364,15 +419,23 @@ def _app_server(args: argparse.Namespace) -> Any:
 
 
 def table_serve(doc: dict[str, Any]) -> str:
-    return f"stopped serving {_safe(doc['url'])}"
+    which = f" (process {doc['process'] + 1} of {doc['processes']})" if doc.get("processes", 1) > 1 else ""
+    return f"stopped serving {_safe(doc['url'])}{which}"
 
 
 # --- shared steps ---------------------------------------------------------------------------------
-def _compile(args: argparse.Namespace) -> tuple[Graph, Plan]:
+def _compile(args: argparse.Namespace) -> tuple[Graph, Plan, CostModel, tuple[str, ...]]:
+    """The graph, the policy's plan, the cost model it is simulated with (`--cost-model`'s, or the
+    default), and what a policy that searches in the simulator (`tuned`) reports of its search: it
+    searches with that same cost model, so the plan it keeps is the one the simulation shows best."""
     from .graph import build_graph
-    from .policies import compile_plan
+    from .policies import Simulation, compile_plan
+    from .simulator import simulate
+    from .simulator.bound import lower_bound
     from .units import format_bytes, parse_bytes
 
+    path = getattr(args, "cost_model", None)  # `run` measures: it has none, and tuned searches with the default
+    measured = _cost_session(path)  # a bad file is refused before the work
     graph = build_graph(args.model, args.batch, args.image_size)
     try:
         capacity = parse_bytes(args.capacity, graph.footprint)
@@ -380,14 +443,17 @@ def _compile(args: argparse.Namespace) -> tuple[Graph, Plan]:
         raise UsageError(str(e)) from None
     options = _policy_options(args)
     moves = _read_moves(graph, args.moves) if args.moves is not None else ()
-    plan = compile_plan(graph, capacity, args.policy, options, moves)
+    cost = _cost_model(measured, graph, path)
+    reports: list[str] = []
+    plan = compile_plan(graph, capacity, args.policy, options, moves,
+                        simulation=Simulation(simulate, lower_bound, cost, reports.append))
     if args.policy == "manual" and args.moves is None:
         _note("--policy manual without --moves has no moves to plan: the plan is what uvm gives (demand "
               "faults, LRU eviction); give your moves with --moves FILE")
     if capacity >= graph.footprint:
         _note(f"capacity {format_bytes(capacity)} holds the whole footprint of "
               f"{format_bytes(graph.footprint)}: nothing will page")
-    return graph, plan
+    return graph, plan, cost, tuple(reports)
 
 
 def _policy_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -591,7 +657,8 @@ def table_plan(doc: dict[str, Any]) -> str:
             f"{len(p['memops'])} memory operations, {len(p['moves'])} planned round trips, "
             f"{len(p['resident_at_start'])} tensors resident at start, "
             f"peak resident {format_bytes(p['peak_resident_bytes'])}\n"
-            f"{_bound_line(doc['bound'], doc['summary'].get('iteration_ns'))}")
+            f"{_bound_line(doc['bound'], doc['summary'].get('iteration_ns'))}"
+            + "".join(f"\n{_safe(n)}" for n in doc.get("notes", ())))
     return "\n".join([head, _title("simulated summary"), _pairs(doc["summary"]), _title("memory operations"),
                       _table(("tensor", "bytes", "direction", "mode", "origin", "issue after",
                               "complete before"), memops)])
@@ -603,21 +670,46 @@ def table_simulate(doc: dict[str, Any]) -> str:
     s = doc["summary"]
     text = (f"wrote {_safe(doc['path'])}: {_config_line(doc['config'])}; "
             f"iteration {format_ns(s.get('iteration_ns', 0))} ({_safe(s.get('source', '?'))})")
-    return text if "bound" not in doc else f"{text}\n{_bound_line(doc['bound'], s.get('iteration_ns'))}"
+    if doc.get("bound") is not None:
+        text += f"\n{_bound_line(doc['bound'], s.get('iteration_ns'), s.get('source', 'simulated'))}"
+    return text + "".join(f"\n{_safe(n)}" for n in doc.get("notes", ()))
 
 
-def _bound_line(bound: dict[str, Any], iteration_ns: float | None) -> str:
+def _bound_line(bound: dict[str, Any], iteration_ns: float | None, source: str = "simulated") -> str:
     """The bound for people: "the simulated iteration is 1.4x the bound, set by migration bandwidth (any
     schedule moves at least 3.12 GiB each way and takes at least 469.12 ms)"."""
     from .simulator.bound import Bound
-    from .units import format_bytes, format_ns
+    from .units import format_ns
 
     b = Bound(**bound)
+    head = "bound" if iteration_ns is None else f"the {_safe(source)} iteration is {b.versus(iteration_ns)}"
+    return f"{head} (any schedule moves at least {_moved(b)} and takes at least {format_ns(b.lower_bound_ns)})"
+
+
+def _moved(b: Any) -> str:
+    from .units import format_bytes
+
     out, into = b.min_bytes_to_host, b.min_bytes_to_device
-    moved = f"{format_bytes(out)} each way" if out == into else \
+    return f"{format_bytes(out)} each way" if out == into else \
         f"{format_bytes(out)} to the host and {format_bytes(into)} to the device"
-    head = "bound" if iteration_ns is None else f"the simulated iteration is {b.versus(iteration_ns)}"
-    return f"{head} (any schedule moves at least {moved} and takes at least {format_ns(b.lower_bound_ns)})"
+
+
+def _info_bound_line(doc: dict[str, Any]) -> str:
+    """The bound in `info`: "lower bound 469.12 ms, set by migration bandwidth (any schedule moves at least
+    3.12 GiB each way, under the cost model 'h100-uncalibrated'); this measured iteration is 1.4x it"."""
+    from .simulator.bound import Bound
+    from .units import format_ns
+
+    if doc["bound"] is None:
+        return "lower bound: none (the capacity is below what any plan needs)"
+    b = Bound(**doc["bound"])
+    text = (f"lower bound {format_ns(b.lower_bound_ns)}, set by {_safe(b.set_by)} (any schedule moves at least "
+            f"{_moved(b)}, under the cost model {_safe(repr(doc['bound_cost_model']))}"
+            + ("" if doc["bound_stored"] else "; worked out now, as the file stores none") + ")")
+    iteration = doc["summary"].get("iteration_ns")
+    if isinstance(iteration, int | float) and b.lower_bound_ns > 0:
+        text += f"; this {_safe(doc['summary'].get('source', ''))} iteration is {iteration / b.lower_bound_ns:.1f}x it"
+    return text
 
 
 def table_info(doc: dict[str, Any]) -> str:
@@ -625,8 +717,8 @@ def table_info(doc: dict[str, Any]) -> str:
     notes = "\n".join(f"- {_safe(n)}" for n in doc["notes"]) or "(none)"
     return "\n".join([_safe(doc["path"]), f"{_config_line(doc['config'])}",
                       f"created {_safe(doc['created'])}; cost model {_safe(doc['cost_model'] or '-')}",
-                      _title("summary"), _pairs(doc["summary"]), _title("environment"), _pairs(env),
-                      _title("notes"), notes])
+                      _info_bound_line(doc), _title("summary"), _pairs(doc["summary"]), _title("environment"),
+                      _pairs(env), _title("notes"), notes])
 
 
 def table_compare(doc: dict[str, Any], top: int) -> str:
@@ -750,6 +842,10 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="a host whose pages may connect (repeatable; default localhost:PORT): the name or "
                         "address people type to reach this server, e.g. 10.0.0.5:5006")
     p.add_argument("--show", action="store_true", help="open the app in a browser once it serves")
+    p.add_argument("--num-procs", type=int, default=1, metavar="N",
+                   help="server processes sharing the port (default 1; 0: one per CPU core; Linux only): a "
+                        "class opening the page at once is served by every core, and GPU runs still go one "
+                        "at a time")
 
 
 def _graph_args(p: argparse.ArgumentParser) -> None:
@@ -803,7 +899,8 @@ def _cost_model_arg(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--cost-model", type=Path, metavar="FILE",
                    help="simulate with the cost model calibrated on a measured session FILE (that GPU's rates; "
-                        "`calibrate` stores one) instead of the uncalibrated H100 default")
+                        "`calibrate` stores one) instead of the uncalibrated H100 default; --policy tuned searches "
+                        "with it too")
 
 
 def _flag(option: str) -> str:

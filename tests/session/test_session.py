@@ -630,6 +630,28 @@ def test_a_bound_and_one_way_migrations_are_saved_and_a_schema_6_file_loads_with
     assert old.bound is None and old.cost_model.serialises_directions is True  # managed memory's driver
 
 
+def test_a_measured_session_is_held_against_the_bound_and_a_simulated_one_keeps_what_it_is_given(
+        session: Session) -> None:
+    from vmexplorer.session import bound_for
+
+    measured = dataclasses.replace(session.timeline, source="measured")
+    expected = lower_bound(session.graph, session.plan.capacity, H100_DEFAULT)
+    # the engine's measured_session gives no bound and no cost model: the default's rates set it
+    assert new_session(session.graph, session.plan, measured).bound == expected
+    slow = dataclasses.replace(H100_DEFAULT, name="slow", evict_bytes_per_ns=1.0)
+    assert new_session(session.graph, session.plan, measured, cost_model=slow).bound == \
+        lower_bound(session.graph, session.plan.capacity, slow) != expected
+    assert new_session(session.graph, session.plan, session.timeline).bound is None
+    assert bound_for(session.graph, session.plan) == expected
+
+
+def test_a_plan_below_the_least_capacity_has_no_bound_rather_than_an_error(session: Session) -> None:
+    from vmexplorer.session import bound_for
+
+    tiny = dataclasses.replace(session.plan, config=dataclasses.replace(session.plan.config, capacity=1 << 20))
+    assert bound_for(session.graph, tiny) is None
+
+
 def test_new_session_refuses_a_bound_of_another_type(session: Session) -> None:
     with pytest.raises(SessionError, match="bound should be a simulator.bound.Bound, not dict"):
         new_session(session.graph, session.plan, session.timeline, bound=GOOD_BOUND)  # type: ignore[arg-type]

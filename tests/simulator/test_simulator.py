@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vmexplorer.graph import build_graph
-from vmexplorer.plan import Direction, Mode, PlanError
+from vmexplorer.plan import Direction, MemOp, Mode, Origin, PlanError
 from vmexplorer.policies import compile_plan
 from vmexplorer.records import summarize
 from vmexplorer.simulator import simulate
@@ -64,6 +64,9 @@ def test_a_simulated_timeline_obeys_the_rules_of_its_streams(setup):
                 if plan.memops[i].direction is direction and plan.memops[i].mode is Mode.ASYNC]
         spans = sorted((tl.memop_start_ns[r], tl.memop_end_ns[r]) for r in rows)
         assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), "one copy at a time per direction"
+    calls = sorted((tl.memop_start_ns[r], tl.memop_end_ns[r]) for r, i in enumerate(tl.memop_index)
+                   if plan.memops[i].mode is not Mode.FAULT)
+    assert all(a[1] <= b[0] for a, b in zip(calls, calls[1:])), "through the driver, one migration call at a time"
     assert tl.resident_bytes.min() >= 0
     assert tl.resident_bytes.max() <= plan.capacity
 
@@ -209,3 +212,51 @@ def test_a_cost_model_too_slow_for_the_plan_is_one_plan_error_not_wrapped_times(
     crawl = replace(H100_DEFAULT, fault_bytes_per_ns=1e-9)  # a byte a second
     with pytest.raises(PlanError, match=r"would last [\d.e+]+ days, beyond the 104 a timeline holds"):
         simulate(graph, plan, crawl)
+
+
+# a migration call costs its bytes only and never holds up the host, so nothing but the engine orders them
+BARE = replace(H100_DEFAULT, call_ns=0.0, host_block=0.0, prefetch_bytes_per_ns=50.0, evict_bytes_per_ns=20.0)
+GIB2 = 2 << 30
+
+
+def with_memops(g, *memops):
+    """The device plan of `g` with these memory operations only (the simulator reads their bytes)."""
+    return replace(compile_plan(g, g.footprint, "device"), memops=tuple(memops))
+
+
+@pytest.mark.parametrize("serialised", [True, False], ids=["through the driver", "copies each way"])
+def test_an_eviction_and_a_prefetch_issued_together_take_their_sum_when_serialised_and_the_longer_when_not(
+        serialised):
+    g = graph("alexnet", 64)
+    last = len(g.ops) - 1
+    plan = with_memops(g, MemOp(0, Direction.TO_HOST, Mode.ASYNC, 0, last, Origin.PLAN, GIB2),
+                       MemOp(1, Direction.TO_DEVICE, Mode.ASYNC, 0, last, Origin.PLAN, GIB2))
+    cost = replace(BARE, serialises_directions=serialised)
+    tl = simulate(g, plan, cost)
+    out_ns, in_ns = GIB2 / cost.evict_bytes_per_ns, GIB2 / cost.prefetch_bytes_per_ns
+    both = tl.memop_end_ns.max() - tl.memop_start_ns.min()
+    assert both == pytest.approx(out_ns + in_ns if serialised else max(out_ns, in_ns), abs=2)
+    assert len(set(tl.memop_start_ns)) == (2 if serialised else 1)
+
+
+@pytest.mark.parametrize("serialised", [True, False], ids=["through the driver", "copies each way"])
+def test_a_prefetch_waits_for_the_driver_eviction_issued_before_it_only_when_serialised(serialised):
+    g = graph("alexnet", 64)
+    # issued after op 0, the prefetch is ready long before the eviction the driver makes before op 3 ends;
+    # the host issues it after that eviction, as it waits for nothing before op 5
+    eviction = MemOp(0, Direction.TO_HOST, Mode.SYNC, 2, 3, Origin.DRIVER, GIB2 // 8)
+    prefetch = MemOp(1, Direction.TO_DEVICE, Mode.ASYNC, 0, 5, Origin.PLAN, 64 << 20)
+    tl = simulate(g, with_memops(g, eviction, prefetch), replace(BARE, serialises_directions=serialised))
+    eviction_end, prefetch_start = tl.memop_end_ns[0], tl.memop_start_ns[1]
+    assert (prefetch_start == eviction_end) if serialised else (prefetch_start < tl.memop_start_ns[0])
+
+
+def test_demand_faults_are_not_held_up_by_a_migration_in_flight():
+    g = graph("alexnet", 64)
+    last = len(g.ops) - 1
+    fault = MemOp(2, Direction.TO_DEVICE, Mode.FAULT, 1, 2, Origin.DRIVER, 64 << 20)
+    alone = simulate(g, with_memops(g, fault), BARE)
+    beside = simulate(g, with_memops(g, fault, MemOp(0, Direction.TO_HOST, Mode.ASYNC, 0, last, Origin.PLAN, GIB2)),
+                      BARE)
+    assert beside.memop_end_ns[1] > beside.op_end_ns[2]  # the eviction was still running while op 2 faulted
+    assert beside.op_end_ns[2] - beside.op_start_ns[2] == alone.op_end_ns[2] - alone.op_start_ns[2]

@@ -53,7 +53,8 @@ def time_split(graph: Graph, plan: Plan, timeline: Timeline, own_ns: np.ndarray,
     length = int(timeline.iteration_ns()[np.unique(timeline.op_iteration).tolist().index(it)])
     awaited = _awaited_ends(plan, tl, len(graph.ops))
     compute = fault = wait = idle = 0
-    first = int(start[0]) if len(start) else 0  # the iteration runs from its first op's start
+    # the iteration runs from where its first op began to wait (`Timeline.iteration_ns`)
+    first = int(start[0] - tl.op_stall_ns[order][0]) if len(start) else 0
     edge = first  # where the compute stream became free
     for k, s, e, f in zip(ops.tolist(), start.tolist(), end.tolist(), faulted.tolist()):
         w, i = _split_gap(edge, s, awaited.get(k))

@@ -57,12 +57,16 @@ class Timeline:
         return self.iteration_ns()[:self.timed_iterations]
 
     def iteration_ns(self) -> np.ndarray:
-        """Duration of each recorded iteration: from its first op's start to the next iteration's
-        first op (the last ends at its last op or memory operation, whichever is later)."""
+        """Duration of each recorded iteration: from its start to the next one's (the last ends at its
+        last op or memory operation, whichever is later). An iteration starts where its first op's wait
+        began (`op_start_ns - op_stall_ns`): a measured run's iteration origin, and in a simulation the
+        time the first op waited for transfers issued before it, which the iteration would lose if it
+        were timed from that op's start."""
         if not len(self.op_iteration):
             return np.zeros(0, dtype=np.int64)
         iterations = np.unique(self.op_iteration)
-        starts = np.array([self.op_start_ns[self.op_iteration == i].min() for i in iterations])
+        began = self.op_start_ns - self.op_stall_ns
+        starts = np.array([began[self.op_iteration == i].min() for i in iterations])
         last_end = int(self.op_end_ns.max())
         if len(self.memop_end_ns):
             last_end = max(last_end, int(self.memop_end_ns.max()))

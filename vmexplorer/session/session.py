@@ -11,12 +11,12 @@ import numpy as np
 
 from .. import __version__
 from ..graph import Graph
-from ..plan import Plan
+from ..plan import Plan, PlanError
 from ..records import Timeline, summarize
 from ..records.breakdown import TimeSplit, time_split
 from ..records.collected import Collected, CollectedError, check_against, collected_summary, migration_shares
 from ..simulator import H100_DEFAULT, CostModel
-from ..simulator.bound import Bound
+from ..simulator.bound import Bound, lower_bound
 
 FORMAT = "vmexplorer-session"
 # 2 added "collected" (the GPU collectors' records), 3 the cost model's "op_gap_ns" and "call_ns", 4
@@ -37,7 +37,9 @@ class Session:
     notes: tuple[str, ...]
     created: str  # ISO-8601 UTC, when the run or simulation was made (not when it was saved)
     collected: Collected | None = None  # what CUPTI / NVML recorded in a measured run, if they ran
-    bound: Bound | None = None  # the least traffic and time any schedule needs here, as worked out when made
+    # the least traffic and time any schedule needs here, under `cost_model` (the default without one),
+    # as worked out when made or last calibrated
+    bound: Bound | None = None
 
     def time_split(self, iteration: int | None = None) -> TimeSplit:
         """Where the typical iteration's time went (`records.breakdown`), each op's own time from the
@@ -64,16 +66,30 @@ def new_session(graph: Graph, plan: Plan, timeline: Timeline, cost_model: CostMo
     """A session stamped now, with this machine's software versions; `environment` adds to them
     (the engine passes the GPU, its driver and CUDA). `collected`: the collectors' records of a
     measured run (see `vmexplorer.records.collected`), checked against the timeline. `bound`: the
-    plan's graph and capacity against `simulator.bound.lower_bound` (under the cost model it used)."""
+    plan's graph and capacity against `simulator.bound.lower_bound` (under the cost model it used); a
+    measured session given none gets `bound_for` its plan, as every run is held against the bound
+    (its simulated kin are made where the bound is at hand, and some many times a second)."""
     check_matches(graph, plan)
     check_collected(collected, timeline)
     if bound is not None and not isinstance(bound, Bound):
         raise SessionError(f"bound should be a simulator.bound.Bound, not {type(bound).__name__}")
+    if bound is None and timeline.source == "measured":
+        bound = bound_for(graph, plan, cost_model)
     env = {"vmexplorer": __version__, "python": platform.python_version(),
            "platform": platform.platform(), "numpy": np.__version__}
     env.update(environment or {})
     created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return Session(graph, plan, timeline, cost_model, env, tuple(notes), created, collected, bound)
+
+
+def bound_for(graph: Graph, plan: Plan, cost_model: CostModel | None = None) -> Bound | None:
+    """The bound at the plan's capacity under `cost_model`, or the uncalibrated default (whose rates
+    a session without a cost model is simulated and split with too); None below the least capacity
+    any plan needs, where there is no bound to hold a plan against."""
+    try:
+        return lower_bound(graph, plan.capacity, cost_model or H100_DEFAULT)
+    except PlanError:
+        return None
 
 
 def check_matches(graph: Graph, plan: Plan) -> None:

@@ -3,10 +3,18 @@
 The model follows the executor's strategy (DESIGN.md): the host thread enqueues ops far ahead of the
 GPU and makes each asynchronous memory call just before it enqueues the op that waits for it, so
 the GPU keeps queued work while a call blocks the host. Three streams: compute, and one copy stream
-per direction (the H100 has a copy engine each way). A copy starts once the op it is issued after
-has finished, its stream is free and the host has made the call; the call blocks the host for
-`host_block` of the transfer. Driver evictions run on the compute stream before the op that needed
-the room; demand faults lengthen the op whose kernels take them.
+per direction. A copy starts once the op it is issued after has finished, its stream is free and the
+host has made the call; the call blocks the host for `host_block` of the transfer. Driver evictions
+run on the compute stream before the op that needed the room; demand faults lengthen the op whose
+kernels take them.
+
+Where the cost model serialises the directions (`CostModel.serialises_directions`: the UVM driver; on
+the H200 an eviction and a prefetch issued together on two streams took their sum) the driver's
+migration calls, asynchronous copies and driver evictions alike, go through one engine in the order
+the host issues them: each starts only once the one issued before it has ended, whichever its
+direction. Demand faults stay beside them, lengthening their op only: in the H100 samples an op's
+faults came in at their usual rate while asynchronous evictions ran (alexnet b256 autovm at 50%).
+Otherwise the two copy streams run at once, as pinned copies on a copy engine each way do.
 """
 
 from __future__ import annotations
@@ -36,24 +44,22 @@ def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timelin
     room = np.zeros(n + 1)  # when the driver's evictions before each op have made their room
     mem_start, mem_end = np.zeros(len(memops)), np.zeros(len(memops))
     host = gpu = 0.0
-    copy_free = {Direction.TO_DEVICE: 0.0, Direction.TO_HOST: 0.0}
+    engine = _Engine(cost.serialises_directions)
     for k in range(n + 1):
         arrived = max(gpu, host)  # op k-1 is done and the host has reached op k
         t = arrived
         for i in due_sync[k]:
-            mem_start[i] = t
-            t += cost.copy_ns(memops[i].nbytes, to_device=False)
-            mem_end[i] = t
+            mem_start[i], mem_end[i] = engine.run(t, cost.copy_ns(memops[i].nbytes, to_device=False))
+            t = mem_end[i]
         room[k] = t
         for i in sorted(due_async[k], key=lambda i: memops[i].issue_after):
             m = memops[i]
+            to_device = m.direction is Direction.TO_DEVICE
             after = op_end[m.issue_after] if m.issue_after >= 0 else 0.0
-            if m.direction is Direction.TO_DEVICE:  # a prefetch lands in the room made before the next op
+            if to_device:  # a prefetch lands in the room made before the next op
                 after = max(after, room[m.issue_after + 1])
-            start = max(after, copy_free[m.direction], host)
-            end = start + cost.copy_ns(m.nbytes, to_device=m.direction is Direction.TO_DEVICE)
+            start, end = engine.run(max(after, host), cost.copy_ns(m.nbytes, to_device), m.direction)
             mem_start[i], mem_end[i] = start, end
-            copy_free[m.direction] = end
             host += cost.host_block * max(0.0, end - host)
             t = max(t, end)
         if k == n:
@@ -81,3 +87,24 @@ def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timelin
         memop_start_ns=i64(mem_start), memop_end_ns=i64(mem_end),
         resident_t_ns=i64(resident_t), resident_bytes=resident,
     )
+
+
+class _Engine:
+    """When migration calls run: one copy at a time on each direction's copy stream and, where the cost
+    model serialises the directions, one call at a time in all, in the order they are issued."""
+
+    def __init__(self, serialised: bool) -> None:
+        self.serialised = serialised
+        self.stream_free = {Direction.TO_DEVICE: 0.0, Direction.TO_HOST: 0.0}
+        self.free = 0.0  # when the shared engine has ended the last migration issued to it
+
+    def run(self, ready: float, ns: float, stream: Direction | None = None) -> tuple[float, float]:
+        """The start and end of a migration of `ns` that could start at `ready`, on a copy stream or
+        (None) the compute stream, which orders it by itself."""
+        start = ready if stream is None else max(ready, self.stream_free[stream])
+        if self.serialised:
+            start = max(start, self.free)
+            self.free = start + ns
+        if stream is not None:
+            self.stream_free[stream] = start + ns
+        return start, start + ns
