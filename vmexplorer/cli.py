@@ -434,7 +434,7 @@ def _compile(args: argparse.Namespace) -> tuple[Graph, Plan, CostModel, tuple[st
     from .simulator.bound import lower_bound
     from .units import format_bytes, parse_bytes
 
-    path = getattr(args, "cost_model", None)  # `run` measures: it has none, and tuned searches with the default
+    path = getattr(args, "cost_model", None)
     measured = _cost_session(path)  # a bad file is refused before the work
     graph = build_graph(args.model, args.batch, args.image_size)
     try:
@@ -807,6 +807,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("run", cmd_run, table_simulate, "run a plan on the GPU and save the measured session")
     _plan_args(p)
+    p.add_argument("--cost-model", type=Path, metavar="FILE",
+                   help="--policy tuned searches with the cost model calibrated on a measured session FILE (the "
+                        "GPU's own rates) instead of the uncalibrated H100 default; the run itself is measured")
     p.add_argument("--iterations", type=int, default=5, metavar="N", help="iterations timed (default 5)")
     p.add_argument("--warmup", type=int, default=1, metavar="N", help="iterations run first, not recorded")
     p.add_argument("--counted", type=int, default=1, metavar="N",
