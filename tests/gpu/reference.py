@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from vmexplorer.engine.init import initial_value
-from vmexplorer.graph import Graph, Kind
+from vmexplorer.graph import Graph, Kind, Phase
 
 
 def reference_gradients(graph: Graph, masks: dict[str, Any], seed: int = 0, allow_tf32: bool = True,
@@ -37,12 +37,15 @@ def reference_gradients(graph: Graph, masks: dict[str, Any], seed: int = 0, allo
 
 def forward_loss(graph: Graph, values: dict[int, Any], masks: dict[str, Any] | None = None) -> Any:
     """The graph's forward ops and loss in torch.nn.functional, autograd recording; `values` holds the
-    persistent tensors by id and gains every activation. Dropout uses the engine's `masks` when given,
-    else PyTorch's own (for timing, where the draws do not matter)."""
+    persistent tensors by id and gains each activation until its last forward use, as a module's
+    forward lets go of it (what autograd saves for backward stays, as it would). Dropout uses the
+    engine's `masks` when given, else PyTorch's own (for timing, where the draws do not matter)."""
     import torch
     import torch.nn.functional as F
 
-    for op in graph.ops:
+    forward = (Phase.FORWARD, Phase.LOSS)
+    last_read = {t: i for i, op in enumerate(graph.ops) if op.phase in forward for t in op.reads}
+    for i, op in enumerate(graph.ops):
         a = dict(op.attrs)
         x = [values[t] for t in op.reads]
         if op.kind == "conv2d":
@@ -69,5 +72,9 @@ def forward_loss(graph: Graph, values: dict[int, Any], masks: dict[str, Any] | N
             return F.cross_entropy(x[0], x[1].long())
         else:
             raise NotImplementedError(op.kind)
+        del x
+        for t in op.reads:  # only what no later op reads: a plain dict would hold every activation at once
+            if last_read[t] == i and not graph.tensors[t].persistent:
+                values.pop(t, None)
         values[op.writes[0]] = y
     raise ValueError(f"{graph.model}: no loss op")

@@ -154,7 +154,7 @@ def test_max_pool2d(shape: tuple[int, ...], k: int, s: int, p: int) -> None:
 
 
 @pytest.mark.parametrize("shape,size", [((4, 8, 13, 13), 6), ((2, 8, 1, 1), 7), ((2, 8, 2, 3), 7),
-                                        ((4, 8, 7, 7), 1), ((2, 4, 10, 10), 7)])
+                                        ((4, 8, 7, 7), 1), ((2, 4, 10, 10), 7), ((2, 8, 6, 6), 6)])
 def test_adaptive_avg_pool2d(shape: tuple[int, ...], size: int) -> None:
     rng = np.random.default_rng(4)
     x, tx = rand(rng, *shape)
@@ -496,7 +496,87 @@ def test_fast_paths_are_taken_on_cupy() -> None:
     run("batch_norm2d", [x, cp.ones(4, cp.float32), cp.zeros(4, cp.float32), cp.zeros(4, cp.float32),
                          cp.ones(4, cp.float32)], [empty(*x.shape), empty(4), empty(4), empty(4), empty(4)],
         eps=1e-5, momentum=0.1)
-    assert {"flat", "pool", "bn"} <= set(cuda_kernels.compiled())
+    run("linear", [x, cp.ones((3, 64), cp.float32), cp.ones(3, cp.float32)], [empty(2, 3)], bias=True)
+    run("dropout", [x], [empty(*x.shape), empty(*x.shape, dtype=np.uint8)], p=0.5, seed=1, iteration=0)
+    assert {"flat", "pool", "bn", "bias", "dropout"} <= set(cuda_kernels.compiled())
     x64 = cp.ones((2, 3), cp.float64)  # other dtypes take the generic body
     (y64,) = run("relu", [x64], [cp.zeros((2, 3), cp.float64)])
     cp.testing.assert_array_equal(y64, x64)
+
+
+BIAS_SHAPES = [(4, 8, 9, 9), (4, 16, 8, 8), (3, 100), (16, 8, 64, 64)]
+
+
+@pytest.mark.parametrize("shape", BIAS_SHAPES, ids=str)
+@pytest.mark.parametrize("aligned", [True, False], ids=["float4", "scalar"])
+def test_bias_add_kernel_equals_numpy(shape: tuple[int, ...], aligned: bool) -> None:
+    from vmexplorer.graph.ops import cuda_kernels
+
+    rng = np.random.default_rng(20)
+    y_np = rng.standard_normal(shape).astype(np.float32)
+    b_np = rng.standard_normal(shape[1]).astype(np.float32)
+    y = cp.asarray(y_np) if aligned else unaligned(shape, y_np)
+    cuda_kernels.bias_add(y, cp.asarray(b_np))
+    ref = y_np + b_np.reshape(1, -1, *(1,) * (len(shape) - 2))
+    np.testing.assert_array_equal(bits(y), ref.view(np.uint32))
+
+
+@pytest.mark.parametrize("shape", BIAS_SHAPES, ids=str)
+@pytest.mark.parametrize("aligned", [True, False], ids=["float4", "scalar"])
+def test_channel_sum_kernel_is_deterministic_and_sums_in_double(shape: tuple[int, ...], aligned: bool) -> None:
+    from vmexplorer.graph.ops import cuda_kernels
+
+    rng = np.random.default_rng(21)
+    dy_np = (rng.standard_normal(shape) + 3.0).astype(np.float32)  # an offset, so rounding would show
+    dy = cp.asarray(dy_np) if aligned else unaligned(shape, dy_np)
+    first, second = empty(shape[1]), empty(shape[1])
+    cuda_kernels.channel_sum(dy, first)
+    cuda_kernels.channel_sum(dy, second)
+    np.testing.assert_array_equal(bits(first), bits(second))
+    axes = tuple(a for a in range(len(shape)) if a != 1)
+    truth = dy_np.astype(np.float64).sum(axis=axes).astype(np.float32)  # the double sum, rounded once
+    np.testing.assert_allclose(cp.asnumpy(first), truth, rtol=2.5e-7, atol=0)  # at most an ulp
+
+
+def test_dropout_kernels_equal_numpy_at_other_rates() -> None:
+    rng = np.random.default_rng(22)
+    x_np = rng.standard_normal((3, 1001)).astype(np.float32)
+    for p in (0.1, 0.5, 0.9):
+        y, mask = run("dropout", [cp.asarray(x_np)], [empty(3, 1001), empty(3, 1001, dtype=np.uint8)], p=p, seed=3,
+                      iteration=2)
+        (dx,) = run("dropout_backward", [mask, cp.asarray(x_np)], [empty(3, 1001)], p=p)
+        y_ref, mask_ref = on_host("dropout", [cp.asarray(x_np)], [empty(3, 1001), empty(3, 1001, dtype=np.uint8)],
+                                  p=p, seed=3, iteration=2)
+        (dx_ref,) = on_host("dropout_backward", [mask, cp.asarray(x_np)], [empty(3, 1001)], p=p)
+        np.testing.assert_array_equal(cp.asnumpy(mask), mask_ref)
+        np.testing.assert_array_equal(bits(y), y_ref.view(np.uint32))
+        np.testing.assert_array_equal(bits(dx), dx_ref.view(np.uint32))
+
+
+@pytest.mark.parametrize("input_grad", [True, False])
+def test_convolutions_launched_through_the_backend_call_give_the_frontends_results(input_grad: bool) -> None:
+    """The raw launch (operand pointers in uid order, straight to the backend) computes what the
+    frontend's own execute computes with the same plan, for each of fprop, dgrad and wgrad."""
+    from vmexplorer.graph.ops import conv2d
+
+    rng = np.random.default_rng(23)
+    x, _ = rand(rng, 4, 16, 28, 28)
+    w, _ = rand(rng, 32, 16, 3, 3)
+    dy, _ = rand(rng, 4, 32, 14, 14)
+    attrs = dict(kernel=3, stride=2, padding=1, bias=False, input_grad=input_grad, allow_tf32=False,
+                 deterministic=True)
+    (y,) = run("conv2d", [x, w], [empty(4, 32, 14, 14)], **attrs)
+    grads = run("conv2d_backward", [x, w, dy], [empty(*x.shape)] * input_grad + [empty(*w.shape)], **attrs)
+    ours = {"fprop": (x, w, y), "wgrad": (x, grads[-1], dy)} | ({"dgrad": (grads[0], w, dy)} if input_grad else {})
+    for which, (a, b, c) in ours.items():
+        conv = next(v for k, v in conv2d._GRAPHS.items()
+                    if k[:4] == (which, a.shape, b.shape, c.shape) and k[6] == (False, True, False))
+        assert conv.launch is not None, f"{which}: the raw launch is not available with this cuDNN frontend"
+        again = [a.copy(), b.copy(), c.copy()]
+        out = {"fprop": 2, "dgrad": 0, "wgrad": 1}[which]
+        again[out][...] = cp.nan
+        workspace = cp.empty(conv.workspace_bytes, cp.uint8)
+        conv.graph.execute(dict(zip(conv.tensors, (v.data.ptr for v in again))), workspace.data.ptr,
+                           handle=conv2d._handle(cp.cuda.runtime.getDevice()))
+        cp.cuda.get_current_stream().synchronize()
+        np.testing.assert_array_equal(bits(again[out]), bits((a, b, c)[out]), err_msg=which)

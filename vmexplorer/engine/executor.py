@@ -160,12 +160,15 @@ def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena, settings: RunSettings,
                                     f"left on the device until reused ({why})")
     ledger = Ledger(graph, _place(graph, plan, arena, streams[Stream.COMPUTE], dead))
     steps = schedule(graph, plan, dead)
+    events = _Events(cp, steps)
+    operands = [([arena.views[t] for t in op.reads], [arena.views[t] for t in op.writes]) for op in graph.ops]
     ranges = gpu.Ranges()
     loss = graph.tensor_id("loss.value")
     cupti = _cupti(collectors)
     clock = cupti.clock if cupti is not None else None
     counted = settings.counted if cupti is not None and cupti.want_um and cupti.available else 0
-    records, losses = [], []
+    records: list[dict[str, Any]] = []
+    losses: list[float] = []
     timed = settings.warmup + settings.iterations
     total = timed + counted
     try:
@@ -180,14 +183,14 @@ def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena, settings: RunSettings,
                      for k in range(len(graph.ops))]
             # the streams are idle here, so the origin event fires at once: its CUPTI time is now
             t0 = clock() if clock is not None else 0
-            events = _iteration(cp, graph, plan, arena, streams, steps, attrs, ledger, ranges)
+            _iteration(cp, graph, plan, arena, streams, steps, attrs, ledger, ranges, events, operands)
             for s in streams.values():
                 s.synchronize()
             for c in collectors:
                 c.flush()
             losses.append(float(arena.views[loss].get()))
-            if it >= settings.warmup:
-                records.append({**events, "t0": t0, "counted": it >= timed})
+            if it >= settings.warmup:  # read now: the next iteration records the same events again
+                records.append({"spans": events.elapsed_ns(cp), "t0": t0, "counted": it >= timed})
             if progress is not None:
                 progress(it + 1, total, losses[-1])
     finally:
@@ -199,7 +202,7 @@ def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena, settings: RunSettings,
     if settings.keep_weights:
         weights = {t.name: arena.views[i].get() for i, t in enumerate(graph.tensors)
                    if t.persistent or t.name.endswith(_KEPT_SUFFIXES)}
-    timeline, offsets, lengths = _timeline(cp, graph, plan, records)
+    timeline, offsets, lengths = _timeline(graph, plan, records)
     timeline = replace(timeline, counted=sum(r["counted"] for r in records))
     collected = _collected(collectors, [r["t0"] for r in records], offsets, lengths) if settings.collect else None
     return RunResult(timeline, tuple(losses[settings.warmup:]), environment, weights, collected, memory)
@@ -257,36 +260,55 @@ def _place(graph: Graph, plan: Plan, arena: Arena, stream: Any, dead: DeadBytes 
     return resident
 
 
+class _Events:
+    """A run's CUDA events, made once: one at each iteration's start, and each step's begin and done.
+
+    An iteration records them all again, so their times are read once it has finished (`elapsed_ns`);
+    making two events a step every iteration cost the host about as much as a small kernel's launch."""
+
+    def __init__(self, cp: Any, steps: tuple[Step, ...]) -> None:
+        self.origin = cp.cuda.Event()
+        self.spans = {step.done: (cp.cuda.Event(), cp.cuda.Event()) for step in steps}
+
+    def elapsed_ns(self, cp: Any) -> dict[tuple[str, int], tuple[float, float]]:
+        """Each step's (begin, done) in ns from the iteration's start event."""
+        def ns(event: Any) -> float:
+            return cp.cuda.get_elapsed_time(self.origin, event) * 1e6
+
+        return {key: (ns(begin), ns(end)) for key, (begin, end) in self.spans.items()}
+
+
 def _iteration(cp: Any, graph: Graph, plan: Plan, arena: Arena, streams: dict[Stream, Any],
-               steps: tuple[Step, ...], attrs: list[dict], ledger: Ledger, ranges: gpu.Ranges) -> dict:
-    """Enqueue one iteration; returns its (begin, done) events per step and the iteration's start event."""
-    origin = cp.cuda.Event()
-    origin.record(streams[Stream.COMPUTE])
+               steps: tuple[Step, ...], attrs: list[dict], ledger: Ledger, ranges: gpu.Ranges, events: _Events,
+               operands: list[tuple[list[Any], list[Any]]]) -> None:
+    """Enqueue one iteration, recording its start and each step's begin and done on `events`."""
+    compute = streams[Stream.COMPUTE]
+    events.origin.record(compute)
     done: dict[tuple[str, int], Any] = {}
-    spans: dict[tuple[str, int], tuple[Any, Any]] = {}
-    for step in steps:
-        stream = streams[step.stream]
-        for event in step.waits:
-            stream.wait_event(done[event])
-        begin = cp.cuda.Event()
-        begin.record(stream)
-        _issue(cp, graph, plan, arena, stream, step, attrs, ledger, ranges)
-        end = cp.cuda.Event()
-        end.record(stream)
-        done[step.done] = end
-        spans[step.done] = (begin, end)
-    return {"origin": origin, "spans": spans}
+    with compute:  # the ops' kernels go to the compute stream without a switch each
+        for step in steps:
+            stream = streams[step.stream]
+            for event in step.waits:
+                stream.wait_event(done[event])
+            begin, end = events.spans[step.done]
+            begin.record(stream)
+            _issue(cp, graph, plan, arena, stream, step, attrs, ledger, ranges, operands)
+            end.record(stream)
+            done[step.done] = end
 
 
 def _issue(cp: Any, graph: Graph, plan: Plan, arena: Arena, stream: Any, step: Step, attrs: list[dict],
-           ledger: Ledger, ranges: gpu.Ranges) -> None:
+           ledger: Ledger, ranges: gpu.Ranges, operands: list[tuple[list[Any], list[Any]]]) -> None:
     """Enqueue one step on its stream and keep the ledger."""
     if step.kind is StepKind.OP:
         op = graph.ops[step.index]
         ranges.push(op_range_name(op))
-        with stream:
-            OPS[op.kind](cp, [arena.views[t] for t in op.reads], [arena.views[t] for t in op.writes],
-                         attrs[step.index])
+        reads, writes = operands[step.index]
+        if step.stream is Stream.COMPUTE:
+            OPS[op.kind](cp, reads, writes, attrs[step.index])
+        else:
+            with stream:
+                OPS[op.kind](cp, reads, writes, attrs[step.index])
         ranges.pop()
         ledger.apply(step, plan)
     elif step.kind in (StepKind.DISCARD, StepKind.POPULATE):
@@ -303,7 +325,7 @@ def _issue(cp: Any, graph: Graph, plan: Plan, arena: Arena, stream: Any, step: S
         ranges.pop()
 
 
-def _timeline(cp: Any, graph: Graph, plan: Plan, records: list[dict]) -> tuple[Timeline, list[float], list[float]]:
+def _timeline(graph: Graph, plan: Plan, records: list[dict]) -> tuple[Timeline, list[float], list[float]]:
     """The measured timeline, and each iteration's offset and length on its axis."""
     n, m = len(graph.ops), len(plan.memops)
     faults = np.zeros(n, dtype=np.int64)
@@ -314,17 +336,15 @@ def _timeline(cp: Any, graph: Graph, plan: Plan, records: list[dict]) -> tuple[T
     offset, offsets, lengths = 0.0, [], []
     for it, rec in enumerate(records):
         offsets.append(offset)
-        def ns(event: Any, rec: dict = rec) -> float:
-            return cp.cuda.get_elapsed_time(rec["origin"], event) * 1e6
-
-        op_start = np.array([ns(rec["spans"][("op", k)][0]) for k in range(n)])
-        op_end = np.array([ns(rec["spans"][("op", k)][1]) for k in range(n)])
+        spans = rec["spans"]
+        op_start = np.array([spans[("op", k)][0] for k in range(n)])
+        op_end = np.array([spans[("op", k)][1] for k in range(n)])
         mem_start, mem_end = np.zeros(m), np.zeros(m)
         for i, memop in enumerate(plan.memops):
             if memop.mode is Mode.FAULT:  # taken inside the op's kernels
                 mem_start[i], mem_end[i] = op_start[memop.complete_before], op_end[memop.complete_before]
             else:
-                mem_start[i], mem_end[i] = (ns(e) for e in rec["spans"][("memop", i)])
+                mem_start[i], mem_end[i] = spans[("memop", i)]
         stall = op_start - np.concatenate([[0.0], op_end[:-1]])
         rt, rb = resident_curve(graph, plan, op_start, op_end, mem_start, mem_end)
         for key, values in (("oi", np.full(n, it)), ("ox", np.arange(n)), ("os", op_start + offset),

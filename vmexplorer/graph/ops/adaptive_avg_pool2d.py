@@ -1,5 +1,6 @@
 """Adaptive average pooling (NCHW) to size x size: each output averages one window of x, the windows
-spread over x as evenly as the sizes allow.
+spread over x as evenly as the sizes allow. Where x already has the output's size (VGG and AlexNet at
+224 px) the pooling is a copy, and to 1 x 1 (ResNet) a mean over each plane: neither takes the matmuls.
 
 PyTorch's window rule: output i averages rows floor(i*H/out) .. ceil((i+1)*H/out) - 1, which also
 holds when out > H (windows then repeat rows). The pooling is separable, so it is two small
@@ -30,6 +31,12 @@ def adaptive_avg_pool2d(b: Recorder, x: int, layer: str, size: int) -> int:
 
 def forward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, Any]) -> None:
     (x,), (y,) = reads, writes
+    if x.shape == y.shape:  # every window is one value: a copy
+        y[...] = x
+        return
+    if y.shape[2:] == (1, 1):  # one window, the whole plane: its mean
+        xp.mean(x.reshape(*x.shape[:2], -1), axis=2, out=y.reshape(y.shape[:2]))
+        return
     ah = _averaging(xp, x.shape[2], y.shape[2], x.dtype)
     aw = _averaging(xp, x.shape[3], y.shape[3], x.dtype)
     xp.matmul(xp.matmul(ah, x), aw.T, out=y)
@@ -37,6 +44,12 @@ def forward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, A
 
 def backward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, Any]) -> None:
     (dy,), (dx,) = reads, writes
+    if dx.shape == dy.shape:
+        dx[...] = dy
+        return
+    if dy.shape[2:] == (1, 1):  # each input had a 1 / (H * W) share of its plane's mean
+        xp.divide(xp.broadcast_to(dy, dx.shape), dx.shape[2] * dx.shape[3], out=dx)
+        return
     ah = _averaging(xp, dx.shape[2], dy.shape[2], dy.dtype)
     aw = _averaging(xp, dx.shape[3], dy.shape[3], dy.dtype)
     xp.matmul(xp.matmul(ah.T, dy), aw, out=dx)

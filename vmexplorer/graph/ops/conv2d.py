@@ -7,14 +7,20 @@ from the run (GPU only: they choose the cuDNN engine).
 
 On numpy the reference is im2col (a strided window view) + tensordot. On cupy the convolutions run
 through NVIDIA's cuDNN frontend graph API on raw device pointers (CuPy 14 ships no cuDNN); the bias
-add and its gradient are plain reductions on either side.
+add and its gradient (a sum over N, H, W) are an elementwise pass and a reduction, on cupy CUDA kernels
+of their own (cuda_kernels.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ..graph import GraphError
+from . import cuda_kernels
 from .kernel import Kernel, run_numerics
 from .recorder import Recorder
 
@@ -58,7 +64,7 @@ def forward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, A
         win = windows(xp, x, w.shape[2], stride, pad)  # (N, C, Ho, Wo, k, k)
         y[...] = xp.tensordot(win, w, axes=((1, 4, 5), (1, 2, 3))).transpose(0, 3, 1, 2)
     if bias:
-        y += reads[2].reshape(1, -1, 1, 1)
+        _add_bias(xp, y, reads[2])
 
 
 def backward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, Any]) -> None:
@@ -79,7 +85,17 @@ def backward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, 
         if dx is not None:
             dx[...] = _col2im(xp, xp.tensordot(dy, w, axes=((1,), (0,))), x.shape, k, stride, pad)
     if bias:
-        xp.sum(dy, axis=(0, 2, 3), out=writes[-1])
+        if cuda_kernels.fast(xp, dy, writes[-1]):
+            cuda_kernels.channel_sum(dy, writes[-1])  # one deterministic pass, summed in double
+        else:
+            xp.sum(dy, axis=(0, 2, 3), out=writes[-1])
+
+
+def _add_bias(xp: Any, y: Array, b: Array) -> None:
+    if cuda_kernels.fast(xp, y, b):
+        cuda_kernels.bias_add(y, b)  # the same rounding as below, in one vectorised pass
+    else:
+        y += b.reshape(1, -1, 1, 1)
 
 
 KERNELS = (
@@ -121,9 +137,22 @@ def _on_gpu(xp: Any) -> bool:
 
 
 # --- the GPU path: cuDNN frontend graphs, built once per shape ------------------------------------
-# (which, x shape, w shape, y shape, stride, padding, tf32, device) -> (graph, tensors in pointer order)
-_GRAPHS: dict[tuple[Any, ...], tuple[Any, tuple[Any, Any, Any], int]] = {}  # ... -> (graph, tensors, plan)
-_HANDLES: dict[int, int] = {}
+@dataclass
+class _Conv:
+    """One convolution problem's cuDNN graph, the plan it runs, and how to launch it."""
+
+    graph: Any
+    tensors: tuple[Any, Any, Any]  # the graph's x, w, y tensors
+    index: int  # the plan autotuning chose, or -1: cuDNN's heuristic choice
+    workspace_bytes: int
+    launch: Callable[[int, int, int, int], None] | None  # (x, w, y, workspace) pointers; None: no raw path
+
+
+# (which, x shape, w shape, y shape, stride, padding, numerics, device) -> its _Conv
+_GRAPHS: dict[tuple[Any, ...], _Conv] = {}
+_HANDLES: dict[int, Any] = {}
+_STREAMS: dict[int, int] = {}  # device -> the stream its handle was last set to
+_F32 = np.dtype(np.float32)
 
 
 def _numerics(attrs: dict[str, Any]) -> tuple[bool, bool, bool]:
@@ -140,35 +169,80 @@ def _cudnn_conv(which: str, x: Array, w: Array, y: Array, stride: int, pad: int,
     import cupy
 
     for a in (x, w, y):
-        if a.dtype != cupy.float32 or not a.flags.c_contiguous:
+        if a.dtype != _F32 or not a.flags.c_contiguous:
             raise ValueError(f"cuDNN conv {which}: expects contiguous float32 NCHW arrays, got {a.dtype} "
                              f"{a.shape} (contiguous={a.flags.c_contiguous})")
-    dev = cupy.cuda.Device().id
-    key = (which, x.shape, w.shape, y.shape, stride, pad, numerics, dev)
-    import cudnn
-
+    dev = cupy.cuda.runtime.getDevice()
     handle = _handle(dev)
-    # the handle follows CuPy's current stream, so the engine's stream choice holds for cuDNN too
-    cudnn.set_stream(handle=handle, stream=cupy.cuda.get_current_stream().ptr)
-    entry = _GRAPHS.get(key)
-    if entry is None:
-        graph, tensors = _build(which, x.shape, w.shape, y.shape, stride, pad, numerics, handle)
-        pack = dict(zip(tensors, (x.data.ptr, w.data.ptr, y.data.ptr)))
-        entry = _GRAPHS[key] = (graph, tensors, _fastest(graph, pack, handle) if numerics[2] else -1)
-    graph, (tx, tw, ty), index = entry
+    stream = cupy.cuda.get_current_stream().ptr
+    if _STREAMS.get(dev) != stream:  # the handle follows CuPy's current stream, as the engine's other kernels
+        import cudnn
+
+        cudnn.set_stream(handle=handle, stream=stream)
+        _STREAMS[dev] = stream
+    key = (which, x.shape, w.shape, y.shape, stride, pad, numerics, dev)
+    conv = _GRAPHS.get(key)
+    if conv is None:
+        conv = _GRAPHS[key] = _prepare(which, x, w, y, stride, pad, numerics, handle)
+    workspace = cupy.empty(conv.workspace_bytes, dtype=cupy.uint8)
+    if conv.launch is not None:
+        conv.launch(x.data.ptr, w.data.ptr, y.data.ptr, workspace.data.ptr)
+        return
+    tx, tw, ty = conv.tensors
     pack = {tx: x.data.ptr, tw: w.data.ptr, ty: y.data.ptr}
-    if index < 0:  # cuDNN's heuristic choice, like PyTorch's default (benchmark off)
-        workspace = cupy.empty(max(graph.get_workspace_size(), 1), dtype=cupy.uint8)
-        graph.execute(pack, workspace.data.ptr, handle=handle)
+    if conv.index < 0:  # cuDNN's heuristic choice, like PyTorch's default (benchmark off)
+        conv.graph.execute(pack, workspace.data.ptr, handle=handle)
     else:
-        workspace = cupy.empty(max(graph.get_workspace_size_plan_at_index(index), 1), dtype=cupy.uint8)
-        graph.execute_plan_at_index(pack, workspace.data.ptr, index=index, handle=handle)
+        conv.graph.execute_plan_at_index(pack, workspace.data.ptr, index=conv.index, handle=handle)
+
+
+def _prepare(which: str, x: Array, w: Array, y: Array, stride: int, pad: int, numerics: tuple[bool, bool, bool],
+             handle: Any) -> _Conv:
+    graph, tensors = _build(which, x.shape, w.shape, y.shape, stride, pad, numerics, handle)
+    pack = dict(zip(tensors, (x.data.ptr, w.data.ptr, y.data.ptr)))
+    index = _fastest(graph, pack, handle) if numerics[2] else -1
+    size = graph.get_workspace_size() if index < 0 else graph.get_workspace_size_plan_at_index(index)
+    return _Conv(graph, tensors, index, max(int(size), 1), _raw_launch(graph, tensors, index, handle))
+
+
+def _raw_launch(graph: Any, tensors: tuple[Any, Any, Any], index: int,
+                handle: Any) -> Callable[[int, int, int, int], None] | None:
+    """The backend call the frontend's execute ends in, given the operands' pointers in uid order.
+
+    The frontend's execute inspects every buffer in Python on every call (about 100 us of host time a
+    convolution on the H200's host, so ResNet-50 b64's 159 convolutions alone took 13 ms of host time
+    per 31 ms iteration); its pointers and plan never change for one of our graphs, so they are worked
+    out here once. This reaches under the frontend's public API (nvidia-cudnn-frontend 1.32): where
+    anything differs, None, and the public execute runs."""
+    try:
+        plan = graph._plan_index if index < 0 else index
+        if graph._engine_for(graph._plans[plan]) is not None:  # a Python engine: only execute runs it
+            return None
+        order = [int(u) for u in graph._variant_pack_uids()]
+        uids = [int(t.get_uid()) for t in tensors]
+        if sorted(uids) != order:
+            return None
+        slots = [order.index(u) for u in uids]
+        cfg = graph._materialize_backend_plan(plan)
+        cpp = -1 if cfg is None or cfg.cpp_index is None else int(cfg.cpp_index)
+        run = graph._lowered_graph._execute_with_raw_ptrs
+        backend = int(handle.backend_handle)
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError):
+        return None
+    ptrs = np.zeros(len(order), dtype=np.uint64)
+    address = ptrs.ctypes.data
+
+    def launch(x: int, w: int, y: int, workspace: int) -> None:
+        ptrs[slots[0]], ptrs[slots[1]], ptrs[slots[2]] = x, w, y
+        run(address, len(order), workspace, backend, cpp)
+
+    return launch
 
 
 AUTOTUNE_RUNS = 3
 
 
-def _fastest(graph: Any, pack: dict[Any, int], handle: int) -> int:
+def _fastest(graph: Any, pack: dict[Any, int], handle: Any) -> int:
     """Time every plan cuDNN built on the real buffers, as PyTorch's benchmark mode does, and keep the
     fastest. It runs once per shape, on first use (the engine's warm-up iteration); within a process
     every later run reuses the choice, so runs of different policies compute with the same kernels.
@@ -204,7 +278,7 @@ def _fastest(graph: Any, pack: dict[Any, int], handle: int) -> int:
     return best
 
 
-def _handle(dev: int) -> int:
+def _handle(dev: int) -> Any:
     if dev not in _HANDLES:
         try:
             import cudnn
@@ -216,7 +290,7 @@ def _handle(dev: int) -> int:
 
 
 def _build(which: str, x_shape: tuple[int, ...], w_shape: tuple[int, ...], y_shape: tuple[int, ...],
-           stride: int, pad: int, numerics: tuple[bool, bool, bool], handle: int) -> tuple[Any, tuple[Any, Any, Any]]:
+           stride: int, pad: int, numerics: tuple[bool, bool, bool], handle: Any) -> tuple[Any, tuple[Any, Any, Any]]:
     import cudnn
 
     f32 = cudnn.data_type.FLOAT

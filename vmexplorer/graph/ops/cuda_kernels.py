@@ -1,11 +1,12 @@
 """Hand-written CUDA kernels for the memory-bound ops, used when the ops run on cupy.
 
-The generic `xp` bodies of relu, add, sgd_momentum, max_pool2d and batch_norm2d are the reference
-(numpy runs them in CI); on cupy they cost many passes over memory (bool temporaries, padded window
-copies, reductions over axes (0, 2, 3)). The kernels here do each op in the fewest passes, in float32,
-with the same rounding as the numpy bodies wherever the numpy body fixes it: `__fmul_rn` and friends
-keep nvcc from fusing a multiply and an add into one FMA, which would round once where numpy rounds
-twice. Every reduction runs in a fixed order with no atomics, so two runs give the same bits.
+The generic `xp` bodies of relu, add, sgd_momentum, max_pool2d, batch_norm2d, dropout and the
+convolution and linear biases are the reference (numpy runs them in CI); on cupy they cost many passes
+over memory (bool temporaries, padded window copies, reductions over axes (0, 2, 3)). The kernels here
+do each op in the fewest passes, in float32, with the same rounding as the numpy bodies wherever the
+numpy body fixes it: `__fmul_rn` and friends keep nvcc from fusing a multiply and an add into one FMA,
+which would round once where numpy rounds twice. Every reduction runs in a fixed order with no
+atomics, so two runs give the same bits.
 
 Assumptions, checked on entry: float32 operands (the ops fall back to the generic body otherwise),
 C-contiguous NCHW arrays, matching shapes. cupy is imported only when a kernel is first needed, and
@@ -41,9 +42,12 @@ def is_cupy(xp: Any) -> bool:
     return getattr(xp, "__name__", "") == "cupy"
 
 
+_F32 = np.dtype(np.float32)  # a dtype compared with a dtype: no conversion on every call
+
+
 def fast(xp: Any, *arrays: Array) -> bool:
     """True when an op should take its CUDA kernel: xp is cupy and every operand is float32."""
-    return is_cupy(xp) and all(a.dtype == np.float32 for a in arrays)
+    return is_cupy(xp) and all(a.dtype == _F32 for a in arrays)
 
 
 def compiled() -> list[str]:
@@ -580,10 +584,113 @@ BN_ELEMENTWISE(float4, unsigned long long, v4_i64)
 """
 
 
+# Convolution and linear biases, NCHW (or (N, C), hwv = 1), V float or float4 as for batch norm.
+# bias_add: y += b[c] in place, one rounding as numpy's `y += b`. channel_sum: db[c] = the sum of dy over
+# (N, H, W) in double, by blocks (p, c) as bn_stats_partial, then one thread per channel adding its P
+# partial sums in order: fixed order, no atomics (cupy's reduction over axes (0, 2, 3) took 3 ms for
+# VGG-19's first layer at batch 64, where one pass over dy takes 0.2).
+_BIAS = r"""
+template <typename V, typename I>
+__device__ void bias_add(V* y, const float* __restrict__ b, I total, unsigned int hwv, unsigned int C) {
+    const I stride = (I)gridDim.x * blockDim.x;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        const float bc = b[(unsigned int)((i / hwv) % C)];
+        V v = y[i];
+#pragma unroll
+        for (int l = 0; l < LANES(V); ++l) lane(v, l) = __fadd_rn(lane(v, l), bc);
+        y[i] = v;
+    }
+}
+
+// the sum of a over the block in a fixed order (as block_sum2 in the batch-norm source); thread 0 has it
+__device__ __forceinline__ void block_sum1(double& a) {
+    __shared__ double sa[32];
+    for (int o = 16; o > 0; o >>= 1) a += __shfl_down_sync(0xffffffffu, a, o);
+    const int lane_id = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane_id == 0) sa[warp] = a;
+    __syncthreads();
+    if (warp == 0) {
+        a = lane_id < (int)(blockDim.x >> 5) ? sa[lane_id] : 0.0;
+        for (int o = 16; o > 0; o >>= 1) a += __shfl_down_sync(0xffffffffu, a, o);
+    }
+}
+
+template <typename V>
+__device__ void channel_sum_partial(const V* __restrict__ x, double* __restrict__ part, unsigned int C,
+                                    unsigned int hwv, unsigned int mv, unsigned int P) {
+    const unsigned int p = blockIdx.x, c = blockIdx.y;
+    double s = 0.0;
+    for (unsigned int j = p * blockDim.x + threadIdx.x; j < mv; j += P * blockDim.x) {
+        const unsigned int n = j / hwv, hw = j - n * hwv;
+        V v = x[((unsigned long long)n * C + c) * hwv + hw];
+#pragma unroll
+        for (int l = 0; l < LANES(V); ++l) s += (double)lane(v, l);
+    }
+    block_sum1(s);
+    if (threadIdx.x == 0) part[(unsigned long long)c * P + p] = s;
+}
+
+extern "C" __global__ void channel_sum_finalize(const double* __restrict__ part, unsigned int C, unsigned int P,
+                                                float* __restrict__ out) {
+    const unsigned int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double s = 0.0;
+    for (unsigned int p = 0; p < P; ++p) s += part[(unsigned long long)c * P + p];
+    out[c] = (float)s;
+}
+
+#define BIAS_ADD(V, I, S)                                                                                     \
+extern "C" __global__ void bias_add_##S(V* y, const float* b, I total, unsigned int hwv, unsigned int C) {    \
+    bias_add<V, I>(y, b, total, hwv, C);                                                                      \
+}
+BIAS_ADD(float, unsigned int, v1_i32)
+BIAS_ADD(float, unsigned long long, v1_i64)
+BIAS_ADD(float4, unsigned int, v4_i32)
+BIAS_ADD(float4, unsigned long long, v4_i64)
+#define CHANNEL_SUM(V, S)                                                                                     \
+extern "C" __global__ void channel_sum_partial_##S(const V* x, double* part, unsigned int C, unsigned int hwv, \
+                                                   unsigned int mv, unsigned int P) {                         \
+    channel_sum_partial<V>(x, part, C, hwv, mv, P);                                                           \
+}
+CHANNEL_SUM(float, v1)
+CHANNEL_SUM(float4, v4)
+"""
+
+# Dropout in one pass each way: the mask drawn as dropout.uniform_bits draws it (splitmix64 of the
+# counter i + 1 plus the key, top 24 bits against the threshold), y = (x * mask) * scale and
+# dx = (dy * mask) * scale rounded as the numpy body rounds them. (cupy's generic body took a dozen
+# passes over 64-bit temporaries.)
+_DROPOUT = r"""
+extern "C" __global__ void dropout_fwd(const float* __restrict__ x, float* __restrict__ y,
+                                       unsigned char* __restrict__ mask, unsigned long long n,
+                                       unsigned long long key, unsigned long long threshold, float scale) {
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        unsigned long long z = (i + 1ull) * 0x9E3779B97F4A7C15ull + key;
+        z ^= z >> 30;
+        z *= 0xBF58476D1CE4E5B9ull;
+        z ^= z >> 27;
+        z *= 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        const unsigned char m = (z >> 40) >= threshold ? 1 : 0;
+        mask[i] = m;
+        y[i] = __fmul_rn(__fmul_rn(x[i], (float)m), scale);
+    }
+}
+
+extern "C" __global__ void dropout_bwd(const unsigned char* __restrict__ mask, const float* __restrict__ dy,
+                                       float* __restrict__ dx, unsigned long long n, float scale) {
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        dx[i] = __fmul_rn(__fmul_rn(dy[i], (float)mask[i]), scale);
+}
+"""
+
+
 def _source(name: str) -> str:
     if name == "flat":
         return _COMMON + _flat_source()
-    return _COMMON + {"pool": _POOL, "bn": _BN}[name]
+    return _COMMON + {"pool": _POOL, "bn": _BN, "bias": _BIAS, "dropout": _DROPOUT}[name]
 
 
 def _kernel(source: str, name: str) -> Any:
@@ -621,7 +728,7 @@ def _index(*arrays: Array) -> tuple[str, Any]:
 
 def _check(op: str, *arrays: Array) -> None:
     for a in arrays:
-        if a.dtype != np.float32 or not a.flags.c_contiguous:
+        if a.dtype != _F32 or not a.flags.c_contiguous:
             raise ValueError(f"{op}: the CUDA kernel needs C-contiguous float32 arrays, got {a.dtype} "
                              f"{'contiguous' if a.flags.c_contiguous else 'strided'} {a.shape}")
 
@@ -785,3 +892,66 @@ def batch_norm_backward(x: Array, gamma: Array, mean: Array, invstd: Array, dy: 
         _kernel("bn", f"bn_grad_input_{v}_{suffix}")(
             (_grid(units),), (BLOCK,),
             (x, dy, mean, invstd, gamma, dgamma, dbeta, np.float32(m), dx, itype(units), u32(hwv), u32(c)))
+
+
+# --- biases -----------------------------------------------------------------------------------------
+def _channels(op: str, y: Array, b: Array) -> tuple[int, int, int]:
+    """(C, H*W, lanes) of an NCHW or (N, C) array and its per-channel vector; float4 lanes when H*W % 4 == 0
+    and y is 16-byte aligned, so no float4 crosses a channel plane."""
+    _check(op, y, b)
+    if y.ndim not in (2, 4) or b.size != y.shape[1]:
+        raise ValueError(f"{op}: expected (N, C, H, W) or (N, C) and C values, got {y.shape} and {b.shape}")
+    c = int(y.shape[1])
+    hw = int(y.shape[2] * y.shape[3]) if y.ndim == 4 else 1
+    return c, hw, 4 if hw % 4 == 0 and _aligned(y) else 1
+
+
+def bias_add(y: Array, b: Array) -> None:
+    """y += b per channel (axis 1), in place."""
+    c, hw, lanes = _channels("bias_add", y, b)
+    if y.size == 0:
+        return
+    suffix, itype = _index(y)
+    units = y.size // lanes
+    _kernel("bias", f"bias_add_v{lanes}_{suffix}")(
+        (_grid(units),), (BLOCK,), (y, b, itype(units), np.uint32(hw // lanes), np.uint32(c)))
+
+
+def channel_sum(dy: Array, out: Array) -> None:
+    """out[c] = the sum of dy over every axis but 1, deterministic; beyond the kernel's 32-bit counts
+    (N*H*W >= 2^31 or C > 65535) cupy's own reduction does it."""
+    cp = _cp()
+    c, hw, lanes = _channels("channel_sum", dy, out)
+    m = dy.size // c if c else 0
+    if m == 0 or m >= 2**31 or c > 65535:
+        cp.sum(dy, axis=tuple(a for a in range(dy.ndim) if a != 1), out=out)
+        return
+    mv = m // lanes
+    parts = max(1, min(math.ceil(_sm_count() * STAT_BLOCKS_PER_SM / c), mv // (BLOCK * 4)))
+    part = cp.empty(c * parts, dtype=cp.float64)  # stream-ordered pool: freeing it right away is safe
+    u32 = np.uint32
+    _kernel("bias", f"channel_sum_partial_v{lanes}")(
+        (parts, c), (BLOCK,), (dy, part, u32(c), u32(hw // lanes), u32(mv), u32(parts)))
+    _kernel("bias", "channel_sum_finalize")((-(-c // 128),), (128,), (part, u32(c), u32(parts), out))
+
+
+# --- dropout ----------------------------------------------------------------------------------------
+def _dropout_check(op: str, a: Array, mask: Array, b: Array) -> int:
+    _check(op, a, b)
+    if mask.dtype != np.uint8 or not mask.flags.c_contiguous or not (a.size == mask.size == b.size):
+        raise ValueError(f"{op}: expected a contiguous uint8 mask the size of the data, got {mask.dtype} "
+                         f"{mask.shape} for {a.shape}")
+    return int(a.size)
+
+
+def dropout_forward(x: Array, y: Array, mask: Array, key: int, threshold: int, scale: float) -> None:
+    n = _dropout_check("dropout", x, mask, y)
+    if n:
+        _kernel("dropout", "dropout_fwd")((_grid(n),), (BLOCK,), (x, y, mask, np.uint64(n), np.uint64(key),
+                                                                  np.uint64(threshold), np.float32(scale)))
+
+
+def dropout_backward(mask: Array, dy: Array, dx: Array, scale: float) -> None:
+    n = _dropout_check("dropout_backward", dy, mask, dx)
+    if n:
+        _kernel("dropout", "dropout_bwd")((_grid(n),), (BLOCK,), (mask, dy, dx, np.uint64(n), np.float32(scale)))

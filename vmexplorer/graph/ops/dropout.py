@@ -8,6 +8,7 @@ The mask comes from a counter-based generator: element i draws splitmix64(key + 
 the key derived from (seed, iteration). It is stateless, so there is no generator state to set up
 per call (CuPy's cuRAND generators initialise hundreds of thousands of states each time), each
 iteration draws a fresh mask, a run is reproducible, and numpy and cupy give the same mask bit for bit.
+On cupy with float32 data each direction is one CUDA kernel drawing the same mask (cuda_kernels.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from . import cuda_kernels
 from .kernel import Kernel, RunContext
 from .recorder import Recorder
 
@@ -39,14 +41,21 @@ def dropout(b: Recorder, x: int, layer: str) -> int:
 def forward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, Any]) -> None:
     (x,), (y, mask) = reads, writes
     p = float(attrs.get("p", 0.5))
-    draws = uniform_bits(xp, x.size, key(int(attrs["seed"]), int(attrs.get("iteration", 0))))
-    mask[...] = (draws >= xp.uint64(round(p * (1 << _BITS)))).reshape(x.shape)
+    k, threshold = key(int(attrs["seed"]), int(attrs.get("iteration", 0))), round(p * (1 << _BITS))
+    if cuda_kernels.fast(xp, x, y):  # the same draws and roundings in one pass
+        cuda_kernels.dropout_forward(x, y, mask, k, threshold, _scale(p))
+        return
+    draws = uniform_bits(xp, x.size, k)
+    mask[...] = (draws >= xp.uint64(threshold)).reshape(x.shape)
     xp.multiply(x, mask, out=y)
     y *= _scale(p)
 
 
 def backward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, Any]) -> None:
     (mask, dy), (dx,) = reads, writes
+    if cuda_kernels.fast(xp, dy, dx):
+        cuda_kernels.dropout_backward(mask, dy, dx, _scale(float(attrs.get("p", 0.5))))
+        return
     xp.multiply(dy, mask, out=dx)
     dx *= _scale(float(attrs.get("p", 0.5)))
 

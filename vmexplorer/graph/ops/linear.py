@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from . import cuda_kernels
 from .kernel import Kernel, run_numerics
 from .recorder import Recorder
 
@@ -37,7 +38,7 @@ def forward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, A
     (y,) = writes
     xp.matmul(_rows(x), w.T, out=y)
     if bias:
-        y += reads[2]
+        _add_bias(xp, y, reads[2])
 
 
 def backward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, Any]) -> None:
@@ -48,7 +49,17 @@ def backward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, 
         xp.matmul(dy, w, out=_rows(writes[0]))  # dx has x's (maybe 4-D) shape; fill it through a view
     xp.matmul(dy.T, _rows(x), out=writes[1 if input_grad else 0])
     if bias:
-        xp.sum(dy, axis=0, out=writes[-1])
+        if cuda_kernels.fast(xp, dy, writes[-1]):
+            cuda_kernels.channel_sum(dy, writes[-1])  # deterministic, summed in double
+        else:
+            xp.sum(dy, axis=0, out=writes[-1])
+
+
+def _add_bias(xp: Any, y: Array, b: Array) -> None:
+    if cuda_kernels.fast(xp, y, b):
+        cuda_kernels.bias_add(y, b)  # the same rounding, one pass with no broadcasting machinery
+    else:
+        y += b
 
 
 KERNELS = (
