@@ -423,6 +423,27 @@ class User:
 
 # --- the server, and what it used
 
+def tree(pid: int) -> list[int]:
+    """`pid` and its children (`vmexplorer serve --num-procs N` forks N serving processes)."""
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                kids.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return [pid, *kids]
+
+
+def tree_rss_kib(pid: int) -> int:
+    """Resident memory of the server's processes, summed (pages they share counted in each)."""
+    return sum(rss_kib(p) for p in tree(pid))
+
+
+def tree_cpu_s(pid: int) -> float:
+    return sum(cpu_s(p) for p in tree(pid))
+
+
 def rss_kib(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -461,7 +482,7 @@ class Sample:
 
 def sample_usage(pid: int, samples: list[Sample], stop: threading.Event) -> None:
     while not stop.is_set():
-        samples.append(Sample(time.monotonic(), rss_kib(pid), cpu_s(pid), own_cpu_s()))
+        samples.append(Sample(time.monotonic(), tree_rss_kib(pid), tree_cpu_s(pid), own_cpu_s()))
         stop.wait(0.5)
 
 
@@ -487,7 +508,7 @@ async def drive(url: str, users: int, seconds: float, interval: float, stagger: 
 def run_load(root: Path, args: argparse.Namespace) -> tuple[Tally, list[Sample]]:
     tally, samples = Tally(), list[Sample]()
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_load_serve_{os.getpid()}.log"
-    with served(root, log, launcher=args.launcher, profile=args.profile_server) as (url, proc):
+    with served(root, log, launcher=args.launcher, profile=args.profile_server, procs=args.num_procs) as (url, proc):
         stop = threading.Event()
         sampler = threading.Thread(target=sample_usage, args=(proc.pid, samples, stop), daemon=True)
         sampler.start()
@@ -496,7 +517,7 @@ def run_load(root: Path, args: argparse.Namespace) -> tuple[Tally, list[Sample]]
         finally:
             stop.set()
             sampler.join()
-            samples.append(Sample(time.monotonic(), rss_kib(proc.pid), cpu_s(proc.pid), own_cpu_s()))
+            samples.append(Sample(time.monotonic(), tree_rss_kib(proc.pid), tree_cpu_s(proc.pid), own_cpu_s()))
     return tally, samples
 
 
@@ -576,7 +597,8 @@ def report(tally: Tally, samples: list[Sample], args: argparse.Namespace) -> str
     opened = max(tally.connected_at, default=float("inf"))  # from then on, no page build competes with drags
     c = tally.connect_s
     line = (f"{args.users} users x {args.seconds:.0f} s, a drag every {args.interval:g} s +-40% (light websocket "
-            f"clients in one process, one {'vmexplorer' if args.launcher else 'panel'} serve): "
+            f"clients in one process, one {'vmexplorer' if args.launcher else 'panel'} serve"
+            f"{f' of {args.num_procs} processes' if args.num_procs > 1 else ''}): "
             f"all drags: {drag_figures(tally.drags)}; each page's first "
             f"drag: answered {spread([d.answered_s for d in firsts])}; later drags: {drag_figures(later)}; "
             f"{len(tally.errors)} errors; page open (GET to document pulled) p50 {pct(c, .5):.1f} s, worst "
@@ -602,6 +624,9 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--launcher", action="store_true",
                     help="serve with `python -m vmexplorer serve` (what the README starts) instead of panel serve")
+    ap.add_argument("--num-procs", type=int, default=1, metavar="N",
+                    help="with --launcher: server processes (`vmexplorer serve --num-procs N`); RSS and CPU are "
+                         "then summed over them")
     ap.add_argument("--root", type=Path, default=ROOT, help="a checkout whose vmexplorer/app.py to serve")
     ap.add_argument("--profile-server", type=Path, default=None, metavar="FILE",
                     help="run the server under cProfile, write its profile to FILE and print its top functions")

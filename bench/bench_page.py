@@ -111,10 +111,10 @@ def answers(port: int) -> bool:
         return False
 
 
-def serve_command(port: int, compress: bool, launcher: bool = False) -> list[str]:
+def serve_command(port: int, compress: bool, launcher: bool = False, procs: int = 1) -> list[str]:
     if launcher:
         return [sys.executable, "-m", "vmexplorer", "serve", "--address", "127.0.0.1", "--port", str(port),
-                "--allow-websocket-origin", f"127.0.0.1:{port}"]
+                "--allow-websocket-origin", f"127.0.0.1:{port}", *(["--num-procs", str(procs)] if procs > 1 else [])]
     if not compress:
         return [sys.executable, "-m", "panel", "serve", "vmexplorer/app.py", "--address", "127.0.0.1",
                 "--port", str(port), "--allow-websocket-origin", f"127.0.0.1:{port}"]
@@ -126,11 +126,11 @@ def serve_command(port: int, compress: bool, launcher: bool = False) -> list[str
 
 @contextmanager
 def served(root: Path, log: Path, compress: bool = False, launcher: bool = False,
-           profile: Path | None = None) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+           profile: Path | None = None, procs: int = 1) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """The app of `root` served on a free loopback port for as long as the block lasts: (URL, process).
     With `profile`, the server runs under cProfile and is stopped by SIGINT, so that cProfile writes it."""
     port = free_port()
-    cmd = serve_command(port, compress, launcher)
+    cmd = serve_command(port, compress, launcher, procs)
     if profile is not None:
         cmd = [cmd[0], "-m", "cProfile", "-o", str(profile), *cmd[1:]]
     with open(log, "wb") as out:
