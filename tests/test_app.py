@@ -359,19 +359,19 @@ def test_tapping_an_op_or_a_transfer_in_the_timeline_shows_its_details_and_light
     ops = timeline_source(fig, "ops").data
     x = (ops["left"][5] + ops["right"][5]) / 2
     assert view.finder_card.collapsed and not view.finder_card.objects  # not built for the first screen
-    view._on_tap(Tap(lanes, x=x, y=LANES["compute"] + 0.4))
-    name = view.state.session.graph.ops[int(view._drawn.timeline.op_index[5])].name
+    view.lanes._on_tap(Tap(lanes, x=x, y=LANES["compute"] + 0.4))
+    name = view.state.session.graph.ops[int(view.lanes.drawn.timeline.op_index[5])].name
     assert name in view.finder.details.object
     assert not view.finder_card.collapsed and view.finder_card.objects  # opened, to show them
     memops = timeline_source(fig, "memops").data
     row = next(i for i, k in enumerate(memops["kind"]) if k == "prefetch")
     x = (memops["left"][row] + memops["right"][row]) / 2
-    view._on_tap(Tap(lanes, x=x, y=LANES["to device"] + 0.4))
+    view.lanes._on_tap(Tap(lanes, x=x, y=LANES["to device"] + 0.4))
     tensor = int(memops["tensor_id"][row])
     assert view.state.session.graph.tensors[tensor].name in view.finder.details.object
     lit = {i for i, a in enumerate(timeline_source(fig, "memops").data["alpha"]) if a > 0.5}
     assert row in lit and all(int(memops["tensor_id"][i]) == tensor for i in lit)
-    view._on_tap(Tap(lanes, x=x, y=LANES["to device"] - 0.1))  # between the lanes: nothing changes
+    view.lanes._on_tap(Tap(lanes, x=x, y=LANES["to device"] - 0.1))  # between the lanes: nothing changes
     assert {i for i, a in enumerate(timeline_source(fig, "memops").data["alpha"]) if a > 0.5} == lit
 
 
@@ -704,7 +704,8 @@ def test_the_page_does_not_wait_for_the_gpu_check_and_enables_run_when_it_answer
 
 
 def test_a_measured_session_is_drawn_one_iteration_at_a_time_the_median_first_and_all_on_request() -> None:
-    from vmexplorer.app import ALL_ITERATIONS, AppView
+    from vmexplorer.app import AppView
+    from vmexplorer.views import ALL_ITERATIONS
 
     view = AppView()
     s = view.state.session
@@ -801,29 +802,30 @@ def test_a_session_of_a_policy_the_page_has_no_knobs_for_is_not_half_drawn(monke
     view.upload.filename, view.upload.value = "mystery.vms", b"\x1f\x8b"
     assert view.state.shown() == before and view.alert.visible
     assert "mystery.vms` cannot be shown" in view.state.message and "unexpected error" not in view.state.message
-    assert view._drawn.plan.policy == view.config.policy.value == "autovm"
+    assert view.lanes.drawn.plan.policy == view.config.policy.value == "autovm"
 
 
 def test_a_session_the_page_cannot_draw_leaves_the_one_shown_before_with_a_clear_message(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import vmexplorer.app as app
+    import vmexplorer.views as views
 
     view = app.AppView()
     before = view.state.shown()
-    draw = app.timeline_figure
+    draw = views.timeline_figure
 
     def only_autovm(session: Any, *args: Any, **kwargs: Any) -> Any:
         if session.plan.policy != "autovm":
             raise ValueError("no glyph for this")
         return draw(session, *args, **kwargs)
 
-    monkeypatch.setattr(app, "timeline_figure", only_autovm)
+    monkeypatch.setattr(views, "timeline_figure", only_autovm)
     view.sample.value = UVM_TWIN
     view.open_sample.clicks += 1
     assert view.state.shown() == before and view.state.status == ""
     assert view.alert.visible and "unexpected error" not in view.state.message
     assert f"{UVM_TWIN}` cannot be shown (ValueError: no glyph for this)" in view.state.message
-    assert view._drawn.plan.policy == view.config.policy.value == "autovm"  # drawn again, widgets and all
+    assert view.lanes.drawn.plan.policy == view.config.policy.value == "autovm"  # drawn again, widgets and all
 
 
 # --- text from files, file names and typing reaches the page as text: never markup, Markdown or math
@@ -961,7 +963,7 @@ def test_each_lesson_step_sets_its_tab_the_time_axis_the_typical_iteration_and_w
         assert view.iteration.value == typical
         lit = view.lesson.lit
         assert (lit is not None) == (step.lit is not None), step.title
-        assert view._picked == lit
+        assert view.lanes.picked == lit
         if lit is not None:  # the timeline shows it: its markers and transfers at full colour, the rest faded
             memops = timeline_source(view.timeline.object, "memops").data
             alpha = dict(zip(memops["tensor_id"], memops["alpha"], strict=True))
@@ -977,9 +979,9 @@ def test_a_tensor_picked_in_one_graph_is_let_go_when_another_graph_is_shown() ->
     view = AppView()
     view.main()
     last = len(view.state.session.graph.tensors) - 1
-    view._highlight(last)
+    view.lanes.picked = last
     assert view.state.simulate_config("alexnet", 32, "60%", "autovm"), view.state.message
-    assert view._picked is None and not view.state.message  # drawn, nothing lit up
+    assert view.lanes.picked is None and not view.state.message  # drawn, nothing lit up
 
 
 def test_the_iteration_picker_the_browser_holds_names_the_iteration_the_timeline_draws() -> None:

@@ -112,3 +112,23 @@ def test_the_cliff_simulates_nothing_until_the_page_shows_it(state: AppState) ->
     assert view.points.data["name"] == []
     view.live = True
     assert "vgg19-b64-uvm-50pct.measured.vms" in view.points.data["name"]
+
+
+def test_the_timeline_panel_draws_a_session_picks_its_typical_iteration_and_keeps_its_figures_through_an_edit(
+        state: AppState) -> None:
+    from vmexplorer.views import ALL_ITERATIONS, TimelinePanel
+
+    panel = TimelinePanel(state=state)
+    s = state.session
+    panel.show_session(s)
+    assert panel.iteration.value == str(s.timeline.typical_iteration() + 1) != ALL_ITERATIONS
+    assert panel.shown_iteration == s.timeline.typical_iteration() and panel.pane.object is not None
+    assert state.simulate_config("vgg19", 64, "50%", "autovm"), state.message
+    panel.show_session(state.session)
+    fig = panel.pane.object
+    move = state.moves[0]
+    assert state.drag("prefetch", move.tensor, move.prefetch_after - 1)
+    panel.draw()  # an edit's simulation goes into the figures drawn: a person's zoom stays
+    assert panel.pane.object is fig and panel.drawn is state.session
+    panel.x_axis.value = "op"  # another axis: drawn anew
+    assert panel.pane.object is not fig and panel.pane.object.children[0].tags == ["op"]

@@ -21,7 +21,6 @@ from typing import Any
 
 import panel as pn
 import param
-from bokeh.events import Tap
 
 # Panel links Bokeh's MathJax bundle (the largest file of the page) into every page holding a Markdown
 # or HTML pane, math or not (`panel.io.resources.bundle_resources`); no pane here typesets math (what users
@@ -35,20 +34,11 @@ if __package__ in (None, ""):
     # installed: make the package importable from the repository it sits in
     sys.path.insert(0, str(ROOT))
 
-from vmexplorer import details  # noqa: E402
-from vmexplorer.appstate import MARKER_KINDS, AppState, Shown  # noqa: E402
+from vmexplorer.appstate import AppState, Shown  # noqa: E402
 from vmexplorer.session import Session, session_to_bytes  # noqa: E402
 from vmexplorer.session.trace import chrome_trace_chunks  # noqa: E402
 from vmexplorer.timeline import (  # noqa: E402
-    can_update,
-    highlight_tensor,
-    issue_after_at,
-    iteration_view,
-    row_at,
     standalone_html,
-    timeline_figure,
-    timeline_source,
-    update_timeline,
 )
 from vmexplorer.views import (  # noqa: E402
     Comparison,
@@ -59,6 +49,7 @@ from vmexplorer.views import (  # noqa: E402
     Lesson,
     PagingCliff,
     Text,
+    TimelinePanel,
     WhereTimeGoes,
     sample_groups,
     story_models,
@@ -67,7 +58,6 @@ from vmexplorer.views import widget as _w  # noqa: E402
 from vmexplorer.worker import Spare  # noqa: E402
 
 pd: Any = importlib.import_module("pandas")  # Panel's own dependency (its tables take DataFrames); no stubs
-ALL_ITERATIONS = "all"
 
 
 class TextAlert(Text):
@@ -141,19 +131,10 @@ class AppView:
         self.gpu = GpuRun(state=self.state, act=self._act)
 
     def _timeline_widgets(self) -> None:
-        """The timeline, its summary and the marker editor."""
-        # time first: on the op axis every op is as wide as any other, and the stalls paging causes vanish
-        self.x_axis = _w(pn.widgets.RadioButtonGroup, "x axis", options=["time", "op"], value="time")
-        # a measured session holds several iterations; one at a time keeps pan and zoom light
-        self.iteration = _w(pn.widgets.Select, "Iteration shown", options=[ALL_ITERATIONS], width=170)
-        self._picking = False  # the page is setting the picker itself
-        self._drawn: Session | None = None  # the session (or iteration of it) the timeline shows
-        # each marker source's data as the server last set it: a drag is told apart from it
-        self._marker_data: dict[str, dict[str, list[Any]]] = {}
-        self._filling = False  # the server is refilling the timeline's sources: not a drag, not a tap
-        self._picked: int | None = None  # the tensor lit up in the timeline
+        """The timeline with its pickers (views.TimelinePanel), its summary and the marker editor."""
         self.document: Any = None  # the served document (set by `page`); None: built outside a server
-        self.timeline = pn.pane.Bokeh(sizing_mode="stretch_width")
+        self.lanes = TimelinePanel(state=self.state, act=self._act, in_document=self._in_document)
+        self.x_axis, self.iteration, self.timeline = self.lanes.x_axis, self.lanes.iteration, self.lanes.pane
         self.summary = pn.widgets.Tabulator(disabled=True, show_index=False, sizing_mode="stretch_width",
                                             layout="fit_data_stretch")
         self.editor = Editor(state=self.state, act=self._act)
@@ -189,9 +170,9 @@ class AppView:
     @property
     def finder(self) -> Finder:
         if self._finder is None:
-            self._finder = finder = Finder(state=self.state, iteration=self._iteration_index())
-            finder.param.watch(lambda e: self._zoom_to(e.new), "focus")
-            finder.param.watch(lambda e: self._highlight(e.new), "selected_tensor")
+            self._finder = finder = Finder(state=self.state, iteration=self.lanes.iteration_index())
+            finder.param.watch(lambda e: self.lanes.zoom_to(e.new), "focus")
+            finder.param.watch(lambda e: setattr(self.lanes, "picked", e.new), "selected_tensor")
             # what a tap picks is shown in the finder's card: it opens
             finder.param.watch(lambda *_: setattr(self.finder_card, "collapsed", False),
                                ["selected_op", "selected_memop"])
@@ -209,9 +190,11 @@ class AppView:
         s = self.state
         self.open_sample.on_click(lambda *_: self._act(s.load_sample, self.sample.value))
         self.upload.param.watch(self._on_upload, "value")
-        self.x_axis.param.watch(lambda *_: self._draw_timeline(), "value")
-        self.iteration.param.watch(lambda *_: self._on_iteration(), "value")
-        self.editor.param.watch(lambda e: self._highlight(e.new), "picked")
+        self.lanes.param.watch(lambda *_: self._on_iteration(), "shown_iteration")
+        # what a tap in the timeline picks is shown in the finder (built then)
+        for picked in ("selected_op", "selected_memop"):
+            self.lanes.param.watch(lambda e: setattr(self.finder, e.name, e.new), picked)
+        self.editor.param.watch(lambda e: setattr(self.lanes, "picked", e.new), "picked")
         self.compare_twin.on_click(self._on_compare_twin)
         # param calls a watcher of several parameters with one event per parameter a batch changed, so
         # every watcher here takes any number (`lambda _:` fails once two change together)
@@ -268,29 +251,6 @@ class AppView:
         self._act(self.state.compare_with_twin, "uvm")
         if self.state.comparison is not None and not self.state.message and len(self.tabs) > 1:
             self.tabs.active = self.TABS.index("Compare")  # show it
-
-    def _on_marker_drag(self, kind: str) -> Any:
-        """A PointDrawTool drag in the browser: find the marker whose x changed, turn its x into the op
-        it is issued after, and drag it there in the state (which snaps, clamps and re-simulates)."""
-        def changed(attr: str, old: Any, new: Any) -> None:
-            s, before = self._drawn, self._marker_data.get(kind)
-            if self._filling or s is None or before is None:
-                return
-            xs = list(new.get("x", []))
-            if len(xs) != len(before["x"]):
-                self._draw_timeline()  # a marker was deleted (Backspace): put it back
-                return
-            # moved: now nearer another op boundary (on the time axis, half a millisecond can be several ops)
-            shifted = [i for i, (a, b) in enumerate(zip(before["x"], xs)) if float(a) != float(b)]
-            to = {i: issue_after_at(s, xs[i], self.x_axis.value, int(before["iteration"][i])) for i in shifted}
-            moved = [i for i in shifted if to[i] != int(before["issue_after"][i])]
-            if not moved:
-                return
-            i = moved[0]
-            self._act(self.state.drag, kind, int(before["tensor_id"][i]), to[i], int(before["issue_after"][i]))
-            if self.state.message:
-                self._draw_timeline()  # refused: draw the markers back where the plan has them
-        return changed
 
     # --- drawing
     def _draw_messages(self) -> None:
@@ -350,8 +310,6 @@ class AppView:
         if s is None:
             return
         p = s.plan
-        if self._drawn is not None and self._drawn.graph.key != s.graph.key:
-            self._picked = None  # a tensor of another graph: its number names nothing here
         self.config.set_to(s)
         stem = f"{p.model}-b{p.batch}-{p.policy}-{s.timeline.source}"
         self.save.filename, self.html.filename, self.trace.filename = (
@@ -359,94 +317,10 @@ class AppView:
         self.summary.value = pd.DataFrame(self.state.summary_rows())
         self.editor.draw()
         self.compare_twin.visible = p.policy != "uvm" and self.state.twin("uvm") is not None
-        n, timed = s.timeline.iterations, s.timeline.timed_iterations
-        # the picker's own watchers still run (they send it to the browser), this page's wait for the end
-        self._picking = True
-        try:
-            # the iterations run with CUPTI's unified-memory counters on are named: they are slower
-            self.iteration.options = {ALL_ITERATIONS: ALL_ITERATIONS, **{
-                f"{i + 1}{' (UM counted)' if i >= timed else ''}": str(i + 1) for i in range(n)}} \
-                if n > 1 else [ALL_ITERATIONS]
-            self.iteration.value = str(s.timeline.typical_iteration() + 1) if n > 1 else ALL_ITERATIONS
-        finally:
-            self._picking = False
-        self.iteration.visible = n > 1
+        self.lanes.show_session(s)
         if self._finder is not None:
-            self._finder.iteration = self._iteration_index()
-        self._draw_timeline()
+            self._finder.iteration = self.lanes.iteration_index()
         self._write_link()
-
-    def _draw_timeline(self) -> None:
-        """Put the shown session (or its chosen iteration) into the timeline: in place where the drawn
-        figures can hold it, so a person's zoom survives an edit; drawn anew otherwise."""
-        s = self.state.session
-        if s is None:
-            return
-        shown, which = s, ""
-        if self.iteration.value != ALL_ITERATIONS and s.timeline.iterations > 1:
-            shown = iteration_view(s, int(self.iteration.value) - 1)
-            which = f", iteration {self.iteration.value} of {s.timeline.iterations}"
-            if int(self.iteration.value) > s.timeline.timed_iterations:
-                which += " (unified memory counted: slower than the timed ones)"
-        self._drawn = shown
-        title = f"{self.state.origin}: {s.plan.policy} on {s.graph.model}, {s.timeline.source}{which}"
-        loaded = self.state.loaded
-        before = loaded.plan if loaded is not None and loaded.graph.key == s.graph.key else None
-        fig, axis = self.timeline.object, self.x_axis.value
-        if fig is not None and can_update(fig, shown, axis):
-            self._in_document(lambda: self._refill(fig, shown, axis, title, before))
-            return
-        fig = timeline_figure(shown, axis, editable=True, title=title, before=before)
-        for kind in MARKER_KINDS:
-            timeline_source(fig, f"{kind}_markers").on_change("data", self._on_marker_drag(kind))
-        # a plot event, not a TapTool: the marker drag tool takes the tap gesture of the toolbar
-        fig.children[0].on_event(Tap, self._on_tap)
-        self._refill(fig, shown, axis, title, before, drawn=True)
-        self.timeline.object = fig
-
-    def _refill(self, fig: Any, shown: Session, axis: str, title: str, before: Any, drawn: bool = False) -> None:
-        """The figures' part of `_draw_timeline`: their data (unless just `drawn` with it), what a drag is
-        told apart from, and the tensor lit up."""
-        self._filling = True
-        try:
-            if not drawn:
-                update_timeline(fig, shown, axis, title, before)
-            self._marker_data = {kind: {k: list(v) for k, v in timeline_source(fig, f"{kind}_markers").data.items()}
-                                 for kind in MARKER_KINDS}
-            highlight_tensor(fig, shown, axis, self._picked)
-        finally:
-            self._filling = False
-
-    def _highlight(self, tensor: int | None) -> None:
-        self._picked = tensor
-        self._in_document(lambda: self._highlight_now(tensor))
-
-    def _highlight_now(self, tensor: int | None) -> None:
-        """Light up one tensor's transfers, markers and resident bytes (None: none), from whichever
-        table or tap picked it; it stays lit through edits."""
-        fig, s = self.timeline.object, self._drawn
-        if fig is not None and s is not None and not self._filling:
-            self._filling = True  # the selections set here are not taps
-            try:
-                highlight_tensor(fig, s, self.x_axis.value, tensor)
-            finally:
-                self._filling = False
-
-    def _on_tap(self, event: Any) -> None:
-        """A tap on an op or a transfer in the timeline: the Finder shows its details, and a transfer's
-        tensor lights up."""
-        s, drawn, fig = self.state.session, self._drawn, self.timeline.object
-        hit = None if s is None or drawn is None or fig is None else row_at(fig, event.x, event.y)
-        if hit is None or s is None or drawn is None:
-            return
-        what, row = hit
-        if what == "op":
-            self.finder.selected_op = int(drawn.timeline.op_index[row])
-            return
-        it = self._iteration_index()
-        memop = int(drawn.timeline.memop_index[row])
-        self.finder.selected_memop = row if it is None else details.memop_row(s, memop, it)
-        self._highlight(int(s.plan.memops[memop].tensor))
 
     def _fill_tab(self) -> None:
         name = self.TABS[self.tabs.active]
@@ -467,39 +341,13 @@ class AppView:
             return
         self.x_axis.value = "time"
         self.tabs.active = self.TABS.index(self.lesson.tab)
-        self._highlight(self.lesson.lit)
+        self.lanes.picked = self.lesson.lit
 
     def _on_iteration(self) -> None:
-        """Another iteration picked: draw it, and the Finder and the link follow (unless the page is
-        setting the picker for a session it draws anyway)."""
-        if self._picking:
-            return
-        self._draw_timeline()
+        """Another iteration drawn: the Finder and the link follow."""
         if self._finder is not None:
-            self._finder.iteration = self._iteration_index()
+            self._finder.iteration = self.lanes.iteration_index()
         self._write_link()
-
-    def _iteration_index(self) -> int | None:
-        """The recorded iteration shown, from 0; None when the whole session is."""
-        v = self.iteration.value
-        return None if v == ALL_ITERATIONS else int(v) - 1
-
-    def _zoom_to(self, span_ms: tuple[float, float] | None) -> None:
-        if span_ms is not None and self.x_axis.value != "time":
-            self.x_axis.value = "time"  # draws anew, on time
-        self._in_document(lambda: self._zoom_to_now(span_ms))
-
-    def _zoom_to_now(self, span_ms: tuple[float, float] | None) -> None:
-        """Zoom the timeline's time axis to a span of the iteration shown (in ms from its start)."""
-        s, fig = self._drawn, self.timeline.object
-        if span_ms is None or s is None or fig is None:
-            return
-        start, end = details.zoom_window(span_ms)
-        if self.iteration.value == ALL_ITERATIONS and s.timeline.iterations > 1:
-            origin = details.iteration_spans(s).origin_ns / 1e6  # the typical iteration's
-            start, end = start + origin, end + origin
-        x_range = fig.children[0].x_range
-        x_range.start, x_range.end = start, end
 
     # --- downloads
     def _session_bytes(self) -> io.BytesIO | None:

@@ -17,10 +17,11 @@ from typing import Any
 
 import panel as pn
 import param
+from bokeh.events import Tap
 from panel.custom import JSComponent
 
 from . import details, worker
-from .appstate import SAMPLES, AppState, samples_by_gpu, times_than
+from .appstate import MARKER_KINDS, SAMPLES, AppState, samples_by_gpu, times_than
 from .config import capacity_text, share_of_footprint
 from .graph import MODELS, Graph, GraphError, build_graph
 from .plan import PlanError
@@ -29,7 +30,18 @@ from .policies import POLICIES, OptionSpec, compile_plan
 from .records.breakdown import PARTS as BREAKDOWN_PARTS
 from .session import Session
 from .simulator import simulate
-from .timeline import can_update, comparison_figure, typical_iteration, update_timeline
+from .timeline import (
+    can_update,
+    comparison_figure,
+    highlight_tensor,
+    issue_after_at,
+    iteration_view,
+    row_at,
+    timeline_figure,
+    timeline_source,
+    typical_iteration,
+    update_timeline,
+)
 from .units import format_bytes, format_ns
 
 
@@ -559,6 +571,195 @@ def sample_groups() -> dict[str, list[str]]:
 
 def _run(method: Callable[..., Any], *args: Any) -> None:
     method(*args)
+
+
+ALL_ITERATIONS = "all"
+
+
+class TimelinePanel(_OverState):
+    """The shown session's timeline with its x axis and iteration pickers. A session is put into the
+    drawn figures through their data sources where they can hold it (an edit's re-simulation), so a
+    person's zoom survives, and drawn anew otherwise (another axis, a measured session). A marker
+    dragged along x becomes `AppState.drag` (snapped, clamped and re-simulated there); a tap on an op
+    or a transfer sets `selected_op` or `selected_memop`; `picked` is the tensor lit up, whoever picked it.
+
+    `act` runs an action of the page; `in_document` makes a change to Bokeh models where the document
+    allows it. Both default to running at once, as outside a server."""
+
+    act = param.Callable(default=_run, doc="runs a state method as the page's actions run")
+    in_document = param.Callable(default=_run, doc="makes a change to the figures where the document allows it")
+    picked = param.Integer(default=None, allow_None=True, doc="the tensor lit up in the timeline")
+    selected_op = param.Integer(default=None, allow_None=True, doc="the op a tap picked (graph op index)")
+    selected_memop = param.Integer(default=None, allow_None=True,
+                                   doc="the transfer a tap picked (a row of details.memop_rows)")
+    shown_iteration = param.Integer(default=None, allow_None=True,
+                                    doc="the recorded iteration drawn, from 0; None: the whole session")
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        # time first: on the op axis every op is as wide as any other, and the stalls paging causes vanish
+        self.x_axis = widget(pn.widgets.RadioButtonGroup, "x axis", options=["time", "op"], value="time")
+        # a measured session holds several iterations; one at a time keeps pan and zoom light
+        self.iteration = widget(pn.widgets.Select, "Iteration shown", options=[ALL_ITERATIONS], width=170)
+        self.pane = pn.pane.Bokeh(sizing_mode="stretch_width")
+        self.drawn: Session | None = None  # the session (or iteration of it) the figures show
+        self._picking = False  # this panel is setting the iteration picker itself
+        # each marker source's data as the server last set it: a drag is told apart from it
+        self._marker_data: dict[str, dict[str, list[Any]]] = {}
+        self._filling = False  # the server is refilling the sources: not a drag, not a tap
+        self.x_axis.param.watch(lambda *_: self.draw(), "value")
+        self.iteration.param.watch(lambda *_: self._on_iteration(), "value")
+        self.param.watch(lambda e: self.in_document(lambda: self._highlight_now(e.new)), "picked")
+
+    def __panel__(self) -> Any:
+        return self.pane
+
+    def show_session(self, s: Session) -> None:
+        """A session newly shown: its iterations in the picker, the typical one chosen, and drawn."""
+        if self.drawn is not None and self.drawn.graph.key != s.graph.key:
+            self.picked = None  # a tensor of another graph: its number names nothing here
+        n, timed = s.timeline.iterations, s.timeline.timed_iterations
+        # the picker's own watchers still run (they send it to the browser), this panel's wait for the end
+        self._picking = True
+        try:
+            # the iterations run with CUPTI's unified-memory counters on are named: they are slower
+            self.iteration.options = {ALL_ITERATIONS: ALL_ITERATIONS, **{
+                f"{i + 1}{' (UM counted)' if i >= timed else ''}": str(i + 1) for i in range(n)}} \
+                if n > 1 else [ALL_ITERATIONS]
+            self.iteration.value = str(s.timeline.typical_iteration() + 1) if n > 1 else ALL_ITERATIONS
+        finally:
+            self._picking = False
+        self.iteration.visible = n > 1
+        self.draw()
+        self.shown_iteration = self.iteration_index()
+
+    def iteration_index(self) -> int | None:
+        """The recorded iteration shown, from 0; None when the whole session is."""
+        v = self.iteration.value
+        return None if v == ALL_ITERATIONS else int(v) - 1
+
+    def draw(self) -> None:
+        """Put the shown session (or its chosen iteration) into the figures: in place where they can hold
+        it, drawn anew otherwise."""
+        s = self.app.session
+        if s is None:
+            return
+        shown, which = s, ""
+        if self.iteration.value != ALL_ITERATIONS and s.timeline.iterations > 1:
+            shown = iteration_view(s, int(self.iteration.value) - 1)
+            which = f", iteration {self.iteration.value} of {s.timeline.iterations}"
+            if int(self.iteration.value) > s.timeline.timed_iterations:
+                which += " (unified memory counted: slower than the timed ones)"
+        self.drawn = shown
+        title = f"{self.app.origin}: {s.plan.policy} on {s.graph.model}, {s.timeline.source}{which}"
+        loaded = self.app.loaded
+        before = loaded.plan if loaded is not None and loaded.graph.key == s.graph.key else None
+        fig, axis = self.pane.object, self.x_axis.value
+        if fig is not None and can_update(fig, shown, axis):
+            self.in_document(lambda: self._refill(fig, shown, axis, title, before))
+            return
+        fig = timeline_figure(shown, axis, editable=True, title=title, before=before)
+        for kind in MARKER_KINDS:
+            timeline_source(fig, f"{kind}_markers").on_change("data", self._on_marker_drag(kind))
+        # a plot event, not a TapTool: the marker drag tool takes the tap gesture of the toolbar
+        fig.children[0].on_event(Tap, self._on_tap)
+        self._refill(fig, shown, axis, title, before, drawn=True)
+        self.pane.object = fig
+
+    def zoom_to(self, span_ms: tuple[float, float] | None) -> None:
+        """Zoom the time axis to a span of the iteration shown (ms from its start), on time."""
+        if span_ms is not None and self.x_axis.value != "time":
+            self.x_axis.value = "time"  # draws anew, on time
+        self.in_document(lambda: self._zoom_to_now(span_ms))
+
+    def _refill(self, fig: Any, shown: Session, axis: str, title: str, before: Any, drawn: bool = False) -> None:
+        """The figures' part of `draw`: their data (unless just `drawn` with it), what a drag is told apart
+        from, and the tensor lit up."""
+        self._filling = True
+        try:
+            if not drawn:
+                update_timeline(fig, shown, axis, title, before)
+            self._marker_data = {kind: {k: list(v) for k, v in timeline_source(fig, f"{kind}_markers").data.items()}
+                                 for kind in MARKER_KINDS}
+            highlight_tensor(fig, shown, axis, self.picked)
+        finally:
+            self._filling = False
+
+    def _highlight_now(self, tensor: int | None) -> None:
+        """Light up one tensor's transfers, markers and resident bytes (None: none); it stays lit through
+        edits."""
+        fig, s = self.pane.object, self.drawn
+        if fig is not None and s is not None and not self._filling:
+            self._filling = True  # the selections set here are not taps
+            try:
+                highlight_tensor(fig, s, self.x_axis.value, tensor)
+            finally:
+                self._filling = False
+
+    def _on_marker_drag(self, kind: str) -> Any:
+        """A PointDrawTool drag in the browser: find the marker whose x changed, turn its x into the op
+        it is issued after, and drag it there in the state (which snaps, clamps and re-simulates)."""
+        def changed(attr: str, old: Any, new: Any) -> None:
+            s, before = self.drawn, self._marker_data.get(kind)
+            if self._filling or s is None or before is None:
+                return
+            xs = list(new.get("x", []))
+            if len(xs) != len(before["x"]):
+                self.draw()  # a marker was deleted (Backspace): put it back
+                return
+            # moved: now nearer another op boundary (on the time axis, half a millisecond can be several ops)
+            shifted = [i for i, (a, b) in enumerate(zip(before["x"], xs)) if float(a) != float(b)]
+            to = {i: issue_after_at(s, xs[i], self.x_axis.value, int(before["iteration"][i])) for i in shifted}
+            moved = [i for i in shifted if to[i] != int(before["issue_after"][i])]
+            if not moved:
+                return
+            i = moved[0]
+            self.act(self.app.drag, kind, int(before["tensor_id"][i]), to[i], int(before["issue_after"][i]))
+            if self.app.message:
+                self.draw()  # refused: draw the markers back where the plan has them
+        return changed
+
+    def _on_tap(self, event: Any) -> None:
+        """A tap on an op or a transfer: which one goes to `selected_op` or `selected_memop`, and a
+        transfer's tensor lights up."""
+        s, drawn, fig = self.app.session, self.drawn, self.pane.object
+        hit = None if s is None or drawn is None or fig is None else row_at(fig, event.x, event.y)
+        if hit is None or s is None or drawn is None:
+            return
+        what, row = hit
+        if what == "op":
+            self._tapped("selected_op", int(drawn.timeline.op_index[row]))
+            return
+        it = self.iteration_index()
+        memop = int(drawn.timeline.memop_index[row])
+        self._tapped("selected_memop", row if it is None else details.memop_row(s, memop, it))
+        self.picked = int(s.plan.memops[memop].tensor)
+
+    def _tapped(self, name: str, value: int) -> None:
+        """Say what a tap picked, once, even if it picked the same as the last tap (a person tapping it
+        again after looking elsewhere wants it shown again)."""
+        with param.parameterized.discard_events(self):
+            setattr(self, name, value)
+        self.param.trigger(name)
+
+    def _on_iteration(self) -> None:
+        """Another iteration picked: draw it (unless this panel is setting the picker for a session it
+        draws anyway)."""
+        if self._picking:
+            return
+        self.draw()
+        self.shown_iteration = self.iteration_index()
+
+    def _zoom_to_now(self, span_ms: tuple[float, float] | None) -> None:
+        s, fig = self.drawn, self.pane.object
+        if span_ms is None or s is None or fig is None:
+            return
+        start, end = details.zoom_window(span_ms)
+        if self.iteration.value == ALL_ITERATIONS and s.timeline.iterations > 1:
+            origin = details.iteration_spans(s).origin_ns / 1e6  # the typical iteration's
+            start, end = start + origin, end + origin
+        x_range = fig.children[0].x_range
+        x_range.start, x_range.end = start, end
 
 
 class Comparison(_OverState):
