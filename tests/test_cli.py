@@ -153,6 +153,12 @@ BAD_INPUTS = {
     "export --force onto a symbolic link": ["export", "{uvm}", "--html", "{tmp}/link.vms", "--force"],
     "calibrate --force onto a named pipe": ["calibrate", "{sample}/vgg19-b64-device.measured.vms",
                                             "--out", "{tmp}/fifo", "--force"],
+    "an unknown mechanism": ["plan", *HALF, "--policy", "belady", "--mechanism", "paging"],
+    "swap for the uvm policy": ["plan", *HALF, "--policy", "uvm", "--mechanism", "swap"],
+    "swap for the device policy": ["simulate", *VGG, "--capacity", "100%", "--policy", "device",
+                                   "--mechanism", "swap", "--out", "{tmp}/big.vms"],
+    "swap on the GPU before the engine runs it": ["run", *HALF, "--policy", "belady", "--mechanism", "swap",
+                                                  "--out", "{tmp}/big.vms"],
 }
 SAMPLES = REPO / "sample_sessions"
 
@@ -191,6 +197,37 @@ def test_bad_input_is_one_line_and_exit_2(case: str, tmp_path: Path, sessions: d
     assert (tmp_path / "link.vms").is_symlink() and (tmp_path / "fifo").is_fifo()
     assert not (tmp_path / "big.vms").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".partial")]
+
+
+def test_swap_is_refused_by_run_until_the_engine_runs_it(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run(capsys, "run", *HALF, "--policy", "belady", "--mechanism", "swap", "--out",
+                       str(tmp_path / "x.vms"))
+    assert code == 2 and "the engine does not run swap yet" in err
+
+
+def test_the_mechanism_is_in_the_plan_the_session_and_every_table(capsys: pytest.CaptureFixture[str],
+                                                                   tmp_path: Path) -> None:
+    plan = run_json(capsys, "plan", *HALF, "--policy", "belady", "--mechanism", "swap")
+    assert plan["config"]["mechanism"] == "swap"
+    assert {m["mode"] for m in plan["plan"]["memops"]} <= {"async", "sync"}
+    assert run_json(capsys, "plan", *HALF, "--policy", "belady")["config"]["mechanism"] == "uvm"
+    path = tmp_path / "swap.vms"
+    sim = run_json(capsys, "simulate", *HALF, "--policy", "belady", "--mechanism", "swap", "--out", str(path))
+    assert sim["config"]["mechanism"] == "swap"
+    info = run_json(capsys, "info", str(path))
+    assert info["config"]["mechanism"] == "swap" and info["bound"] == sim["bound"]
+    code, out, _ = run(capsys, "info", str(path))
+    assert code == 0 and "belady --min-bytes 2097152 through swap" in out
+    code, out, _ = run(capsys, "plan", *HALF, "--policy", "autovm", "--mechanism", "swap")
+    assert code == 0 and "through swap" in out.splitlines()[0]
+
+
+def test_the_swap_bound_is_below_the_uvm_bound_of_the_same_graph_and_capacity(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    swap = run_json(capsys, "plan", *HALF, "--policy", "belady", "--mechanism", "swap")["bound"]
+    uvm = run_json(capsys, "plan", *HALF, "--policy", "belady")["bound"]
+    assert swap["min_bytes_to_host"] == uvm["min_bytes_to_host"]
+    assert swap["lower_bound_ns"] < uvm["lower_bound_ns"]
 
 
 def test_capacity_below_minimum_names_the_op_and_the_bytes(capsys: pytest.CaptureFixture[str]) -> None:

@@ -91,7 +91,8 @@ def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
     graph, plan, cost, reports = _compile(args)
     timeline = simulate(graph, plan, cost)
     doc = plan_doc(graph, plan, summarize(graph, plan, timeline), cost.name)
-    return {**doc, "bound": lower_bound(graph, plan.capacity, cost).as_json(), "notes": list(reports)}
+    return {**doc, "bound": lower_bound(graph, plan.capacity, cost, plan.mechanism).as_json(),
+            "notes": list(reports)}
 
 
 def cmd_simulate(args: argparse.Namespace) -> dict[str, Any]:
@@ -102,7 +103,7 @@ def cmd_simulate(args: argparse.Namespace) -> dict[str, Any]:
     _refuse_existing(args.out, args.force)  # before the work, not after it
     graph, plan, cost, reports = _compile(args)
     timeline = simulate(graph, plan, cost)
-    bound = lower_bound(graph, plan.capacity, cost)
+    bound = lower_bound(graph, plan.capacity, cost, plan.mechanism)
     session = new_session(graph, plan, timeline, cost_model=cost, notes=(*reports, *args.note), bound=bound)
     save_session(session, args.out, force=args.force)
     return {"path": str(args.out), "config": _config(session.plan), "cost_model": cost.name,
@@ -186,7 +187,7 @@ def cmd_calibrate(args: argparse.Namespace) -> dict[str, Any]:
     measured = round(float(np.median(session.timeline.timed_ns())))
     predicted = round(float(np.median(simulate(session.graph, session.plan, cost).iteration_ns())))
     return {"path": str(args.out), "config": _config(session.plan), "cost_model": cost.name,
-            "rates": {**{k: getattr(cost, k) for k in _TRANSFER_RATES},
+            "rates": {**{k: getattr(cost, k) for k in (*_TRANSFER_RATES, *_SWAP_TRANSFER_RATES)},
                       "fault_bytes_per_ns_by_kind": dict(cost.fault_bytes_per_ns_by_kind)},
             "not_fitted": _not_fitted(session.plan, cost, base or H100_DEFAULT),
             "ops_timed": len(cost.op_ns), "measured_iteration_ns": measured,
@@ -194,15 +195,18 @@ def cmd_calibrate(args: argparse.Namespace) -> dict[str, Any]:
 
 
 _TRANSFER_RATES = ("prefetch_bytes_per_ns", "evict_bytes_per_ns", "fault_bytes_per_ns", "host_block")
+_SWAP_TRANSFER_RATES = ("swap_to_device_bytes_per_ns", "swap_to_host_bytes_per_ns")
 
 
 def _not_fitted(plan: Plan, cost: Any, base: Any) -> list[str]:
     """The transfer rates calibration left as they were: all of them for a run that moved nothing
     (a device run), else those its memory operations gave no measurement of."""
-    from .plan import Mode
+    from .plan import Mechanism, Mode
 
     if not any(m.nbytes for m in plan.memops):
         return list(_TRANSFER_RATES)
+    if plan.mechanism is Mechanism.SWAP:  # its copies fit the swap rates; the uvm ones are the base's
+        return list(_TRANSFER_RATES) + [k for k in _SWAP_TRANSFER_RATES if getattr(cost, k) == getattr(base, k)]
     # host blocking is fitted on a grid whose points include the default, so equality says nothing
     kept = [k for k in _TRANSFER_RATES[:3] if getattr(cost, k) == getattr(base, k)]
     return kept + ([] if any(m.mode is Mode.ASYNC for m in plan.memops) else ["host_block"])
@@ -220,6 +224,10 @@ def table_calibrate(doc: dict[str, Any]) -> str:
     if kept == set(_TRANSFER_RATES):
         rates = ("its prefetch, eviction, demand-fault and host-blocking rates are the defaults, not fitted: "
                  "the run moved nothing")
+    elif kept >= set(_TRANSFER_RATES):  # a swap run: its copies' rates
+        into, out = r["swap_to_device_bytes_per_ns"], r["swap_to_host_bytes_per_ns"]
+        rates = ", ".join([rate("swap_to_device_bytes_per_ns", f"copies in {into:.1f} GB/s"),
+                           rate("swap_to_host_bytes_per_ns", f"copies out {out:.1f} GB/s")])
     else:
         rates = ", ".join([rate("prefetch_bytes_per_ns", f"prefetch {r['prefetch_bytes_per_ns']:.1f} GB/s"),
                            rate("evict_bytes_per_ns", f"eviction {r['evict_bytes_per_ns']:.1f} GB/s"),
@@ -269,6 +277,9 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
 
     if args.iterations < 1 or args.warmup < 0 or args.counted < 0:
         raise UsageError("--iterations must be at least 1, and --warmup and --counted at least 0")
+    if args.mechanism != "uvm":
+        raise UsageError(f"the engine does not run {args.mechanism} yet: simulate the plan with "
+                         f"`vmexplorer simulate --mechanism {args.mechanism}`, or run it with --mechanism uvm")
     parts = _collector_parts(args.collectors)
     _refuse_existing(args.out, args.force)
     graph, plan, _, reports = _compile(args)
@@ -446,7 +457,7 @@ def _compile(args: argparse.Namespace) -> tuple[Graph, Plan, CostModel, tuple[st
     cost = _cost_model(measured, graph, path)
     reports: list[str] = []
     plan = compile_plan(graph, capacity, args.policy, options, moves,
-                        simulation=Simulation(simulate, lower_bound, cost, reports.append))
+                        simulation=Simulation(simulate, lower_bound, cost, reports.append), mechanism=args.mechanism)
     if args.policy == "manual" and args.moves is None:
         _note("--policy manual without --moves has no moves to plan: the plan is what uvm gives (demand "
               "faults, LRU eviction); give your moves with --moves FILE")
@@ -618,8 +629,8 @@ def _config_line(c: dict[str, Any]) -> str:
     from .units import format_bytes
 
     opts = "".join(f" {_flag(_safe(k))} {_safe(v)}" for k, v in sorted(c["options"].items()))
-    return (f"{_safe(c['model'])} batch {c['batch']} at {c['image_size']}px, {_safe(c['policy'])}{opts}, "
-            f"capacity {format_bytes(c['capacity_bytes'])}")
+    return (f"{_safe(c['model'])} batch {c['batch']} at {c['image_size']}px, {_safe(c['policy'])}{opts} "
+            f"through {_safe(c.get('mechanism', 'uvm'))}, capacity {format_bytes(c['capacity_bytes'])}")
 
 
 def table_models(doc: dict[str, Any]) -> str:
@@ -865,6 +876,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     import argparse
     from pathlib import Path
 
+    from .config import Mechanism
     from .plan.moves import MAX_MOVES_FILE_BYTES
     from .policies import POLICIES
     from .units import format_bytes
@@ -875,6 +887,12 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                         "of the footprint")
     p.add_argument("--policy", required=True, choices=list(POLICIES), metavar="P",
                    help="; ".join(f"{n}: {s.summary}" for n, s in POLICIES.items()).replace("%", "%%"))
+    movers = ", ".join(name for name, spec in POLICIES.items() if not spec.uvm_only)
+    p.add_argument("--mechanism", choices=[m.value for m in Mechanism], default=Mechanism.UVM.value,
+                   help="how the bytes move: uvm (managed memory: the driver's prefetches, evictions and demand "
+                        "faults) or swap (a device pool of the capacity, pinned host memory, copies both ways at "
+                        f"once; a missing tensor is copied in before its op); swap takes {movers} "
+                        "(default uvm)")
     takers = " or ".join(f"--policy {name}" for name, spec in POLICIES.items() if spec.takes_moves)
     p.add_argument("--moves", type=Path, metavar="FILE",
                    help='manual plan, JSON {"moves": [{"tensor", "offload_after", "prefetch_after"}]} '

@@ -1,4 +1,5 @@
-"""What a person picks: a model at a batch and image size, the emulated capacity, a policy and its options.
+"""What a person picks: a model at a batch and image size, the emulated capacity, a policy and its options,
+and the mechanism that moves the policy's bytes.
 
 One `Config` travels the whole contract: the plan carries the one it was compiled for, the session file
 stores it, the command line prints it, the trace export and the GPU worker read it. The share of a
@@ -10,11 +11,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
+from enum import StrEnum
 from typing import Any
 
 from .units import parse_bytes
 
 Option = str | int | float
+
+
+class Mechanism(StrEnum):
+    """How bytes move between host and device; orthogonal to the policy, which decides when and what."""
+
+    UVM = "uvm"  # managed memory: cudaMemPrefetchAsync each way, the driver's demand faults and evictions
+    SWAP = "swap"  # a device pool of the capacity, pinned host memory, cudaMemcpyAsync each way; no driver
 
 
 @dataclass(frozen=True)
@@ -25,6 +34,7 @@ class Config:
     capacity: int  # bytes of emulated device memory
     policy: str
     options: Mapping[str, Option] = field(default_factory=dict)  # every option of the policy, as used
+    mechanism: Mechanism = Mechanism.UVM
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -34,7 +44,7 @@ class Config:
     def as_json(self) -> dict[str, Any]:
         """The config as the session file, the command line and the trace spell it."""
         return {"model": self.model, "batch": self.batch, "image_size": self.image_size, "policy": self.policy,
-                "capacity_bytes": self.capacity, "options": dict(self.options)}
+                "capacity_bytes": self.capacity, "options": dict(self.options), "mechanism": self.mechanism.value}
 
 
 def share_of_footprint(nbytes: int, footprint: int) -> float:

@@ -36,6 +36,10 @@ every transfer has completed. A memop must also be well formed: a real tensor, i
 within the iteration; a `sync` one is an eviction and a `fault` one a fault-in, each completing before the
 next op. Evictions after the last op are accepted (they complete by the end) but faults there are not.
 
+Under the `swap` mechanism there is no driver: what comes in before its op is a `sync` copy to the device
+(read as step 4's fault-in: exactly the missing bytes of a tensor op k touches), a `fault` means nothing, and
+an eviction takes all the bytes the tensor has on the device (a pool frees whole tensors).
+
 The replay counts the same bytes (the tests hold the two ledgers equal at every op), but this ledger is
 stricter in two ways, both about plans no policy writes: a memop whose mode and direction mean nothing
 together (a `fault` to the host, a `sync` to the device), which the replay reads as best it can, and a
@@ -48,7 +52,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from vmexplorer.graph import Graph
-from vmexplorer.plan import Direction, MemOp, Mode, Plan
+from vmexplorer.plan import Direction, Mechanism, MemOp, Mode, Plan
 
 _OFFLOAD, _PREFETCH, _FAULT, _EVICT = "offload", "prefetch", "fault", "eviction"
 
@@ -66,16 +70,17 @@ class Ledger:
 def check_plan(graph: Graph, plan: Plan, capacity: int | None = None) -> Ledger:
     """The plan's ledger, held to `capacity` (the plan's own by default)."""
     return check_memops(graph, plan.memops, plan.resident_at_start,
-                        plan.capacity if capacity is None else capacity)
+                        plan.capacity if capacity is None else capacity, plan.mechanism is Mechanism.SWAP)
 
 
 def check_memops(graph: Graph, memops: Sequence[MemOp], resident_at_start: Iterable[tuple[int, int]],
-                 capacity: int) -> Ledger:
+                 capacity: int, swap: bool = False) -> Ledger:
     start = dict(resident_at_start)
-    problems = _malformed(graph, memops) + _bad_start(graph, resident_at_start)
+    kinds = _SWAP_KINDS if swap else _KINDS
+    problems = _malformed(graph, memops, kinds) + _bad_start(graph, resident_at_start)
     if problems:  # the ledger below indexes by tensor and op: it needs well-formed memops
         return Ledger((), tuple(problems))
-    ledger = _Ledger(graph, start, capacity)
+    ledger = _Ledger(graph, start, capacity, kinds, swap)
     by_start: dict[int, list[MemOp]] = {}
     by_end: dict[int, list[MemOp]] = {}
     for m in memops:
@@ -95,14 +100,13 @@ def check_memops(graph: Graph, memops: Sequence[MemOp], resident_at_start: Itera
 
 _KINDS = {(Direction.TO_HOST, Mode.ASYNC): _OFFLOAD, (Direction.TO_HOST, Mode.SYNC): _EVICT,
           (Direction.TO_DEVICE, Mode.ASYNC): _PREFETCH, (Direction.TO_DEVICE, Mode.FAULT): _FAULT}
+# swap: a synchronous copy in before the op stands where uvm's fault does
+_SWAP_KINDS = {**{k: v for k, v in _KINDS.items() if v != _FAULT}, (Direction.TO_DEVICE, Mode.SYNC): _FAULT}
+
+Kinds = dict[tuple[Direction, Mode], str]
 
 
-def _kind(m: MemOp) -> str | None:
-    """What a memop is, by its direction and mode; None for a combination that means nothing."""
-    return _KINDS.get((m.direction, m.mode))
-
-
-def _malformed(graph: Graph, memops: Sequence[MemOp]) -> list[str]:
+def _malformed(graph: Graph, memops: Sequence[MemOp], kinds: Kinds) -> list[str]:
     n, out = len(graph.ops), []
     for i, m in enumerate(memops):
         if not 0 <= m.tensor < len(graph.tensors):
@@ -111,7 +115,7 @@ def _malformed(graph: Graph, memops: Sequence[MemOp]) -> list[str]:
             out.append(f"memop {i} moves {m.nbytes} bytes of a {graph.tensors[m.tensor].nbytes}-byte tensor")
         elif not -1 <= m.issue_after < m.complete_before <= n:
             out.append(f"memop {i} is issued after op {m.issue_after} and due before op {m.complete_before}")
-        elif _kind(m) is None:
+        elif (m.direction, m.mode) not in kinds:
             out.append(f"memop {i} is a {m.mode.value} transfer {m.direction.value}: no such transfer")
         elif m.mode is not Mode.ASYNC and m.complete_before != m.issue_after + 1:
             out.append(f"memop {i} is {m.mode.value} but does not complete before the next op")
@@ -132,8 +136,8 @@ class _Ledger:
     """Per tensor: whether it exists, its bytes on the device, and the transfer under way (if any);
     in all, the bytes on the device and, op by op, what each op ran with."""
 
-    def __init__(self, graph: Graph, start: dict[int, int], capacity: int) -> None:
-        self.graph, self.capacity = graph, capacity
+    def __init__(self, graph: Graph, start: dict[int, int], capacity: int, kinds: Kinds, swap: bool) -> None:
+        self.graph, self.capacity, self.kinds, self.swap = graph, capacity, kinds, swap
         # counted here, so that a mistake in Graph.last_use, which the replay reads, cannot hide
         self.last_use = [t.producer for t in graph.tensors]
         for k, op in enumerate(graph.ops):
@@ -146,18 +150,22 @@ class _Ledger:
         self.per_op: list[int] = []
         self.problems: list[str] = []
 
+    def _kind(self, m: MemOp) -> str | None:
+        """What a memop is, by its direction and mode; None for a combination that means nothing."""
+        return self.kinds.get((m.direction, m.mode))
+
     def boundary(self, k: int, starting: list[MemOp], ending: list[MemOp]) -> None:
         """Steps 1-3: offloads start, transfers due complete, prefetches start."""
         for m in starting:
-            if _kind(m) == _OFFLOAD:
+            if self._kind(m) == _OFFLOAD:
                 self._start(k, m, self.on_device[m.tensor], "is offloaded")
         for m in ending:
             if self.under_way.get(m.tensor) is m:
                 del self.under_way[m.tensor]
-                if _kind(m) == _OFFLOAD:
+                if self._kind(m) == _OFFLOAD:
                     self._add(m.tensor, -m.nbytes)
         for m in starting:
-            if _kind(m) == _PREFETCH:
+            if self._kind(m) == _PREFETCH:
                 self._bring_in(k, m, "is prefetched")
 
     def run_op(self, k: int, starting: list[MemOp]) -> None:
@@ -171,7 +179,7 @@ class _Ledger:
                 self.alive[t] = True
                 self._add(t, tensors[t].nbytes - self.on_device[t])
         for m in starting:
-            if _kind(m) == _FAULT:
+            if self._kind(m) == _FAULT:
                 if m.tensor not in touched:
                     self._problem(k, f"{tensors[m.tensor].name} is faulted in for {op.name}, which does not touch it")
                 self._bring_in(k, m, "is faulted in")
@@ -179,7 +187,7 @@ class _Ledger:
             if self.on_device[t] != tensors[t].nbytes or t in self.under_way:
                 self._problem(k, f"{op.name} touches {tensors[t].name} with {self.on_device[t]} of its "
                                  f"{tensors[t].nbytes} bytes on the device" + self._moving(t))
-        self.evict(k, [m for m in starting if _kind(m) == _EVICT], touched)
+        self.evict(k, [m for m in starting if self._kind(m) == _EVICT], touched)
         self.per_op.append(self.total)
         if self.total > self.capacity:
             self._problem(k, f"{op.name} runs with {self.total} bytes on the device, over the capacity "
@@ -194,8 +202,8 @@ class _Ledger:
         for m in evictions:
             t, name = m.tensor, self.graph.tensors[m.tensor].name
             moving = self.under_way.get(t)
-            if t in touched or (moving is not None and _kind(moving) == _OFFLOAD) \
-                    or not 0 < m.nbytes <= self.on_device[t]:
+            if t in touched or (moving is not None and self._kind(moving) == _OFFLOAD) \
+                    or not 0 < m.nbytes <= self.on_device[t] or (self.swap and m.nbytes != self.on_device[t]):
                 self._problem(k, f"{name}: {m.nbytes} bytes evicted, but it has {self.on_device[t]} on the "
                                  "device" + (", and the op touches it" if t in touched else "") + self._moving(t))
                 continue
@@ -206,9 +214,9 @@ class _Ledger:
         """Evictions issued after the last op complete by the end; a fault there is for no op."""
         n = len(self.graph.ops)
         for m in starting:
-            if _kind(m) == _FAULT:
+            if self._kind(m) == _FAULT:
                 self._problem(n, f"{self.graph.tensors[m.tensor].name} is faulted in after the last op, for no op")
-        self.evict(n, [m for m in starting if _kind(m) == _EVICT])
+        self.evict(n, [m for m in starting if self._kind(m) == _EVICT])
 
     def end(self, start: dict[int, int]) -> None:
         for t, tensor in enumerate(self.graph.tensors):
@@ -229,7 +237,7 @@ class _Ledger:
         if m.nbytes != moves:
             self._problem(k, f"{name} {what} with {m.nbytes} bytes, but {moves} would move")
             return
-        if _kind(m) == _OFFLOAD or m.complete_before > k:  # an offload completes at step 2, even at once
+        if self._kind(m) == _OFFLOAD or m.complete_before > k:  # an offload completes at step 2, even at once
             self.under_way[t] = m
 
     def _bring_in(self, k: int, m: MemOp, what: str) -> None:
@@ -249,7 +257,7 @@ class _Ledger:
 
     def _moving(self, t: int) -> str:
         m = self.under_way.get(t)
-        return "" if m is None else f" (its {_kind(m)} is under way, due before op {m.complete_before})"
+        return "" if m is None else f" (its {self._kind(m)} is under way, due before op {m.complete_before})"
 
     def _problem(self, k: int, text: str) -> None:
         where = "at the iteration end" if k == len(self.graph.ops) else f"at op {k}"

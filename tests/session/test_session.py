@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vmexplorer.cli import main
+from vmexplorer.config import Mechanism
 from vmexplorer.fileio import OutputError, atomic_write
 from vmexplorer.graph import build_graph
 from vmexplorer.policies import POLICIES, compile_plan
@@ -37,6 +38,7 @@ from vmexplorer.session import files as session_module
 from vmexplorer.session.session import SCHEMA_VERSION
 from vmexplorer.simulator import H100_DEFAULT, simulate
 from vmexplorer.simulator.bound import lower_bound
+from vmexplorer.simulator.costmodel import SWAP_RATES, CostModel
 
 
 @pytest.fixture(scope="module")
@@ -191,10 +193,20 @@ def set_in(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
     return change
 
 
+def without_mechanism(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document without schema 8's fields: `config.mechanism` and the cost model's swap rates."""
+    del doc["config"]["mechanism"]
+    for rate in SWAP_RATES:
+        if doc["cost_model"] is not None:
+            del doc["cost_model"][rate]
+    return doc
+
+
 def relabel(version: int) -> Callable[[dict[str, Any]], None]:
     """The document relabelled as a schema older than 7, without schema 7's `bound` and
-    `cost_model.serialises_directions`; fields of older schemas stay."""
+    `cost_model.serialises_directions` (and schema 8's fields); fields of older schemas stay."""
     def change(doc: dict[str, Any]) -> None:
+        without_mechanism(doc)
         doc["schema_version"] = version
         del doc["bound"]
         if doc["cost_model"] is not None:
@@ -209,6 +221,8 @@ def as_version(version: int) -> Callable[[dict[str, Any]], None]:
     def change(doc: dict[str, Any]) -> None:
         if version < 7:
             relabel(version)(doc)
+        elif version < 8:
+            without_mechanism(doc)
         doc["schema_version"] = version
         if version < 6 and doc["cost_model"] is not None:
             del doc["cost_model"]["fault_bytes_per_ns_by_kind"]
@@ -254,9 +268,21 @@ BAD_FILES: list[tuple[str, Callable[[bytes], bytes], str]] = [
      "cost_model.fault_bytes_per_ns_by_kind.sgd_momentum is 0: expected a rate from 0.001"),
     ("fault rates by kind in a schema 5 cost model",
      rewrite(relabel(5)), 'unexpected field "fault_bytes_per_ns_by_kind"'),
-    ("a bound in a schema 6 file", rewrite(set_in("schema_version", 6)), 'unexpected field "bound"'),
+    ("a bound in a schema 6 file", rewrite(lambda doc: without_mechanism(doc).update(schema_version=6)),
+     'unexpected field "bound"'),
     ("serialised directions in a schema 6 cost model",
-     rewrite(lambda doc: (doc.update(schema_version=6), doc.pop("bound"))), 'unexpected field "serialises_directions"'),
+     rewrite(lambda doc: (without_mechanism(doc).update(schema_version=6), doc.pop("bound"))),
+     'unexpected field "serialises_directions"'),
+    ("a mechanism in a schema 7 file", rewrite(set_in("schema_version", 7)), 'unexpected field "mechanism"'),
+    ("swap rates in a schema 7 cost model",
+     rewrite(lambda doc: (doc["config"].pop("mechanism"), doc.update(schema_version=7))),
+     'unexpected field "swap_'),
+    ("an unknown mechanism", rewrite(set_in("config.mechanism", "<i>magic</i>")),
+     'config.mechanism is "<i>magic</i>", expected one of "uvm", "swap"'),
+    ("swap for the uvm policy", rewrite(lambda doc: doc["config"].update(policy="uvm", options={}, mechanism="swap")),
+     "the uvm policy runs under uvm only"),
+    ("a swap rate of zero", rewrite(set_in("cost_model.swap_to_host_bytes_per_ns", 0)),
+     "cost_model.swap_to_host_bytes_per_ns is 0: expected a rate from 0.001"),
     ("serialised directions as a number", rewrite(set_in("cost_model.serialises_directions", 1)),
      "cost_model.serialises_directions should be true or false, not the number 1"),
     ("a bound that is a list", rewrite(set_in("bound", [1])), "bound should be an object, not a list"),
@@ -628,6 +654,29 @@ def test_a_bound_and_one_way_migrations_are_saved_and_a_schema_6_file_loads_with
     as_version(6)(doc)
     old = session_from_bytes(gzip.compress(json.dumps(doc).encode()))
     assert old.bound is None and old.cost_model.serialises_directions is True  # managed memory's driver
+
+
+def test_a_swap_session_keeps_its_mechanism_and_swap_rates_through_a_file(session: Session) -> None:
+    graph = session.graph
+    plan = compile_plan(graph, graph.footprint // 2, "belady", mechanism="swap")
+    cost = dataclasses.replace(H100_DEFAULT, swap_to_device_bytes_per_ns=55.0, swap_to_host_bytes_per_ns=53.0,
+                               swap_call_ns=7_000.0)
+    s = new_session(graph, plan, simulate(graph, plan, cost), cost,
+                    bound=lower_bound(graph, plan.capacity, cost, plan.mechanism))
+    back = session_from_bytes(session_to_bytes(s))
+    assert back.plan.mechanism is Mechanism.SWAP and back.plan.memops == plan.memops
+    assert (back.cost_model.swap_to_device_bytes_per_ns, back.cost_model.swap_to_host_bytes_per_ns,
+            back.cost_model.swap_call_ns) == (55.0, 53.0, 7_000.0)
+    assert json.loads(gzip.decompress(session_to_bytes(s)))["config"]["mechanism"] == "swap"
+
+
+def test_a_schema_7_file_loads_as_uvm_with_the_default_swap_rates(session: Session) -> None:
+    doc = json.loads(gzip.decompress(session_to_bytes(session)))
+    as_version(7)(doc)
+    assert "mechanism" not in doc["config"]
+    old = session_from_bytes(gzip.compress(json.dumps(doc).encode()))
+    assert old.plan.mechanism is Mechanism.UVM and old.plan.memops == session.plan.memops
+    assert old.cost_model.swap_to_device_bytes_per_ns == CostModel("x", 1, 1, 1, 1, 1, 1, 0).swap_to_device_bytes_per_ns
 
 
 def test_a_measured_session_is_held_against_the_bound_and_a_simulated_one_keeps_what_it_is_given(

@@ -4,6 +4,7 @@
 op by op to find where every tensor is, what the driver must evict on top, and whether it fits.
 """
 
-from .plan import Direction, MemOp, Mode, Move, Origin, Plan, PlanError
+from ..config import Mechanism
+from .plan import Direction, MemOp, Mode, Move, Origin, Plan, PlanError, transfer_kind
 
-__all__ = ["Direction", "MemOp", "Mode", "Move", "Origin", "Plan", "PlanError"]
+__all__ = ["Direction", "Mechanism", "MemOp", "Mode", "Move", "Origin", "Plan", "PlanError", "transfer_kind"]

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ..config import Config, Option
+from ..config import Config, Mechanism, Option
 
 
 class PlanError(ValueError):
@@ -24,14 +24,20 @@ class Direction(StrEnum):
 
 
 class Mode(StrEnum):
-    ASYNC = "async"  # cudaMemPrefetchAsync on a copy stream, ordered by CUDA events
-    SYNC = "sync"  # eviction on the compute stream: the next op waits for it
-    FAULT = "fault"  # the op's kernels demand-fault the pages in
+    """How a transfer runs beside the ops. Under `uvm` a tensor comes in by ASYNC prefetch or FAULT and
+    leaves by ASYNC offload or SYNC eviction; under `swap`, with no driver to fault pages in, one an op
+    needs and does not have is copied in SYNC (on demand), so FAULT never appears there."""
+
+    ASYNC = "async"  # on a copy stream, ordered by CUDA events (uvm: cudaMemPrefetchAsync; swap: cudaMemcpyAsync)
+    SYNC = "sync"  # on the compute stream: the next op waits for it (an eviction; under swap also a demand copy in)
+    FAULT = "fault"  # the op's kernels demand-fault the pages in (uvm only)
 
 
 class Origin(StrEnum):
     PLAN = "plan"  # decided by the policy or by a person
-    DRIVER = "driver"  # what the UVM driver does on its own: LRU evictions and demand faults
+    # forced by the replay, not planned: under uvm what the driver does on its own (LRU evictions, demand
+    # faults); under swap the synchronous copies the executor must make for the same reasons
+    DRIVER = "driver"
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,10 @@ class Plan:
         return self.config.options
 
     @property
+    def mechanism(self) -> Mechanism:
+        return self.config.mechanism
+
+    @property
     def key(self) -> tuple[str, int, int]:
         return self.config.key
 
@@ -117,3 +127,15 @@ class Plan:
             if pending is not None:
                 out.append(Move(t, pending, leading[0] if leading else None))
         return tuple(sorted(out, key=lambda mv: (mv.offload_after, mv.tensor)))
+
+
+def transfer_kind(m: MemOp, mechanism: Mechanism) -> str:
+    """What a memory operation is, in words a student reads: "planned prefetch", "planned offload",
+    "demand fault", "driver eviction" (uvm), "copied in on demand (synchronous)", "copied out to make
+    room (synchronous)" (swap)."""
+    to_device = m.direction is Direction.TO_DEVICE
+    if m.origin is Origin.PLAN:
+        return "planned prefetch" if to_device else "planned offload"
+    if mechanism is Mechanism.SWAP:
+        return "copied in on demand (synchronous)" if to_device else "copied out to make room (synchronous)"
+    return "demand fault" if to_device else "driver eviction"

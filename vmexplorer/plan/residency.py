@@ -28,6 +28,14 @@ and then, for op k itself:
 At the end (`finish`) open offloads complete, and what persists on the device is the residency the
 next iteration starts from. Both modes follow this order, so a repaired plan replays identically in
 strict mode.
+
+The mechanism (`Mechanism`) changes what repair adds, not when. Under `uvm` the driver faults pages
+in inside the op's kernels (`Mode.FAULT`) and evicts page by page, only the bytes needed. Under `swap`
+there is no driver: a tensor an op needs and does not have is copied in whole before the op, on the
+compute stream (`Mode.SYNC` to the device: copied in on demand), and room is made by copying whole
+tensors out (`Mode.SYNC` to the host), as a pool of whole allocations must. Where the only room left is
+a tensor still arriving, under `uvm` the driver takes its pages (thrashing); under `swap` its copy in
+is waited for first, so what is copied out is what arrived.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ..config import Mechanism
 from ..graph import Graph
 from ..units import format_bytes
 from .plan import Direction, MemOp, Mode, Move, Origin, PlanError
@@ -96,7 +105,7 @@ def next_use(graph: Graph, tensor: int, after: int) -> int | None:
     return uses[i] if i < len(uses) else None
 
 
-def repair(graph: Graph, capacity: int, planned: list[_Transfer]) -> Replay:
+def repair(graph: Graph, capacity: int, planned: list[_Transfer], mechanism: Mechanism = Mechanism.UVM) -> Replay:
     """Run iterations until the residency at the start of one repeats; return that iteration."""
     start = _initial_residency(graph, capacity)
     seen: list[Residency] = []
@@ -104,21 +113,22 @@ def repair(graph: Graph, capacity: int, planned: list[_Transfer]) -> Replay:
     result = None
     for _ in range(_STEADY_STATE_ROUNDS):
         seen.append(start)
-        result, end = _walk(graph, capacity, [_copy(t) for t in planned], start, lru, fix=True)
+        result, end = _walk(graph, capacity, [_copy(t) for t in planned], start, lru, True, mechanism)
         if end == start:
             return result
         if end in seen:  # a cycle longer than one iteration: report the one that starts from here
-            return _walk(graph, capacity, [_copy(t) for t in planned], end, lru, fix=True)[0]
+            return _walk(graph, capacity, [_copy(t) for t in planned], end, lru, True, mechanism)[0]
         start = end
     assert result is not None
     return result
 
 
-def check(graph: Graph, capacity: int, memops: tuple[MemOp, ...], start: Residency) -> Replay:
+def check(graph: Graph, capacity: int, memops: tuple[MemOp, ...], start: Residency,
+          mechanism: Mechanism = Mechanism.UVM) -> Replay:
     transfers = [_Transfer(m.tensor, m.direction, m.mode, m.issue_after, m.complete_before, m.origin,
                            m.nbytes) for m in memops]
     lru: OrderedDict[int, None] = OrderedDict((t, None) for t, _ in start)
-    result, end = _walk(graph, capacity, transfers, start, lru, fix=False)
+    result, end = _walk(graph, capacity, transfers, start, lru, False, mechanism)
     if end != start:
         moved = sorted(set(end) ^ set(start))[:3]
         names = ", ".join(graph.tensors[t].name for t, _ in moved)
@@ -142,10 +152,10 @@ def _initial_residency(graph: Graph, capacity: int) -> Residency:
 
 
 def _walk(graph: Graph, capacity: int, transfers: list[_Transfer], start: Residency,
-          lru: OrderedDict[int, None], fix: bool) -> tuple[Replay, Residency]:
+          lru: OrderedDict[int, None], fix: bool, mechanism: Mechanism) -> tuple[Replay, Residency]:
     """One iteration from `start`: the replay and the residency it ends with. `lru` carries the
     driver's eviction order from one iteration to the next."""
-    walk = _Walk(graph, capacity, transfers, _Device.at_start(graph, start, lru), fix)
+    walk = _Walk(graph, capacity, transfers, _Device.at_start(graph, start, lru), fix, mechanism)
     n = len(graph.ops)
     for k in range(n + 1):
         walk.start_offloads(k)
@@ -245,8 +255,11 @@ class _Walk:
     needed or the tensor is prefetched. `out` collects every transfer of the resulting plan."""
 
     def __init__(self, graph: Graph, capacity: int, transfers: list[_Transfer], device: _Device,
-                 fix: bool) -> None:
+                 fix: bool, mechanism: Mechanism) -> None:
         self.graph, self.capacity, self.device, self.fix = graph, capacity, device, fix
+        self.swap = mechanism is Mechanism.SWAP
+        self.demand = Mode.SYNC if self.swap else Mode.FAULT  # how a missing tensor comes in before its op
+        self.arriving: dict[int, _Transfer] = {}  # prefetches under way, by tensor
         self.touches = [op.touches for op in graph.ops]  # a property that builds its tuple each time
         n = len(graph.ops)
         self.issued: list[list[_Transfer]] = [[] for _ in range(n + 1)]
@@ -288,7 +301,7 @@ class _Walk:
         way has finished (the copy stream runs in order)."""
         d = self.device
         for tr in self.issued[k]:
-            if tr.direction is not Direction.TO_DEVICE or tr.mode is Mode.FAULT:
+            if tr.direction is not Direction.TO_DEVICE or tr.mode is not Mode.ASYNC:
                 continue
             self.out.append(tr)
             t = tr.tensor
@@ -300,6 +313,7 @@ class _Walk:
                 continue
             self._moving(tr, d.missing(t))
             d.fill(t, ARRIVING)
+            self.arriving[t] = tr
             if tr.complete_before is None or tr.complete_before <= k:
                 self._complete(tr)
             else:
@@ -310,7 +324,8 @@ class _Walk:
         fault must be for a tensor on the host that the op touches."""
         op = self.graph.ops[k]
         touches = self.touches[k]
-        faults = {tr.tensor: tr for tr in self.issued[k] if tr.mode is Mode.FAULT}
+        faults = {tr.tensor: tr for tr in self.issued[k]
+                  if tr.mode is self.demand and tr.direction is Direction.TO_DEVICE}
         for t in touches:
             self._bring_in_tensor(k, t, faults)
             self.device.touch(t)
@@ -323,10 +338,11 @@ class _Walk:
         d = self.device
         touches = self.touches[k]
         for tr in self.issued[k]:
-            if tr.mode is not Mode.SYNC:
+            if tr.mode is not Mode.SYNC or tr.direction is not Direction.TO_HOST:
                 continue
             t = tr.tensor
-            if d.can_evict(t) and tr.nbytes is not None and 0 < tr.nbytes <= d.dev[t] and t not in touches:
+            whole = not self.swap or tr.nbytes == d.dev[t]  # a pool frees whole tensors
+            if d.can_evict(t) and tr.nbytes is not None and 0 < tr.nbytes <= d.dev[t] and whole and t not in touches:
                 self._evict(t, tr.nbytes, k, tr.origin)
             else:
                 self.out.append(tr)
@@ -375,7 +391,7 @@ class _Walk:
         if self.graph.tensors[t].producer == k and state == DEAD:
             d.fill(t, DEVICE)
         elif state == HOST and (self.fix or t in faults):
-            tr = faults.get(t) or _Transfer(t, Direction.TO_DEVICE, Mode.FAULT, k - 1, k, Origin.DRIVER)
+            tr = faults.get(t) or _Transfer(t, Direction.TO_DEVICE, self.demand, k - 1, k, Origin.DRIVER)
             self.out.append(tr)
             self._moving(tr, d.missing(t))
             d.fill(t, DEVICE)
@@ -403,7 +419,10 @@ class _Walk:
                 raise PlanError(f"{op.name} needs {format_bytes(d.occupied)} on the device with what is in "
                                 f"flight, above the capacity {format_bytes(capacity)}")
             if d.can_evict(victim) and d.dev[victim] and victim not in touches:
-                self._evict(victim, min(d.dev[victim], d.occupied - capacity), k, Origin.DRIVER)
+                if self.swap and d.loc[victim] == ARRIVING:  # its copy lands first, then goes back out
+                    self._close(self.arriving[victim], k)
+                whole = d.dev[victim] if self.swap else min(d.dev[victim], d.occupied - capacity)
+                self._evict(victim, whole, k, Origin.DRIVER)
 
     def _victims(self, k: int) -> Iterator[int]:
         """LRU order; prefetches still arriving only as a last resort, the latest needed first: the

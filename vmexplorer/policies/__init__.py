@@ -8,6 +8,11 @@ capacity against the graph, asks the policy for its moves, and has `residency.re
 driver would do on top (demand faults, LRU evictions), so every plan is complete and its forced parts
 are visible as `Origin.DRIVER` memory operations.
 
+The mechanism (`uvm`, the default, or `swap`) is orthogonal to the policy: the same moves run through
+the driver's managed memory or as pinned copies in a device pool, and repair adds under `swap` the
+synchronous copies in and out the executor is forced into where `uvm` has faults and evictions. Every
+policy that plans moves takes either; `device` and `uvm` declare themselves `uvm_only`.
+
 `POLICIES` below is the registry, one line per policy: the CLI's `--policy` choices and option flags,
 the app's policy picker and knobs, and the session loader's check of a file's policy and options are
 all read from it. docs/policies.md says how to add a policy.
@@ -18,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..config import Config
+from ..config import Config, Mechanism
 from ..graph import Graph
 from ..plan import Move, Plan, PlanError
 from ..plan.residency import repair, transfers_for_moves
@@ -38,26 +43,43 @@ POLICIES: dict[str, PolicySpec] = {spec.name: spec for spec in (
 
 
 def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str, Any] | None = None,
-                 moves: Sequence[Move] = (), simulation: Simulation | None = None) -> Plan:
-    """The policy's plan, complete with what the driver adds; PlanError naming the problem and the fix
-    for an unknown policy or option, a capacity no plan fits, or moves the policy cannot take.
+                 moves: Sequence[Move] = (), simulation: Simulation | None = None,
+                 mechanism: Mechanism | str = Mechanism.UVM) -> Plan:
+    """The policy's plan under `mechanism`, complete with what the driver (or, under swap, the executor)
+    is forced to add; PlanError naming the problem and the fix for an unknown policy, option or
+    mechanism, a capacity no plan fits, moves the policy cannot take, or swap for a uvm-only policy.
     `simulation` (the simulator and the cost model the plan will be simulated with) is for a policy
     that searches in it (`tuned`); the others ignore it."""
     spec = POLICIES.get(policy)
     if spec is None:
         raise PlanError(f"unknown policy {policy!r}; choose one of: {', '.join(POLICIES)}")
+    mech = check_mechanism(spec, mechanism)
     opts = _check_options(spec, options or {})
     check_capacity(graph, capacity)
     if spec.search is not None and simulation is not None:
-        planned = spec.search(graph, capacity, opts, simulation)
+        planned = spec.search(graph, capacity, opts, simulation, mech)
     else:
         planned = spec.plan_moves(graph, capacity, opts, moves if spec.takes_moves else ())
     # after the policy, so that its own refusal of the capacity (device's footprint) is the one reported
     if moves and not spec.takes_moves:
         raise PlanError(f"moves are a manual plan; the {policy} policy makes its own")
-    replay = repair(graph, capacity, transfers_for_moves(graph, list(planned)))
-    config = Config(graph.model, graph.batch, graph.image_size, capacity, policy, opts)
+    replay = repair(graph, capacity, transfers_for_moves(graph, list(planned)), mech)
+    config = Config(graph.model, graph.batch, graph.image_size, capacity, policy, opts, mech)
     return Plan(config, replay.memops, replay.resident_at_start, replay.peak)
+
+
+def check_mechanism(spec: PolicySpec, mechanism: Mechanism | str) -> Mechanism:
+    """The mechanism, if the policy takes it; PlanError saying why not and what to pick otherwise."""
+    try:
+        mech = Mechanism(mechanism)
+    except ValueError:
+        raise PlanError(f"unknown mechanism {mechanism!r}; choose one of: "
+                        f"{', '.join(m.value for m in Mechanism)}") from None
+    if mech is not Mechanism.UVM and spec.uvm_only:
+        movers = ", ".join(name for name, s in POLICIES.items() if not s.uvm_only)
+        raise PlanError(f"the {spec.name} policy runs under uvm only: {spec.uvm_only}; under {mech.value} "
+                        f"choose a policy that plans its moves ({movers})")
+    return mech
 
 
 def non_default_options(policy: str, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -87,5 +109,5 @@ def _check_options(spec: PolicySpec, options: Mapping[str, Any]) -> dict[str, An
     return out
 
 
-__all__ = ["POLICIES", "OptionSpec", "PlanMoves", "PolicySpec", "SearchMoves", "Simulation", "check_capacity",
-           "compile_plan", "non_default_options"]
+__all__ = ["POLICIES", "Mechanism", "OptionSpec", "PlanMoves", "PolicySpec", "SearchMoves", "Simulation",
+           "check_capacity", "check_mechanism", "compile_plan", "non_default_options"]

@@ -20,4 +20,6 @@ def plan_moves(graph: Graph, capacity: int, options: Mapping[str, Any], moves: S
 
 
 SPEC = PolicySpec("device", "plain device memory, no paging: the ideal reference; refuses when the footprint "
-                            "exceeds the capacity", plan_moves)
+                            "exceeds the capacity", plan_moves,
+                  uvm_only="it moves nothing, so there is nothing for a mechanism to move; it is the reference "
+                           "both mechanisms are measured against")

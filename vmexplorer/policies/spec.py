@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..config import Mechanism
 from ..graph import Graph
 from ..plan import Move, Plan
 
@@ -46,16 +47,17 @@ class Simulation:
     counts lazy imports too), so the caller, which holds the cost model, passes the functions in:
     `Simulation(simulator.simulate, simulator.bound.lower_bound, cost)`."""
 
-    simulate: Callable[[Graph, Plan, Any], _Timed]
-    lower_bound: Callable[[Graph, int, Any], _Bounded]
+    simulate: Callable[[Graph, Plan, Any], _Timed]  # reads the plan's mechanism from it
+    lower_bound: Callable[[Graph, int, Any, Mechanism], _Bounded]
     cost_model: Any  # a simulator.CostModel: the policy only hands it back to the two functions
     report: Callable[[str], None] | None = None  # told, for people, how the search went
 
 
 class SearchMoves(Protocol):
     def __call__(self, graph: Graph, capacity: int, options: Mapping[str, Any],
-                 simulation: Simulation) -> list[Move]:
-        """The round trips a searching policy finds by simulating candidates with `simulation`."""
+                 simulation: Simulation, mechanism: Mechanism) -> list[Move]:
+        """The round trips a searching policy finds by simulating candidates with `simulation`, each
+        planned and simulated under `mechanism` (the one the plan will run under)."""
         ...
 
 
@@ -69,3 +71,6 @@ class PolicySpec:
     # a policy that searches in the simulator: compile_plan calls this instead of plan_moves when its
     # caller passes a Simulation; plan_moves is what the policy plans without one
     search: SearchMoves | None = None
+    # why the policy runs under uvm only (compile_plan refuses swap with it); empty: it plans its moves,
+    # and any schedule of moves runs under either mechanism
+    uvm_only: str = ""

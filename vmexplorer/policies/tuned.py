@@ -15,6 +15,10 @@ The simulator comes from the caller (`Simulation`): policies come before it in t
 Without one (a caller that passes none) there is nothing to search in and `tuned` plans as `belady`,
 its usual best start. The report (`Simulation.report`) says where the search started, how many changes
 it kept, and how far it ends from the lower bound under the same cost model.
+
+Every candidate is planned, simulated and held to the bound under the mechanism the plan will run under
+(`compile_plan(..., mechanism=)`): under `swap` the `uvm` start means no trips, every missing tensor
+copied in on demand, and the bound is the explicit-copy one.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import Config
+from ..config import Config, Mechanism
 from ..graph import Graph
 from ..plan import Move, Plan, PlanError
 from ..plan.moves import check_moves
@@ -53,9 +57,10 @@ def plan_moves(graph: Graph, capacity: int, options: Mapping[str, Any], moves: S
     return belady.belady_moves(graph, capacity)
 
 
-def search_moves(graph: Graph, capacity: int, options: Mapping[str, Any], simulation: Simulation) -> list[Move]:
+def search_moves(graph: Graph, capacity: int, options: Mapping[str, Any], simulation: Simulation,
+                 mechanism: Mechanism = Mechanism.UVM) -> list[Move]:
     result = tune(graph, capacity, simulation, options["search_seed"], options["search_steps"],
-                  options["search_seconds"])
+                  options["search_seconds"], mechanism)
     if simulation.report is not None:
         simulation.report(result.note())
     return list(result.moves)
@@ -74,20 +79,23 @@ class Tuning:
     kept: int  # changes kept
     stopped_by_time: bool
     seconds: float
+    mechanism: Mechanism = Mechanism.UVM
 
     def note(self) -> str:
         ratio = f"{self.end_ns / self.bound_ns:.2f}x" if self.bound_ns > 0 else "n/a:"
         cap = ", stopped by its time cap (the plan depends on the machine's speed)" if self.stopped_by_time else ""
-        return (f"tuned: from {self.start} at {format_ns(int(self.start_ns))} to {format_ns(int(self.end_ns))}, "
+        under = "" if self.mechanism is Mechanism.UVM else f" under {self.mechanism.value}"
+        return (f"tuned{under}: from {self.start} at {format_ns(int(self.start_ns))} to {format_ns(int(self.end_ns))}, "
                 f"{ratio} the lower bound ({format_ns(self.bound_ns)}); {self.kept} of {self.steps} changes kept "
                 f"in {self.seconds:.1f} s{cap}")
 
 
 def tune(graph: Graph, capacity: int, simulation: Simulation, seed: int = 0, steps: int = 600,
-         seconds: float = 4.5) -> Tuning:
-    """The hill climb: the fastest start, then at most `steps` single changes (or `seconds`)."""
+         seconds: float = 4.5, mechanism: Mechanism = Mechanism.UVM) -> Tuning:
+    """The hill climb under `mechanism`: the fastest start, then at most `steps` single changes (or
+    `seconds`)."""
     began = time.perf_counter()
-    judge = _Judge(graph, capacity, simulation)
+    judge = _Judge(graph, capacity, simulation, mechanism)
     start, best, best_ns = min(_starts(graph, capacity, judge), key=lambda s: s[2])
     start_ns, rng, gaps = best_ns, random.Random(seed), _gaps(graph)
     done = kept = 0
@@ -101,9 +109,9 @@ def tune(graph: Graph, capacity: int, simulation: Simulation, seed: int = 0, ste
         ns = judge.time_ns(candidate)
         if ns < best_ns or (change == "drop" and ns == best_ns):
             best, best_ns, kept = candidate, ns, kept + 1
-    bound = int(simulation.lower_bound(graph, capacity, simulation.cost_model).lower_bound_ns)
+    bound = int(simulation.lower_bound(graph, capacity, simulation.cost_model, mechanism).lower_bound_ns)
     return Tuning(tuple(best), start, start_ns, best_ns, bound, done, kept, stopped,
-                  time.perf_counter() - began)
+                  time.perf_counter() - began, mechanism)
 
 
 class _Judge:
@@ -111,9 +119,9 @@ class _Judge:
     infinite for moves that break a rule of `check_moves` (the search simply does not take them).
     Remembered by move set: a change undone by a later draw costs nothing the second time."""
 
-    def __init__(self, graph: Graph, capacity: int, simulation: Simulation) -> None:
-        self.graph, self.capacity, self.simulation = graph, capacity, simulation
-        self.config = Config(graph.model, graph.batch, graph.image_size, capacity, "tuned", {})
+    def __init__(self, graph: Graph, capacity: int, simulation: Simulation, mechanism: Mechanism) -> None:
+        self.graph, self.capacity, self.simulation, self.mechanism = graph, capacity, simulation, mechanism
+        self.config = Config(graph.model, graph.batch, graph.image_size, capacity, "tuned", {}, mechanism)
         self.seen: dict[tuple[Move, ...], float] = {}
 
     def time_ns(self, moves: list[Move]) -> float:
@@ -125,7 +133,7 @@ class _Judge:
     def _simulated_ns(self, moves: list[Move]) -> float:
         try:
             check_moves(self.graph, moves)
-            replay = repair(self.graph, self.capacity, transfers_for_moves(self.graph, moves))
+            replay = repair(self.graph, self.capacity, transfers_for_moves(self.graph, moves), self.mechanism)
             plan = Plan(self.config, replay.memops, replay.resident_at_start, replay.peak)
             timeline = self.simulation.simulate(self.graph, plan, self.simulation.cost_model)
         except PlanError:

@@ -16,4 +16,5 @@ def plan_moves(graph: Graph, capacity: int, options: Mapping[str, Any], moves: S
     return []
 
 
-SPEC = PolicySpec("uvm", "NVIDIA's default managed memory: demand faults, LRU eviction at capacity", plan_moves)
+SPEC = PolicySpec("uvm", "NVIDIA's default managed memory: demand faults, LRU eviction at capacity", plan_moves,
+                  uvm_only="it is the UVM driver's demand paging, by definition")

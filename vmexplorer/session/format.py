@@ -20,11 +20,11 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from ..config import Config
+from ..config import Config, Mechanism
 from ..graph import MODELS, PERSISTENT, Graph, GraphError, Kind, Op, Phase, Tensor, build_graph
 from ..plan import Direction, MemOp, Mode, Origin, Plan, PlanError
 from ..plan.validate import validate_plan
-from ..policies import POLICIES
+from ..policies import POLICIES, check_mechanism
 from ..records.collected import (
     MEMCPY_KINDS,
     UM_KINDS,
@@ -36,7 +36,7 @@ from ..records.collected import (
 )
 from ..records.spans import MAX_NS, Timeline
 from ..simulator.bound import SET_BY, Bound
-from ..simulator.costmodel import RATES, CostModel
+from ..simulator.costmodel import RATES, SWAP_RATES, CostModel
 from ..units import MAX_BYTES, quoted
 from .session import Session, SessionError
 
@@ -128,7 +128,7 @@ def _table(columns: dict[str, list[Any]], ragged: dict[str, list[tuple[int, ...]
 
 def _cost_model(c: CostModel) -> dict[str, Any]:
     # float(): calibration computes with numpy, and the file holds plain JSON numbers
-    return {"name": c.name, **{f: float(getattr(c, f)) for f in RATES},
+    return {"name": c.name, **{f: float(getattr(c, f)) for f in (*RATES, *SWAP_RATES)},
             "serialises_directions": bool(c.serialises_directions),
             **{table: {k: float(v) for k, v in getattr(c, table).items()}
                for table in ("op_ns", "op_gap_ns", "fault_bytes_per_ns_by_kind")}}
@@ -173,13 +173,14 @@ def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
         r.scalar(value, f"environment.{_key(key)}", STR)
     notes = r.column(doc["notes"], "notes", STR, None)
     config = r.fields(doc["config"], "config", ("model", "batch", "image_size", "policy", "capacity_bytes",
-                                                "options"))
+                                                "options") + (("mechanism",) if version >= 8 else ()))
     model, policy = (r.scalar(config[k], f"config.{k}", STR) for k in ("model", "policy"))
     batch, size, capacity = (r.scalar(config[k], f"config.{k}", INT, 1)
                              for k in ("batch", "image_size", "capacity_bytes"))
     if capacity > MAX_BYTES:
         r.fail(f"config.capacity_bytes is {capacity}, more than the {MAX_BYTES} bytes (1 PiB) any capacity may be")
     options = _options(r, policy, r.fields(config["options"], "config.options", None))
+    mechanism = _mechanism(r, policy, config.get("mechanism", Mechanism.UVM.value))
     if model not in MODELS:
         r.fail(f"config.model is {quoted(model)}, not a model this vmexplorer knows ({', '.join(MODELS)})")
     try:
@@ -188,7 +189,8 @@ def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
         r.fail(f"config: {e}")
     _same_graph(r, _graph(r, r.fields(doc["graph"], "graph", ("tensors", "ops")), model, batch, size), expected)
     graph = expected  # equal, and it carries what the engine needs beyond the file (op attributes)
-    plan = _plan(r, doc["plan"], graph, policy, capacity, options)
+    plan = _plan(r, doc["plan"], graph, Config(graph.model, graph.batch, graph.image_size, capacity, policy,
+                                               dict(options), mechanism))
     timeline = _timeline(r, doc["timeline"], graph, plan, version)
     cost = None if doc["cost_model"] is None else _read_cost_model(r, doc["cost_model"], version)
     raw = doc.get("collected")
@@ -216,6 +218,19 @@ def _options(r: Reader, policy: str, options: dict[str, Any]) -> dict[str, Any]:
         if opt.choices and value not in opt.choices:
             r.fail(f"{where} is {quoted(value)}, expected one of {', '.join(quoted(c) for c in opt.choices)}")
     return options
+
+
+def _mechanism(r: Reader, policy: str, value: Any) -> Mechanism:
+    """(schema 8 added `config.mechanism`; an older file's plans all ran through managed memory: uvm.)
+    One this vmexplorer has, that the policy takes."""
+    text = r.scalar(value, "config.mechanism", STR)
+    if text not in {m.value for m in Mechanism}:
+        r.fail(f"config.mechanism is {quoted(text)}, expected one of "
+               f"{', '.join(quoted(m.value) for m in Mechanism)}")
+    try:
+        return check_mechanism(POLICIES[policy], text)
+    except PlanError as e:
+        r.fail(f"config: {e}")
 
 
 def _same_graph(r: Reader, graph: Graph, expected: Graph) -> None:
@@ -263,8 +278,7 @@ def _graph(r: Reader, d: dict[str, Any], model: str, batch: int, size: int) -> G
     return Graph(model, batch, size, tensors, ops)
 
 
-def _plan(r: Reader, value: Any, graph: Graph, policy: str, capacity: int,
-          options: dict[str, str | int | float]) -> Plan:
+def _plan(r: Reader, value: Any, graph: Graph, config: Config) -> Plan:
     d = r.fields(value, "plan", ("memops", "resident_at_start", "peak_resident_bytes"))
     m = r.table(d["memops"], "plan.memops",
                 {"tensor": INT, "direction": Direction, "mode": Mode, "origin": Origin,
@@ -287,8 +301,7 @@ def _plan(r: Reader, value: Any, graph: Graph, policy: str, capacity: int,
         m["tensor"].tolist(), m["direction"], m["mode"], m["origin"], m["issue_after_op"].tolist(),
         m["complete_before_op"].tolist(), m["nbytes"].tolist()))
     resident = tuple(zip(start["tensor"].tolist(), start["nbytes"].tolist()))
-    plan = Plan(Config(graph.model, graph.batch, graph.image_size, capacity, policy, dict(options)), memops,
-                resident, peak)
+    plan = Plan(config, memops, resident, peak)
     try:
         validate_plan(graph, plan)  # what `vmexplorer plan` and the executor hold every plan to
     except PlanError as e:
@@ -342,7 +355,7 @@ def _read_cost_model(r: Reader, value: Any, version: int) -> CostModel:
     added `serialises_directions`; an older one was of managed memory, whose driver does: true.)"""
     newer = (("call_ns", "op_gap_ns") if version >= 3 else ()) + (
         ("fault_bytes_per_ns_by_kind",) if version >= 6 else ()) + (
-        ("serialises_directions",) if version >= 7 else ())
+        ("serialises_directions",) if version >= 7 else ()) + (SWAP_RATES if version >= 8 else ())
     d = r.fields(value, "cost_model", ("name", *_COST_FIELDS, "op_ns", *newer))
 
     def number(v: Any, where: str, lo: float, hi: float, what: str) -> float:
@@ -354,8 +367,10 @@ def _read_cost_model(r: Reader, value: Any, version: int) -> CostModel:
     rate = (*RATE_RANGE, f"a rate from {RATE_RANGE[0]:g} to {RATE_RANGE[1]:g} per ns")
     limits = {"host_block": (0.0, 1.0, "a share from 0 to 1"),
               "launch_ns": (0.0, FIXED_NS_MAX, f"a time from 0 to {FIXED_NS_MAX:g} ns"),
-              "call_ns": (0.0, FIXED_NS_MAX, f"a time from 0 to {FIXED_NS_MAX:g} ns")}
+              "call_ns": (0.0, FIXED_NS_MAX, f"a time from 0 to {FIXED_NS_MAX:g} ns"),
+              "swap_call_ns": (0.0, FIXED_NS_MAX, f"a time from 0 to {FIXED_NS_MAX:g} ns")}
     names = (*_COST_FIELDS, "call_ns") if version >= 3 else _COST_FIELDS
+    names += SWAP_RATES if version >= 8 else ()  # older: the uncalibrated defaults (CostModel's)
     rates = {f: number(d[f], f"cost_model.{f}", *limits.get(f, rate)) for f in names}
     op_time = (0.0, OP_NS_MAX, f"a time from 0 to {OP_NS_MAX:g} ns")
     by_op = {}

@@ -20,8 +20,9 @@ from ..simulator.bound import Bound, lower_bound
 
 FORMAT = "vmexplorer-session"
 # 2 added "collected" (the GPU collectors' records), 3 the cost model's "op_gap_ns" and "call_ns", 4
-# "collected.memcpy", 7 the "bound" and the cost model's "serialises_directions"; older files still load
-SCHEMA_VERSION = 7
+# "collected.memcpy", 7 the "bound" and the cost model's "serialises_directions", 8 "config.mechanism" and
+# the cost model's swap rates; older files still load
+SCHEMA_VERSION = 8
 
 class SessionError(ValueError):
     """A session that cannot be saved or loaded; the message names the file and the problem."""
@@ -83,11 +84,11 @@ def new_session(graph: Graph, plan: Plan, timeline: Timeline, cost_model: CostMo
 
 
 def bound_for(graph: Graph, plan: Plan, cost_model: CostModel | None = None) -> Bound | None:
-    """The bound at the plan's capacity under `cost_model`, or the uncalibrated default (whose rates
-    a session without a cost model is simulated and split with too); None below the least capacity
-    any plan needs, where there is no bound to hold a plan against."""
+    """The bound at the plan's capacity through its mechanism under `cost_model`, or the uncalibrated
+    default (whose rates a session without a cost model is simulated and split with too); None below
+    the least capacity any plan needs, where there is no bound to hold a plan against."""
     try:
-        return lower_bound(graph, plan.capacity, cost_model or H100_DEFAULT)
+        return lower_bound(graph, plan.capacity, cost_model or H100_DEFAULT, plan.mechanism)
     except PlanError:
         return None
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import __version__
 from ..fileio import atomic_write
-from ..plan import Direction, Mode, Origin
+from ..plan import Direction, Mechanism, Mode, Origin
 from ..records.collected import MEMCPY_KINDS, busiest_stream, per_op
 from ..units import format_bytes
 from .session import SCHEMA_VERSION, Session
@@ -112,7 +112,9 @@ def _families(session: Session) -> list[_Family]:
         m = p.memops[i]
         tensor = g.tensors[m.tensor]
         verb = "prefetch" if m.direction is Direction.TO_DEVICE else "offload"
-        if m.origin is Origin.DRIVER:
+        if m.origin is Origin.DRIVER and p.mechanism is Mechanism.SWAP:  # no driver: forced copies
+            verb = "copy in on demand" if m.direction is Direction.TO_DEVICE else "copy out"
+        elif m.origin is Origin.DRIVER:
             verb = "fault" if m.mode is Mode.FAULT else "evict"
         return _span(pid, _thread(m.direction, m.mode), f"{verb} {tensor.name}", f"memop.{m.origin.value}",
                      tl.memop_start_ns[row].item(), tl.memop_end_ns[row].item(),

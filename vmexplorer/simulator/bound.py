@@ -7,12 +7,17 @@ rate; bytes to the device at the faster of prefetching and demand faults). Where
 migrations run one direction at a time (`CostModel.serialises_directions`: the UVM driver), the two
 directions' times add up; otherwise each direction is a bound of its own. Fixed costs (a memory call's,
 a launch's) and the host's falling behind are left out: they only make real iterations longer.
+
+The mechanism picks the rates (`CostModel.for_mechanism`): the same least traffic, through the UVM
+driver (one direction at a time) or as pinned copies under `swap` (both directions at once, each at its
+copy rate). So the two bounds of one graph and capacity say what the driver costs at best.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..config import Mechanism
 from ..graph import Graph
 from ..plan.bound import min_traffic
 from .costmodel import CostModel
@@ -44,8 +49,10 @@ class Bound:
                 "lower_bound_ns": self.lower_bound_ns, "set_by": self.set_by}
 
 
-def lower_bound(graph: Graph, capacity: int, cost: CostModel) -> Bound:
-    """The bound at `capacity` bytes under `cost`; PlanError below the largest op's working set."""
+def lower_bound(graph: Graph, capacity: int, cost: CostModel, mechanism: Mechanism | str = Mechanism.UVM) -> Bound:
+    """The bound at `capacity` bytes under `cost` through `mechanism`; PlanError below the largest op's
+    working set."""
+    cost = cost.for_mechanism(mechanism)
     traffic = min_traffic(graph, capacity)
     compute = sum(cost.compute_ns(op.name, op.flops, op.bytes_touched) for op in graph.ops)
     into = max(cost.prefetch_bytes_per_ns, cost.fault_bytes_per_ns, *cost.fault_bytes_per_ns_by_kind.values())

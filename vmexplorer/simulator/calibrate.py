@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..graph import Graph
-from ..plan import Direction, Mode, Plan
+from ..plan import Direction, Mechanism, Mode, Plan
 from ..records.spans import Timeline, timed_only
 from .costmodel import H100_DEFAULT, CostModel
 from .simulate import simulate
@@ -19,6 +19,9 @@ HOST_BLOCK_GRID = tuple(i / 20 for i in range(21))
 # faults (the loss reading a label page) take the driver's fixed latency, not a rate, and a "rate"
 # from them would make a large fault of that kind elsewhere absurdly slow.
 KIND_FAULT_BYTES = 32 << 20
+# what the copies of a swap timeline fit: the names `_transfer_rates` gives, as swap rates
+_SWAP_NAMES = {"evict_bytes_per_ns": "swap_to_host_bytes_per_ns", "call_ns": "swap_call_ns",
+               "prefetch_bytes_per_ns": "swap_to_device_bytes_per_ns"}
 
 
 def calibrate(graph: Graph, plan: Plan, timeline: Timeline, base: CostModel = H100_DEFAULT,
@@ -46,6 +49,11 @@ def calibrate(graph: Graph, plan: Plan, timeline: Timeline, base: CostModel = H1
       call): not visible in a timeline, so it is the value on a 5% grid whose simulated iteration
       comes closest to the measured one, when the plan has asynchronous calls.
 
+    - Under `swap` (the plan's mechanism) the copies' line and rates are the swap ones
+      (`swap_to_host_bytes_per_ns`, `swap_call_ns`, `swap_to_device_bytes_per_ns`, copies in on demand
+      counting with the prefetches), nothing faults, and nothing is fitted for host blocking (a pinned
+      copy's call returns at once): the uvm rates stay `base`'s, as the swap rates do under uvm.
+
     Only the timed iterations count: iterations run with CUPTI's unified-memory counters on are slower.
     Whether migrations run one direction at a time (`serialises_directions`) is `base`'s: a timeline
     shows when each transfer was issued and completed, not whether the driver ran two at once.
@@ -53,13 +61,16 @@ def calibrate(graph: Graph, plan: Plan, timeline: Timeline, base: CostModel = H1
     tl = timed_only(timeline)
     duration = (tl.op_end_ns - tl.op_start_ns).astype(np.float64)
     op_ns, op_gap_ns = _op_times(graph, plan, tl, duration, base)
-    rates = _transfer_rates(plan, tl, base)
+    swap = plan.mechanism is Mechanism.SWAP
+    rates = _transfer_rates(plan, tl, base.for_mechanism(plan.mechanism))
+    if swap:
+        rates = {_SWAP_NAMES[k]: v for k, v in rates.items()}
     fault_rate, by_kind = _fault_rates(graph, tl, duration, op_ns, base)
     label = name or f"calibrated on {graph.model} b{graph.batch} {plan.policy} ({tl.source})"
     numbers: dict[str, Any] = {**rates, **fault_rate}  # rates only: `serialises_directions` stays `base`'s
     fitted = replace(base, name=label, op_ns=op_ns, op_gap_ns=op_gap_ns, fault_bytes_per_ns_by_kind=by_kind,
                      **numbers)
-    if any(m.mode is Mode.ASYNC for m in plan.memops) and len(tl.op_index):
+    if not swap and any(m.mode is Mode.ASYNC for m in plan.memops) and len(tl.op_index):
         fitted = replace(fitted, host_block=_fit_host_block(graph, plan, tl, fitted))
     return fitted
 
@@ -104,7 +115,9 @@ def _transfer_rates(plan: Plan, tl: Timeline, base: CostModel) -> dict[str, floa
         call, per_byte = _line(sizes, spans[evictions])
         if per_byte > 0:
             rates["evict_bytes_per_ns"], rates["call_ns"] = 1 / per_byte, call
-    prefetches = rows_of(Direction.TO_DEVICE, (Mode.ASYNC,))
+    # under swap a copy in on demand is a copy like a prefetch (under uvm a fault is the kernels')
+    into = (Mode.ASYNC,) if plan.mechanism is Mechanism.UVM else (Mode.ASYNC, Mode.SYNC)
+    prefetches = rows_of(Direction.TO_DEVICE, into)
     call_ns = rates.get("call_ns", base.call_ns)
     busy = float(spans[prefetches].sum()) - call_ns * len(prefetches) if prefetches else 0.0
     if busy > 0:

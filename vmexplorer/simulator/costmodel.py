@@ -1,6 +1,11 @@
 """How long things take: the simulator's cost model and its uncalibrated defaults (calibrate.py fits one).
 
 Bandwidths are in bytes per ns, which is the same number as GB/s.
+
+One cost model describes one GPU under both mechanisms: the `uvm` rates (managed memory: prefetch,
+eviction, demand faults, host blocking, whether the driver serialises the directions) and the `swap`
+rates (pinned cudaMemcpyAsync each way). `for_mechanism` gives the simulator and the bound the rates a
+plan runs at: under swap a copy in is a copy in, planned or on demand, and the directions overlap.
 """
 
 from __future__ import annotations
@@ -9,6 +14,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+
+from ..config import Mechanism
 
 
 @dataclass(frozen=True)
@@ -34,6 +41,23 @@ class CostModel:
     # and a 2 GiB prefetch issued together on two streams took their sum, DESIGN.md), pinned copies do
     # not; the bound (simulator/bound.py) adds the two directions' times when set
     serialises_directions: bool = True
+    # swap: pinned cudaMemcpyAsync on one copy stream per direction (both directions at once take no
+    # longer than one, DESIGN.md). The defaults are the H100's measured 54 GB/s each way, uncalibrated
+    # until a swap session is calibrated; the fixed cost of a copy call is not measured yet (0)
+    swap_to_device_bytes_per_ns: float = 54.0
+    swap_to_host_bytes_per_ns: float = 54.0
+    swap_call_ns: float = 0.0
+
+    def for_mechanism(self, mechanism: Mechanism | str) -> CostModel:
+        """The model a plan of `mechanism` runs at: itself under uvm; under swap its copy rates in
+        place of the driver's (a demand copy moves at the copy rate, as a prefetch does), no host
+        blocking (a cudaMemcpyAsync from pinned memory returns at once) and the directions overlapping."""
+        if Mechanism(mechanism) is Mechanism.UVM:
+            return self
+        into, out = self.swap_to_device_bytes_per_ns, self.swap_to_host_bytes_per_ns
+        return replace(self, prefetch_bytes_per_ns=into, evict_bytes_per_ns=out, fault_bytes_per_ns=into,
+                       fault_bytes_per_ns_by_kind={}, host_block=0.0, call_ns=self.swap_call_ns,
+                       serialises_directions=False)
 
     def fault_ns(self, nbytes: int, kind: str = "") -> float:
         return nbytes / self.fault_bytes_per_ns_by_kind.get(kind, self.fault_bytes_per_ns)
@@ -50,6 +74,8 @@ class CostModel:
 # A cost model's single numbers (the session file stores them; `pooled` takes the median of each)
 RATES = ("flops_per_ns", "bytes_per_ns", "launch_ns", "prefetch_bytes_per_ns", "evict_bytes_per_ns",
          "fault_bytes_per_ns", "host_block", "call_ns")
+# The swap rates (the session file stores them from schema 8 on)
+SWAP_RATES = ("swap_to_device_bytes_per_ns", "swap_to_host_bytes_per_ns", "swap_call_ns")
 
 
 # Uncalibrated defaults. Transfer rates are the H100 measurements in DESIGN.md (PCIe Gen5 x16:
@@ -90,7 +116,7 @@ def pooled(models: list[CostModel], name: str) -> CostModel:
         keys = dict.fromkeys(k for d in dicts for k in d)
         return {k: float(np.median([d[k] for d in dicts if k in d])) for k in keys}
 
-    medians: dict[str, Any] = {f: float(np.median([getattr(m, f) for m in models])) for f in RATES}
+    medians: dict[str, Any] = {f: float(np.median([getattr(m, f) for m in models])) for f in (*RATES, *SWAP_RATES)}
     return replace(models[0], name=name, **medians,
                    op_ns=median_by_key([m.op_ns for m in models]),
                    op_gap_ns=median_by_key([m.op_gap_ns for m in models]),

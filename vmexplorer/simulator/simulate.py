@@ -15,6 +15,12 @@ the host issues them: each starts only once the one issued before it has ended, 
 direction. Demand faults stay beside them, lengthening their op only: in the H100 samples an op's
 faults came in at their usual rate while asynchronous evictions ran (alexnet b256 autovm at 50%).
 Otherwise the two copy streams run at once, as pinned copies on a copy engine each way do.
+
+A plan's mechanism picks the rates (`CostModel.for_mechanism`). Under `swap` the copies are pinned
+cudaMemcpyAsync: the two directions overlap, no call blocks the host, and what the replay forced (a
+tensor copied in on demand, room made by copying out) runs synchronously before its op: the op waits
+for it, and it takes its direction's copy engine in turn with the copies already queued there, so no
+direction ever moves faster than its rate.
 """
 
 from __future__ import annotations
@@ -22,13 +28,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph import Graph
-from ..plan import Direction, Mode, Plan, PlanError
+from ..plan import Direction, Mechanism, MemOp, Mode, Plan, PlanError
 from ..records.spans import MAX_NS, Timeline, resident_curve
 from .costmodel import H100_DEFAULT, CostModel
 
 
 def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timeline:
-    cost = cost or H100_DEFAULT
+    cost = (cost or H100_DEFAULT).for_mechanism(plan.mechanism)
+    swap = plan.mechanism is Mechanism.SWAP
     ops, memops = graph.ops, plan.memops
     n = len(ops)
     compute = [cost.compute_ns(op.name, op.flops, op.bytes_touched) for op in ops]
@@ -45,23 +52,31 @@ def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timelin
     mem_start, mem_end = np.zeros(len(memops)), np.zeros(len(memops))
     host = gpu = 0.0
     engine = _Engine(cost.serialises_directions)
+
+    def copy(i: int, t: float, room_known: bool) -> float:
+        """An asynchronous copy due before op k, on its direction's stream: when op k may start."""
+        nonlocal host
+        m = memops[i]
+        to_device = m.direction is Direction.TO_DEVICE
+        after = op_end[m.issue_after] if m.issue_after >= 0 else 0.0
+        if to_device and room_known:  # a prefetch lands in the room made before the next op
+            after = max(after, room[m.issue_after + 1])
+        start, end = engine.run(max(after, host), cost.copy_ns(m.nbytes, to_device), m.direction)
+        mem_start[i], mem_end[i] = start, end
+        host += cost.host_block * max(0.0, end - host)
+        return max(t, end)
+
     for k in range(n + 1):
         arrived = max(gpu, host)  # op k-1 is done and the host has reached op k
         t = arrived
-        for i in due_sync[k]:
-            mem_start[i], mem_end[i] = engine.run(t, cost.copy_ns(memops[i].nbytes, to_device=False))
-            t = mem_end[i]
-        room[k] = t
-        for i in sorted(due_async[k], key=lambda i: memops[i].issue_after):
-            m = memops[i]
-            to_device = m.direction is Direction.TO_DEVICE
-            after = op_end[m.issue_after] if m.issue_after >= 0 else 0.0
-            if to_device:  # a prefetch lands in the room made before the next op
-                after = max(after, room[m.issue_after + 1])
-            start, end = engine.run(max(after, host), cost.copy_ns(m.nbytes, to_device), m.direction)
-            mem_start[i], mem_end[i] = start, end
-            host += cost.host_block * max(0.0, end - host)
-            t = max(t, end)
+        # under swap a tensor the replay copies out as its copy in lands goes out only once it is in
+        early = _landing_then_out(memops, due_async[k], due_sync[k]) if swap else []
+        for i in early:
+            t = copy(i, t, memops[i].issue_after + 1 < k)
+        t = room[k] = _sync(engine, cost, memops, due_sync[k], Direction.TO_HOST, t, swap, mem_start, mem_end)
+        t = _sync(engine, cost, memops, due_sync[k], Direction.TO_DEVICE, t, swap, mem_start, mem_end)
+        for i in sorted(set(due_async[k]) - set(early), key=lambda i: (memops[i].issue_after, i)):
+            t = copy(i, t, True)
         if k == n:
             break
         t = max(t, host, arrived + gaps[k])
@@ -87,6 +102,28 @@ def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timelin
         memop_start_ns=i64(mem_start), memop_end_ns=i64(mem_end),
         resident_t_ns=i64(resident_t), resident_bytes=resident,
     )
+
+
+def _landing_then_out(memops: tuple[MemOp, ...], due_async: list[int], due_sync: list[int]) -> list[int]:
+    """The copies in due before an op whose tensors are copied out before it (the replay made room by
+    waiting for them), in the order they were issued."""
+    out = {memops[i].tensor for i in due_sync if memops[i].direction is Direction.TO_HOST}
+    return sorted((i for i in due_async if memops[i].direction is Direction.TO_DEVICE and memops[i].tensor in out),
+                  key=lambda i: (memops[i].issue_after, i))
+
+
+def _sync(engine: _Engine, cost: CostModel, memops: tuple[MemOp, ...], due: list[int], direction: Direction,
+          t: float, swap: bool, mem_start: np.ndarray, mem_end: np.ndarray) -> float:
+    """The synchronous transfers of one direction due before an op, one after another from `t` (copies
+    out make the room, copies in on demand follow); when the last ends. Under swap each also takes its
+    direction's copy engine in turn; the uvm driver's evictions order themselves."""
+    for i in due:
+        m = memops[i]
+        if m.direction is direction:
+            to_device = direction is Direction.TO_DEVICE
+            mem_start[i], mem_end[i] = engine.run(t, cost.copy_ns(m.nbytes, to_device), direction if swap else None)
+            t = mem_end[i]
+    return t
 
 
 class _Engine:
