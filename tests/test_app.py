@@ -1027,3 +1027,44 @@ def test_tuned_searches_in_the_cost_model_it_is_simulated_with_and_says_how_far_
     tuned_ns = iteration_ns(state)
     assert state.simulate_config("alexnet", 256, "50%", "belady"), state.message
     assert tuned_ns <= iteration_ns(state)  # the search starts from the best of the others, belady among them
+
+
+def test_the_same_schedule_through_swap_is_one_click_away_simulated_with_the_sessions_cost_model(state):
+    assert state.other_mechanism() == "swap"
+    assert state.compare_mechanisms(), state.message
+    other = state.comparison
+    assert other.plan.mechanism == "swap" and other.plan.policy == "manual"
+    assert list(other.plan.moves) == list(state.moves)  # the shown schedule, move for move
+    assert other.timeline.source == "simulated" and other.cost_model == state.cost_model
+    assert state.comparison_origin == "the same schedule through swap (simulated)"
+    # pinned copies run both ways at once and fault nothing in: the driver's cost shows
+    assert other.time_split().iteration_ns < state.session.time_split().iteration_ns
+
+
+def test_a_swap_plan_is_simulated_held_against_its_own_bound_and_its_copies_are_named_for_what_they_are(state):
+    from bokeh.models import Legend
+
+    from vmexplorer.simulator.bound import lower_bound
+
+    assert state.simulate_config("vgg19", 64, "45%", "belady", {}, "swap"), state.message
+    s = state.session
+    assert s.plan.mechanism == "swap" and "through swap" in state.origin
+    rows = {r["figure"]: r["value"] for r in state.summary_rows()}
+    bound = lower_bound(s.graph, s.plan.capacity, s.cost_model, s.plan.mechanism)
+    assert rows["against the bound"] == bound.versus(s.time_split().iteration_ns)
+    assert bound.set_by != "migration bandwidth"  # the two directions overlap: never their sum
+    fig = timeline_figure(s)
+    (legend,) = fig.children[0].select({"type": Legend})
+    labels = {item.label["value"] for item in legend.items}
+    assert {"copied in on demand", "copied out to make room"} <= labels and "demand fault" not in labels
+    assert not state.simulate_config("vgg19", 64, "50%", "uvm", {}, "swap")
+    assert "swap" in state.message and state.session is s  # refused in one message, the view kept
+
+
+def test_run_on_gpu_refuses_a_swap_plan_until_the_engine_runs_one(state):
+    from vmexplorer.views import GpuRun
+
+    assert state.simulate_config("alexnet", 64, "50%", "autovm", {}, "swap"), state.message
+    gpu = GpuRun(state=state)
+    gpu._on_run()
+    assert gpu.job is None and "does not run swap plans yet" in state.message

@@ -51,6 +51,7 @@ from vmexplorer.views import (  # noqa: E402
     Text,
     TimelinePanel,
     WhereTimeGoes,
+    relabel,
     sample_groups,
     story_models,
 )
@@ -145,6 +146,8 @@ class AppView:
         self.tabs = pn.Tabs(dynamic=False, sizing_mode="stretch_width")
         self._below = pn.Column(sizing_mode="stretch_width")  # the Session tab under the timeline: `complete`
         self.compare_twin = _w(pn.widgets.Button, "Compare with the measured uvm run", button_type="primary")
+        # the same schedule through the other mechanism: what the UVM driver costs against pinned copies
+        self.compare_mechanism = _w(pn.widgets.Button, "The same schedule through swap", button_type="default")
 
     def _story_widgets(self) -> None:
         """The headline and where the time goes, the paging cliff and the lesson (views.py)."""
@@ -196,6 +199,7 @@ class AppView:
             self.lanes.param.watch(lambda e: setattr(self.finder, e.name, e.new), picked)
         self.editor.param.watch(lambda e: setattr(self.lanes, "picked", e.new), "picked")
         self.compare_twin.on_click(self._on_compare_twin)
+        self.compare_mechanism.on_click(lambda *_: self._compare(self.state.compare_mechanisms))
         # param calls a watcher of several parameters with one event per parameter a batch changed, so
         # every watcher here takes any number (`lambda _:` fails once two change together)
         s.param.watch(lambda *_: self._drawing(self._draw_session), "session")
@@ -248,7 +252,10 @@ class AppView:
         self.close()
 
     def _on_compare_twin(self, _: Any) -> None:
-        self._act(self.state.compare_with_twin, "uvm")
+        self._compare(self.state.compare_with_twin, "uvm")
+
+    def _compare(self, method: Any, *args: Any) -> None:
+        self._act(method, *args)
         if self.state.comparison is not None and not self.state.message and len(self.tabs) > 1:
             self.tabs.active = self.TABS.index("Compare")  # show it
 
@@ -317,6 +324,7 @@ class AppView:
         self.summary.value = pd.DataFrame(self.state.summary_rows())
         self.editor.draw()
         self.compare_twin.visible = p.policy != "uvm" and self.state.twin("uvm") is not None
+        relabel(self.compare_mechanism, f"The same schedule through {self.state.other_mechanism()}")
         self.lanes.show_session(s)
         if self._finder is not None:
             self._finder.iteration = self.lanes.iteration_index()
@@ -399,7 +407,8 @@ class AppView:
         # the story first: at 1280x720 the headline and the timeline fill the first screen, where the
         # time goes beside the baselines right under it, the full table after
         session = pn.Column(self.story.headline,
-                            pn.Row(pn.pane.Markdown("x axis:"), self.x_axis, self.iteration, self.compare_twin),
+                            pn.Row(pn.pane.Markdown("x axis:"), self.x_axis, self.iteration, self.compare_twin,
+                                   self.compare_mechanism),
                             self.timeline, self._below, sizing_mode="stretch_width")
         def cliff() -> Any:
             return pn.Column(pn.pane.Markdown("Iteration time against capacity, simulated with the shown "

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import param
 
-from .config import share_of_footprint
+from .config import Mechanism, share_of_footprint
 from .graph import Graph, GraphError, build_graph
 from .plan import Move, Plan, PlanError
 from .plan.moves import format_edits, parse_edits
@@ -119,21 +119,23 @@ class AppState(param.Parameterized):
         return True
 
     def simulate_config(self, model: str, batch: int, capacity_text: str, policy: str,
-                        options: Mapping[str, Any] | None = None) -> bool:
-        """Compile `policy` for the model and simulate it. The cost model is the loaded session's when
-        it ran this graph (its op times are by name, for this batch), else the uncalibrated H100."""
+                        options: Mapping[str, Any] | None = None, mechanism: str = "uvm") -> bool:
+        """Compile `policy` for the model under `mechanism` (uvm or swap) and simulate it. The cost
+        model is the loaded session's when it ran this graph (its op times are by name, for this batch),
+        else the uncalibrated H100."""
         try:
             graph = build_graph(model, int(batch))
             capacity = parse_bytes(capacity_text, graph.footprint)
             spec = POLICIES.get(policy)  # a policy that plans a person's moves plans the ones shown
             moves = self._moves_for(graph) if spec is not None and spec.takes_moves else []
             cost = self.cost_model if self._same_graph(graph) else H100_DEFAULT
-            plan, searched = plan_in(graph, capacity, policy, cost, dict(options or {}), moves)
+            plan, searched = plan_in(graph, capacity, policy, cost, dict(options or {}), moves, mechanism)
             session = new_session(graph, plan, simulate(graph, plan, cost), cost,
                                   notes=[f"simulated in the app with {cost.name}", *searched])
         except (GraphError, PlanError, SessionError, ValueError, TypeError) as e:
             return self.fail(str(e))
-        self._show(session, f"simulated: {model} batch {batch}, {policy} at {format_bytes(capacity)}",
+        through = "" if plan.mechanism is Mechanism.UVM else f" through {plan.mechanism}"
+        self._show(session, f"simulated: {model} batch {batch}, {policy}{through} at {format_bytes(capacity)}",
                    loaded=session, cost=cost)
         self.status = f"simulated {policy} with {cost.name}"
         return True
@@ -259,7 +261,8 @@ class AppState(param.Parameterized):
         s = self.session
         if s is None:
             return None
-        return next((n for n in _measured_samples(s.graph, s.plan.capacity, policy) if n != self.origin), None)
+        return next((n for n in _measured_samples(s.graph, s.plan.capacity, policy, gpu_of(s), s.plan.mechanism)
+                     if n != self.origin), None)
 
     def compare_with_twin(self, policy: str = "uvm") -> bool:
         """Compare the shown session with its measured twin of `policy` (one click in the app)."""
@@ -267,6 +270,28 @@ class AppState(param.Parameterized):
         if name is None:
             return self.fail(f"no measured {policy} sample of this model, batch and capacity to compare with")
         return self.compare_with(SAMPLES / name, name)
+
+    def other_mechanism(self) -> Mechanism | None:
+        """The mechanism the shown schedule is not run through (swap for uvm and back); None with nothing
+        shown."""
+        s = self.session
+        return None if s is None else Mechanism.SWAP if s.plan.mechanism is Mechanism.UVM else Mechanism.UVM
+
+    def compare_mechanisms(self) -> bool:
+        """Compare the shown schedule (its moves, edits included) with the same schedule through the
+        other mechanism, simulated with the cost model edits are (one click in the app): what the UVM
+        driver costs against pinned copies, or back."""
+        s, other = self.session, self.other_mechanism()
+        if s is None or other is None:
+            return self.fail("nothing shown to compare")
+        g, cost = s.graph, self.cost_model or H100_DEFAULT
+        try:
+            plan = compile_plan(g, s.plan.capacity, "manual", moves=list(self.moves), mechanism=other)
+            session = new_session(g, plan, simulate(g, plan, cost), cost,
+                                  notes=[f"the moves of {self.origin} through {other}, simulated with {cost.name}"])
+        except (PlanError, SessionError, ValueError) as e:
+            return self.fail(f"the same schedule cannot run through {other}: {e}")
+        return self.compare_with(session, f"the same schedule through {other} (simulated)")
 
     # --- tables -----------------------------------------------------------------------------------
     def summary_rows(self) -> list[dict[str, str]]:
@@ -322,7 +347,8 @@ class AppState(param.Parameterized):
             self._sweeps[key] = _sweep(g, cost, points)
         measured = [{"name": name, "policy": x.policy, "capacity_pct": share_of_footprint(x.capacity, g.footprint),
                      "iteration_ms": x.iteration_ns / 1e6, "gpu": x.gpu}
-                    for name, x in _sample_index().items() if x.key == g.key and x.source == "measured" and x.defaults]
+                    for name, x in _sample_index().items() if x.key == g.key and x.source == "measured" and x.defaults
+                    and x.mechanism is Mechanism.UVM and gpu_of(s) in (None, x.gpu)]  # a measured session: its GPU's
         return {"lines": self._sweeps[key], "measured": measured, "cost_model": cost.name}
 
     def open_sweep_point(self, policy: str, capacity_pct: float) -> bool:
@@ -332,8 +358,9 @@ class AppState(param.Parameterized):
             return self.fail("nothing shown to sweep")
         g = s.graph
         for name, x in _sample_index().items():
-            if (x.key, x.policy, x.source, x.defaults) == (g.key, policy, "measured", True) and \
-                    abs(share_of_footprint(x.capacity, g.footprint) - capacity_pct) < 0.5:
+            if (x.key, x.policy, x.source, x.defaults, x.mechanism) == (g.key, policy, "measured", True, "uvm") \
+                    and abs(share_of_footprint(x.capacity, g.footprint) - capacity_pct) < 0.5 \
+                    and gpu_of(s) in (None, x.gpu):
                 return self.load(SAMPLES / name)
         capacity = int(g.footprint * capacity_pct / 100)
         return self.simulate_config(g.model, g.batch, str(max(capacity, g.min_capacity[0])), policy)
@@ -513,10 +540,10 @@ class AppState(param.Parameterized):
         if s is None:
             return None
         cost = self._baseline_cost()
-        key = ("bound", s.graph.key, s.plan.capacity, cost.name)
+        key = ("bound", s.graph.key, s.plan.capacity, cost.name, s.plan.mechanism)
         if key not in self._bounds:
             try:
-                self._bounds[key] = lower_bound(s.graph, s.plan.capacity, cost)
+                self._bounds[key] = lower_bound(s.graph, s.plan.capacity, cost, s.plan.mechanism)
             except PlanError:
                 self._bounds[key] = None
         return self._bounds[key]
@@ -535,12 +562,15 @@ class AppState(param.Parameterized):
         assert s is not None
         g, capacity, source = s.graph, s.plan.capacity, s.timeline.source
         cost = self._baseline_cost()
-        key = (g.key, capacity if policy != "device" else None, policy, source, cost.name)
+        # like against like: the shown session's mechanism, where the policy runs through it
+        mechanism = Mechanism.UVM if POLICIES[policy].uvm_only else s.plan.mechanism
+        key = (g.key, capacity if policy != "device" else None, policy, source, cost.name, mechanism, gpu_of(s))
         if key not in self._baselines:
-            found = _measured_baseline(g, capacity, policy) if source == "measured" else None
+            found = _measured_baseline(g, capacity, policy, gpu_of(s), mechanism) if source == "measured" else None
             if found is None:
                 try:
-                    plan, _ = plan_in(g, capacity if policy != "device" else max(capacity, g.footprint), policy, cost)
+                    plan, _ = plan_in(g, capacity if policy != "device" else max(capacity, g.footprint), policy, cost,
+                                      mechanism=mechanism)
                 except PlanError:
                     return None
                 tl = simulate(g, plan, cost)
@@ -581,25 +611,25 @@ def _sweep(g: Graph, cost: CostModel, points: int) -> list[dict[str, Any]]:
 
 
 def plan_in(graph: Graph, capacity: int, policy: str, cost: CostModel, options: Mapping[str, Any] | None = None,
-            moves: Sequence[Move] = ()) -> tuple[Plan, tuple[str, ...]]:
+            moves: Sequence[Move] = (), mechanism: Mechanism | str = Mechanism.UVM) -> tuple[Plan, tuple[str, ...]]:
     """`compile_plan`, with the simulator and `cost` for a policy that searches schedules in it (`tuned`),
     and what the search reported. A search is deterministic for its options and takes a second or more,
     so each is done once per server process, whichever page asks."""
     if POLICIES.get(policy) is None or POLICIES[policy].search is None:
-        return compile_plan(graph, capacity, policy, options, moves), ()
+        return compile_plan(graph, capacity, policy, options, moves, mechanism=mechanism), ()
     cost_json = json.dumps(dataclasses.asdict(cost), sort_keys=True)
     return _searched(graph.model, graph.batch, graph.image_size, capacity, policy,
-                     json.dumps(dict(options or {}), sort_keys=True), cost_json)
+                     json.dumps(dict(options or {}), sort_keys=True), cost_json, str(mechanism))
 
 
 @functools.lru_cache(maxsize=32)
 def _searched(model: str, batch: int, image_size: int, capacity: int, policy: str, options_json: str,
-              cost_json: str) -> tuple[Plan, tuple[str, ...]]:
+              cost_json: str, mechanism: str) -> tuple[Plan, tuple[str, ...]]:
     said: list[str] = []
     cost = CostModel(**json.loads(cost_json))
     graph = build_graph(model, batch, image_size)
     plan = compile_plan(graph, capacity, policy, json.loads(options_json),
-                        simulation=Simulation(simulate, lower_bound, cost, said.append))
+                        simulation=Simulation(simulate, lower_bound, cost, said.append), mechanism=mechanism)
     return plan, tuple(said)
 
 
@@ -651,6 +681,7 @@ class _Sample:
     source: str
     iteration_ns: int
     gpu: str  # the GPU it was measured on, or how it was made
+    mechanism: Mechanism
 
 
 def samples_by_gpu() -> dict[str, list[str]]:
@@ -681,21 +712,31 @@ def _index(stamp: tuple[tuple[str, int], ...]) -> dict[str, _Sample]:
         defaults = not non_default_options(s.plan.policy, s.plan.options)
         gpu = s.environment.get("gpu", "an unnamed GPU") if s.timeline.source == "measured" else "simulated"
         out[name] = _Sample(s.graph.key, s.plan.capacity, s.plan.policy, defaults, s.timeline.source,
-                            int(s.summary["iteration_ns"]), str(gpu))
+                            int(s.summary["iteration_ns"]), str(gpu), s.plan.mechanism)
     return out
 
 
-def _measured_samples(graph: Graph, capacity: int, policy: str) -> list[str]:
-    """The measured samples of `policy` with its default options on this graph at this capacity (any
-    capacity holding the footprint, for `device`), by file name."""
+def _measured_samples(graph: Graph, capacity: int, policy: str, gpu: str | None = None,
+                      mechanism: Mechanism = Mechanism.UVM) -> list[str]:
+    """The measured samples of `policy` through `mechanism` with its default options on this graph at
+    this capacity (any capacity holding the footprint, for `device`), measured on `gpu` (None: any), by
+    file name."""
     return [name for name, x in _sample_index().items()
             if (x.source, x.key, x.policy, x.defaults) == ("measured", graph.key, policy, True)
-            and (x.capacity >= graph.footprint if policy == "device" else x.capacity == capacity)]
+            and (x.capacity >= graph.footprint if policy == "device" else x.capacity == capacity)
+            and x.mechanism is (Mechanism.UVM if policy == "device" else mechanism) and gpu in (None, x.gpu)]
 
 
-def _measured_baseline(graph: Graph, capacity: int, policy: str) -> _Baseline | None:
-    """A measured sample session of `policy` to compare the shown one with (see `_measured_samples`)."""
-    for name in _measured_samples(graph, capacity, policy):
+def gpu_of(session: Session) -> str | None:
+    """The GPU a measured session ran on, as the sample index names it; None for a simulated one."""
+    return str(session.environment.get("gpu", "an unnamed GPU")) if session.timeline.source == "measured" else None
+
+
+def _measured_baseline(graph: Graph, capacity: int, policy: str, gpu: str | None,
+                       mechanism: Mechanism) -> _Baseline | None:
+    """A measured sample session of `policy` on the same GPU to compare the shown one with (see
+    `_measured_samples`)."""
+    for name in _measured_samples(graph, capacity, policy, gpu, mechanism):
         try:
             s = read_sample(name)
             split = s.time_split()  # the typical iteration, as the shown session's figures are

@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from .config import Mechanism
 from .graph import Graph, Op
-from .plan import Direction, MemOp, Mode, Origin
+from .plan import Direction, MemOp, Mode, Origin, transfer_kind
 from .records.spans import one_iteration
 from .session import Session
 from .units import format_bytes, format_ns
@@ -137,7 +138,7 @@ def tensor_rows(session: Session) -> list[dict[str, Any]]:
     g = session.graph
     moved: dict[int, set[str]] = {}
     for m in session.plan.memops:
-        moved.setdefault(m.tensor, set()).add(memop_what(m))
+        moved.setdefault(m.tensor, set()).add(memop_what(m))  # the uvm words: the columns' names
     return [{"tensor": i, "name": t.name, "kind": t.kind.value, "layer": tensor_layer(g, i), "bytes": t.nbytes,
              "producer": "before the iteration" if t.persistent else g.ops[t.producer].name,
              "uses": len(g.uses[i]), "offloaded": "planned offload" in moved.get(i, ()),
@@ -155,14 +156,11 @@ def filter_rows(rows: list[dict[str, Any]], text: str | None, kind: str | None =
 
 
 # --- details, in words -------------------------------------------------------------------------------------
-def memop_what(m: MemOp) -> str:
-    """What kind of transfer a memory operation is, in words a student reads."""
-    # the driver moves bytes to the GPU only when an op touches them: its every migration is a fault
-    if m.mode is Mode.FAULT or (m.origin is Origin.DRIVER and m.direction is Direction.TO_DEVICE):
-        return "demand fault"
-    if m.origin is Origin.DRIVER:
-        return "driver eviction"
-    return "planned prefetch" if m.direction is Direction.TO_DEVICE else "planned offload"
+def memop_what(m: MemOp, mechanism: Mechanism = Mechanism.UVM) -> str:
+    """What kind of transfer a memory operation is, in words a student reads: under uvm the driver's
+    are demand faults and evictions (it moves bytes to the GPU only when an op touches them), under swap
+    the executor's synchronous copies (`plan.transfer_kind`)."""
+    return transfer_kind(m, mechanism)
 
 
 def direction_words(direction: Direction) -> str:
@@ -174,9 +172,9 @@ _HOW = {Mode.ASYNC: "asynchronously, on a copy stream, beside the ops",
         Mode.FAULT: "inside the op's kernels, as they touch pages that are not on the GPU"}
 
 
-def memop_words(m: MemOp) -> str:
+def memop_words(m: MemOp, mechanism: Mechanism = Mechanism.UVM) -> str:
     """A memory operation in one sentence: what it is, which way, and how it runs beside the ops."""
-    return f"{memop_what(m)} {direction_words(m.direction)}, {_HOW[m.mode]}"
+    return f"{memop_what(m, mechanism)} {direction_words(m.direction)}, {_HOW[m.mode]}"
 
 
 def op_details(session: Session, op: int, iteration: int | None = None) -> Details:
@@ -212,7 +210,9 @@ def memop_details(session: Session, row: int) -> Details:
     when = [("faulted in by", before)] if m.mode is Mode.FAULT else [("issued after", after), ("needed by", before)]
     return [("tensor", g.tensors[m.tensor].name), ("bytes", format_bytes(m.nbytes)),
             ("direction", direction_words(m.direction)),
-            ("what", memop_what(m) + (" (the policy's plan)" if m.origin is Origin.PLAN else " (the UVM driver)")),
+            ("what", memop_what(m, session.plan.mechanism) + (
+                " (the policy's plan)" if m.origin is Origin.PLAN else " (the UVM driver)"
+                if session.plan.mechanism is Mechanism.UVM else " (the executor, to keep within the capacity)")),
             ("how", _HOW[m.mode]), ("NVTX range", nvtx),
             *when,
             ("iteration", _iteration_words(session, int(tl.memop_iteration[row]))),
@@ -225,21 +225,21 @@ def tensor_details(session: Session, tensor: int) -> Details:
     g = session.graph
     if not 0 <= tensor < len(g.tensors):
         raise ValueError(f"no tensor {tensor}: the graph has {len(g.tensors)}")
-    t, uses = g.tensors[tensor], g.uses[tensor]
+    t, uses, mech = g.tensors[tensor], g.uses[tensor], session.plan.mechanism
     moves = [m for m in session.plan.memops if m.tensor == tensor]
     return [("tensor", t.name), ("kind", t.kind.value), ("layer", tensor_layer(g, tensor) or "none"),
             ("shape", " x ".join(map(str, t.shape)) + f" {t.dtype}"), ("bytes", format_bytes(t.nbytes)),
             ("made by", "exists before the iteration" if t.persistent else _op_words(g, t.producer)),
             ("used by", f"{len(uses)} ops" + (f", from {_op_words(g, uses[0])} to {_op_words(g, uses[-1])}"
                                                if uses else "")),
-            ("transfers", _list([f"{memop_what(m)} {direction_words(m.direction)} ({format_bytes(m.nbytes)}) "
+            ("transfers", _list([f"{memop_what(m, mech)} {direction_words(m.direction)} ({format_bytes(m.nbytes)}) "
                                  f"after {_op_words(g, m.issue_after) if m.issue_after >= 0 else 'the start'}"
                                  for m in moves]) or "none: it stays where it is")]
 
 
 def _issued_after(session: Session, op: int) -> str:
-    g = session.graph
-    return _list([f"{memop_what(m)} of {g.tensors[m.tensor].name} {direction_words(m.direction)} "
+    g, mech = session.graph, session.plan.mechanism
+    return _list([f"{memop_what(m, mech)} of {g.tensors[m.tensor].name} {direction_words(m.direction)} "
                   f"({format_bytes(m.nbytes)})"
                   for m in session.plan.memops if m.issue_after == op and m.mode is not Mode.FAULT])
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from bokeh.core.properties import field
+from bokeh.core.properties import field, value
 from bokeh.layouts import column
 from bokeh.models import (
     BasicTicker,
@@ -35,6 +35,7 @@ from bokeh.models.annotations import Label, Legend, LegendItem
 from bokeh.plotting import figure
 from bokeh.resources import Resources
 
+from .config import Mechanism
 from .details import memop_what, memop_words
 from .fileio import atomic_write
 from .graph import Graph
@@ -129,6 +130,7 @@ def timeline_figure(session: Session, x_axis: str = "time", editable: bool = Fal
     return layout
 
 
+_SWAP_WORDS = {"demand fault": "copied in on demand", "driver eviction": "copied out to make room"}
 # the named sources `update_timeline` refills; "boundaries" is drawn by none: the snapping reads it
 _SOURCES = ("ops", "memops", "offload_markers", "prefetch_markers", "ghost_markers", "boundaries", "faults")
 _MEMOP_ALPHA = 0.75  # a transfer's bar, over the lane's grid
@@ -237,9 +239,16 @@ def _fill(layout: Any, session: Session, axis: Axis, title: str | None, before: 
         sources[f"{kind}_markers"].data = _marker_columns(mem, axis, kind, direction)
     ghosts = _ghost_columns(session, axis, before)
     sources["ghost_markers"].data = ghosts
+    # the transfers nobody planned are the driver's under uvm, the executor's copies under swap
+    words = _SWAP_WORDS if session.plan.mechanism is Mechanism.SWAP else {}
     for legend in lanes.above:  # an entry with nothing to show reads as a bug
         if legend.name == "lanes_legend":
             legend.items[-1].visible = bool(ghosts["x"])
+            for item in legend.items:
+                name = item.renderers[0].name if item.renderers else ""
+                if name.startswith("memops_"):
+                    kind = name.removeprefix("memops_").replace("_", " ")
+                    item.label = value(words.get(kind, kind))
     sources["boundaries"].data = {"x": np.unique(np.concatenate([ops["left"], ops["right"]]))}
     faults, unit = _fault_columns(session, ops)
     sources["faults"].data = faults
@@ -355,7 +364,7 @@ def _memop_columns(session: Session, axis: Axis) -> dict[str, Any]:
             "size": np.array([format_bytes(m.nbytes) for m in ms], dtype=object),
             "direction": np.array([m.direction.value for m in ms], dtype=object),
             "origin": np.array([m.origin.value for m in ms], dtype=object),
-            "what": np.array([memop_words(m) for m in ms], dtype=object),
+            "what": np.array([memop_words(m, p.mechanism) for m in ms], dtype=object),
             "after": np.array([_after(g, a) for a in after.tolist()], dtype=object),
             "duration": texts(format_ns, tl.memop_end_ns - tl.memop_start_ns),
             "alpha": np.full(len(ms), _MEMOP_ALPHA)}

@@ -22,7 +22,7 @@ from panel.custom import JSComponent
 
 from . import details, worker
 from .appstate import MARKER_KINDS, SAMPLES, AppState, samples_by_gpu, times_than
-from .config import capacity_text, share_of_footprint
+from .config import Mechanism, capacity_text, share_of_footprint
 from .graph import MODELS, Graph, GraphError, build_graph
 from .plan import PlanError
 from .plots import breakdown_figure, sweep_figure, update_breakdown, update_sweep
@@ -59,6 +59,11 @@ class Text(pn.pane.HTML):
 # newer Panels call a widget's `name` `label` and a button's `button_type` `color`: say it either way
 _LABEL = "label" if "label" in pn.widgets.Button.param else "name"
 _COLOR = "color" if "color" in pn.widgets.Button.param else "button_type"
+
+
+def relabel(w: Any, label: str) -> None:
+    """Set a widget's label, whichever parameter this Panel names it by (see `widget`)."""
+    setattr(w, _LABEL, label)
 
 
 def widget(cls: Any, label: str, **params: Any) -> Any:
@@ -920,6 +925,12 @@ class Configure(_OverState):
         self.capacity_help = Text(styles={"font-size": "0.85em"})
         self.policy = widget(pn.widgets.Select, "Policy", options=list(POLICIES), value="autovm")
         self.policy_help = Text(styles={"font-size": "0.85em"})
+        self.mechanism = widget(pn.widgets.RadioButtonGroup, "Mechanism", options=[m.value for m in Mechanism],
+                                value=Mechanism.UVM.value)
+        self.mechanism_help = Text(styles={"font-size": "0.85em"}, object=(
+            "uvm: unified memory; the driver faults data in and migrates one direction at a time. swap: a "
+            "device pool of the capacity and pinned copies, both directions at once (simulated; the GPU "
+            "engine runs uvm plans for now)"))
         self.knobs = pn.Column()
         self.knob_widgets: dict[str, Any] = {}
         self.knobs_for = ""  # the policy whose knobs are drawn
@@ -932,12 +943,13 @@ class Configure(_OverState):
     def _simulate(self) -> None:
         options = {name: w.value for name, w in self.knob_widgets.items()}
         self.act(self.app.simulate_config, self.model.value, self.batch.value, self.capacity.value,
-                 self.policy.value, options)
+                 self.policy.value, options, self.mechanism.value)
 
     def set_to(self, s: Session) -> None:
         """Set every field to the session's configuration."""
         p = s.plan
         self.model.value, self.batch.value, self.policy.value = p.model, p.batch, p.policy
+        self.mechanism.value = str(p.mechanism)
         self.capacity.value = capacity_text(p.capacity, s.graph.footprint)
         self.draw_knobs(p.options)
         self._draw_capacity_help(s.graph)  # the shown graph: a drag must not build it again
@@ -964,7 +976,7 @@ class Configure(_OverState):
 
     def __panel__(self) -> Any:
         return pn.Column(self.model, self.batch, self.capacity, self.capacity_help, self.policy, self.policy_help,
-                         self.knobs, self.simulate, sizing_mode="stretch_width")
+                         self.mechanism, self.mechanism_help, self.knobs, self.simulate, sizing_mode="stretch_width")
 
 
 def _knob(name: str, opt: OptionSpec, value: Any) -> Any:
@@ -1148,6 +1160,10 @@ class GpuRun(_OverState):
         request = self.request()
         if request is None:
             self.app.fail("nothing to run: load or simulate a session first")
+            return
+        if request.plan.mechanism is not Mechanism.UVM:
+            self.app.fail(f"the GPU engine does not run {request.plan.mechanism} plans yet: this one is simulated "
+                          "(Run on GPU runs uvm plans)")
             return
         try:
             self._queue = run_queue()
