@@ -1,6 +1,6 @@
 """Keep, for each sample, the recording whose iteration time is the median of its repeats.
 
-    python bench/pick_samples.py DIR [DIR ...] [--samples sample_sessions] [--log FILE]
+    python bench/pick_samples.py DIR [DIR ...] [--samples sample_sessions] [--log FILE] [--prefix GPU-]
 
 Each DIR is one pass of `bench/gpu/record_samples.py --out DIR`, as it wrote it (before
 `bench/reduce_passes.py`): every configuration once, each in a process of its own. One configuration's
@@ -11,6 +11,12 @@ middle two, which leans fast: record an odd number of passes). The log (default
 bench/results/h100/record_samples.json) lists, per sample, every pass's iteration time, wall time and
 which pass was kept; a refused configuration is listed with its reason. Nothing is written unless
 every pass has a log.
+
+sample_sessions/ holds the samples of more than one GPU: the H100's under the names the passes give them
+(`vgg19-b64-uvm-50pct.measured.vms`), every other GPU's with `--prefix` before that name
+(`--prefix h200-`: `h200-vgg19-b64-uvm-50pct.measured.vms`; the H200 passes and log are
+bench/results/h200/passes/pass* and bench/results/h200/record_samples.json). The log names each sample
+by its name in sample_sessions/.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ def main() -> int:
     ap.add_argument("passes", nargs="+", type=Path)
     ap.add_argument("--samples", type=Path, default=ROOT / "sample_sessions")
     ap.add_argument("--log", type=Path, default=ROOT / "bench" / "results" / "h100" / "record_samples.json")
+    ap.add_argument("--prefix", default="", help="put before each sample's name (the GPU, as `h200-`)")
     args = ap.parse_args()
     logs = [d / "record_samples.json" for d in args.passes]
     missing = [str(p) for p in logs if not p.is_file()]
@@ -43,14 +50,18 @@ def main() -> int:
     out = []
     for session, rows in runs.items():
         done = [(k, r) for k, r in rows if r["exit"] == 0]
-        # where a pass wrote its sessions is the only difference between the passes' commands
-        entry = {"session": session, "command": re.sub(r"--out \S*/", "--out DIR/", rows[0][1]["command"])}
+        # where a pass wrote its sessions (and its cost models) is the only difference between the passes'
+        # commands
+        command = rows[0][1]["command"]
+        folder = re.search(r"--out (\S*/)", command)
+        command = command.replace(folder.group(1), "DIR/") if folder else command
+        entry = {"session": args.prefix + session, "command": command}
         if not done:
             entry.update(exit=rows[0][1]["exit"], message=rows[0][1]["message"])
         else:
             ordered = sorted(done, key=lambda kr: kr[1]["iteration_ms"])
             kept, row = ordered[(len(ordered) - 1) // 2]
-            shutil.copyfile(args.passes[kept] / session, args.samples / session)
+            shutil.copyfile(args.passes[kept] / session, args.samples / (args.prefix + session))
             entry.update(exit=0, kept_pass=kept + 1, iteration_ms=row["iteration_ms"], bytes=row["bytes"],
                          passes=[{"pass": k + 1, "iteration_ms": round(r["iteration_ms"], 1),
                                   "wall_s": r["wall_s"]} for k, r in done])

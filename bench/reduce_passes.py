@@ -1,6 +1,6 @@
 """Rewrite the recording passes without the collector records that nothing reads from them.
 
-    python bench/reduce_passes.py [DIR ...]     (default: every bench/results/h100/passes/pass*)
+    python bench/reduce_passes.py [DIR ...]     (default: every bench/results/<gpu>/passes/pass*)
 
 `bench/gpu/record_samples.py` writes whole sessions. What is read from the passes once they are
 committed: `bench/validate_simulator.py` reads each session's graph, plan and timeline (it calibrates
@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from vmexplorer.records.collected import CUPTI, PARTS, Collected, CollectorStatus, thin  # noqa: E402
 from vmexplorer.session import load_session, save_session  # noqa: E402
 
-PASSES = Path(__file__).resolve().parents[1] / "bench" / "results" / "h100" / "passes"
+RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"  # a folder per GPU, its passes in passes/
 DROPPED = ("kernel", "memcpy", "nvml")  # the tables of `Collected` dropped, by their column prefix
 REASON = "dropped from this copy by bench/reduce_passes.py: nothing read from the recording passes uses it"
 MERGED = ("unified-memory rows merged to one per kind and iteration by bench/reduce_passes.py (every total per "
@@ -86,10 +86,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folders", nargs="*", type=Path, help="recording passes, one folder of sessions each")
     args = ap.parse_args()
-    folders = args.folders or sorted(p for p in PASSES.glob("pass*") if p.is_dir())
+    folders = args.folders or sorted(p for p in RESULTS.glob("*/passes/pass*") if p.is_dir())
     changed = total = 0
     for folder in folders:
-        for path in sorted(folder.glob("*.vms")):
+        for path in sorted(folder.glob("**/*.vms")):  # a pass's cost_models/ too (record_samples.py --set h200)
             before = path.stat().st_size
             total += 1
             if reduce_file(path):

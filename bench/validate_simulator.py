@@ -1,21 +1,25 @@
 """Check the simulator against the measured sample sessions, on a CPU, from the sessions alone.
 
     python bench/validate_simulator.py [--calibrate-on uvm|autovm] [--samples DIR] [--out FILE]
+                                       [--readme README.md [--check]]
 
-For each model with a measured `device` session: fit a cost model on that `device` run (op times and
-gaps), then on the same model's `--calibrate-on` run at 50% of its footprint (bandwidths, demand-fault
-throughput, host blocking); with that one model, simulate the plan of every measured session of the
-model and print the predicted iteration time next to the measured one (medians over the recorded
-iterations). The goal is within 10% on every session that was not used for calibration; the worst is
-reported. Writes the table as Markdown to FILE (default bench/results/validation.md).
+Per GPU (`GPUS`: each GPU's samples in DIR by their names, bench/pick_samples.py's, its recording
+passes and log in bench/results/<gpu>/), for each model with a measured `device` session: fit a cost
+model on that `device` run (op times and gaps), then on the same model's `--calibrate-on` run at 50%
+of its footprint (bandwidths, demand-fault throughput, host blocking); with that one model, simulate
+the plan of every measured session of the model and print the predicted iteration time next to the
+measured one (medians over the recorded iterations). The goal is within 10% on every session that was
+not used for calibration, whatever its policy; the worst is reported, overall and per policy. Writes
+the tables as Markdown to FILE (default bench/results/validation.md), a section per GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
@@ -26,28 +30,59 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from vmexplorer.config import share_of_footprint  # noqa: E402
 from vmexplorer.policies import non_default_options  # noqa: E402
 from vmexplorer.session import Session, load_session  # noqa: E402
-from vmexplorer.simulator import (
-    calibrate,  # noqa: E402
-    simulate,  # noqa: E402
+from vmexplorer.simulator import (  # noqa: E402
+    H100_DEFAULT,
+    calibrate,
+    simulate,
 )
 from vmexplorer.simulator.costmodel import CostModel, fault_rates_by_kind_text, pooled  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL = 0.10
-PASSES = ROOT / "bench" / "results" / "h100" / "passes"  # every recording, one folder per pass
-# Passes 1-7 were recorded before the model took its present form (a fault rate per op kind, pooled
-# calibration): that form was chosen looking at them. Later passes were recorded afterwards and check
-# it on recordings it has never seen.
-SETTLED_ON = 7
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU's recordings: its samples in sample_sessions/ are named `prefix` + what its passes call
+    them (bench/pick_samples.py), its passes and their log are in `results`."""
+
+    name: str
+    prefix: str
+    results: Path
+    # The passes recorded before the model took its present form (a fault rate per op kind, pooled
+    # calibration), which was chosen looking at them; later passes check it on recordings it had never
+    # seen. The H100's passes 1-7; every H200 pass came after.
+    settled_on: int
+
+    @property
+    def passes_dir(self) -> Path:
+        return self.results / "passes"
+
+    @property
+    def log(self) -> Path:
+        return self.results / "record_samples.json"
+
+    def passes(self) -> list[Path]:
+        return sorted((p for p in self.passes_dir.glob("pass*") if p.is_dir()), key=pass_number)
+
+    def samples(self, folder: Path) -> list[Path]:
+        return named(folder, self.prefix)
+
+
+H100 = Gpu("H100", "", ROOT / "bench" / "results" / "h100", settled_on=7)
+H200 = Gpu("H200", "h200-", ROOT / "bench" / "results" / "h200", settled_on=0)
+GPUS = (H200, H100)
+
+
+def named(folder: Path, prefix: str = "") -> list[Path]:
+    """The measured sessions in `folder` named `prefix` + `<model>-b<batch>-...` (a pass's are unprefixed)."""
+    pattern = re.compile(rf"{re.escape(prefix)}[a-z0-9]+-b\d+-[a-z]")
+    return sorted(p for p in folder.glob("*.measured.vms") if pattern.match(p.name))
 
 
 def pass_number(folder: Path) -> int:
     digits = "".join(c for c in folder.name if c.isdigit())
     return int(digits) if digits else 0
-
-
-def all_passes() -> list[Path]:
-    return sorted((p for p in PASSES.glob("pass*") if p.is_dir()), key=pass_number)
 
 
 def median_ms(session_or_timeline: object) -> float:
@@ -59,7 +94,7 @@ def share(s: Session) -> int:
     return round(share_of_footprint(s.plan.capacity, s.graph.footprint))
 
 
-def recordings(log: Path = ROOT / "bench" / "results" / "h100" / "record_samples.json") -> dict[str, list[float]]:
+def recordings(log: Path = H100.log) -> dict[str, list[float]]:
     """Each sample's iteration time in every process that recorded it (bench/pick_samples.py's log)."""
     import json
 
@@ -91,15 +126,16 @@ def pooled_on(pool: Sequence[Path], device: str, paging: str, label: str) -> tup
                   f"pooled over {len(pairs)} recordings of {label}"), len(pairs)
 
 
-def validate(samples: Path, calibrate_on: str, pool: Sequence[Path] = (),
-             adjust: Callable[[CostModel], CostModel] = lambda c: c) -> tuple[list[dict], list[str]]:
-    """Predict every sample of each model from one cost model fitted to its `device` run and its
-    `calibrate_on` run at 50%. With `pool` (recording passes, a folder of sessions each), the model is
-    fitted to each pass's recording of those two runs and pooled (each figure the median over them);
-    without, to the samples themselves. `adjust` changes the fitted model first (to show what a part
-    of it is worth)."""
-    sessions = [(p, load_session(p)) for p in sorted(samples.glob("*.measured.vms"))]
-    spread = recordings()
+def validate(samples: Sequence[Path], calibrate_on: str, pool: Sequence[Path] = (),
+             adjust: Callable[[CostModel, str], CostModel] = lambda c, _: c,
+             gpu: Gpu = H100) -> tuple[list[dict], list[str]]:
+    """Predict every sample (of one GPU, `gpu`'s) of each model from one cost model fitted to its `device`
+    run and its `calibrate_on` run at 50%. With `pool` (recording passes, a folder of sessions each), the
+    model is fitted to each pass's recording of those two runs and pooled (each figure the median over
+    them); without, to the samples themselves. `adjust` changes the fitted model first, given it and
+    the model's label (to show what a part of it is worth)."""
+    sessions = [(p, load_session(p)) for p in samples]
+    spread = recordings(gpu.log)
     rows, notes = [], []
     for key in sorted({s.graph.key for _, s in sessions}, key=str):
         mine = [(p, s) for p, s in sessions if s.graph.key == key]
@@ -109,10 +145,10 @@ def validate(samples: Path, calibrate_on: str, pool: Sequence[Path] = (),
         if device is None or paging is None:
             notes.append(f"{label}: no measured device session or {calibrate_on} at 50%: not validated")
             continue
-        names = [next(p.name for p, s in mine if s is x) for x in (device, paging)]
+        names = [next(p.name.removeprefix(gpu.prefix) for p, s in mine if s is x) for x in (device, paging)]
         fitted = pooled_on(pool, *names, f"{label} device and {calibrate_on} at 50%")
         cost, recorded = fitted or (calibrated(device, paging), 1)
-        cost = adjust(cost)
+        cost = adjust(cost, label)
         for path, s in mine:
             measured = median_ms(s)
             predicted = median_ms(simulate(s.graph, s.plan, cost))
@@ -140,15 +176,17 @@ def summary_line(rows: list[dict]) -> tuple[str, int, int] | None:
             sum(abs(r["error"]) <= GOAL for r in predicted), len(predicted))
 
 
-def eviction_rates(samples: Path) -> list[str]:
+def eviction_rates(samples: Sequence[Path]) -> list[str]:
     """Per model, the bandwidth of evictions of 16 MiB or more made alone (synchronously, `uvm` at 50%)
-    and beside compute (asynchronously, `autovm` at 50%): the model assumes they are the same."""
+    and beside compute (asynchronously, `autovm` at 50%): the model assumes they are the same. Then
+    the eviction rate fitted to each paging sample on its own, the driver's (`uvm`) apart from the
+    planned ones."""
     from vmexplorer.plan import Direction, Mode
     from vmexplorer.records.spans import timed_only
 
     out = []
     by_model: dict[str, dict[str, float]] = {}
-    for path in sorted(samples.glob("*-50pct.measured.vms")):
+    for path in [p for p in samples if p.name.endswith("-50pct.measured.vms")]:
         s = load_session(path)
         tl, memops = timed_only(s.timeline), s.plan.memops
         rows = [r for r, i in enumerate(tl.memop_index) if memops[i].direction is Direction.TO_HOST
@@ -163,25 +201,39 @@ def eviction_rates(samples: Path) -> list[str]:
                        f"{rates['autovm']:.1f} GB/s beside compute (`autovm`)")
     # each paging sample's own cost model (bench/calibrate_samples.py fits it to that run): how far the
     # rate every prediction leans on moves from one process to the next
-    fitted: dict[str, list[float]] = {}
-    for path in sorted(samples.glob("*pct.measured.vms")):
+    fitted: dict[str, dict[str, list[float]]] = {}
+    for path in [p for p in samples if p.name.endswith("pct.measured.vms")]:
         s = load_session(path)
-        if s.cost_model is not None and s.plan.policy in ("uvm", "autovm"):
-            fitted.setdefault(f"{s.graph.model} b{s.graph.batch}", []).append(s.cost_model.evict_bytes_per_ns)
-    for model, rates in fitted.items():
-        if len(rates) > 1:
-            out.append(f"- {model}: the eviction rate fitted to each paging sample on its own runs from "
-                       f"{min(rates):.1f} to {max(rates):.1f} GB/s over its {len(rates)} samples, each a process "
-                       "of its own: a prediction carries one of them to all")
+        if s.cost_model is not None and s.plan.policy != "device":
+            which = "`uvm` (the driver's evictions)" if s.plan.policy == "uvm" else "planned policies"
+            fitted.setdefault(f"{s.graph.model} b{s.graph.batch}", {}).setdefault(which, []).append(
+                s.cost_model.evict_bytes_per_ns)
+    for model, by_kind in fitted.items():
+        spans = [f"{which} {min(r):.1f}" + (f"-{max(r):.1f} GB/s over {len(r)} samples" if len(r) > 1 else " GB/s")
+                 for which, r in sorted(by_kind.items())]
+        if sum(len(r) for r in by_kind.values()) > 1:
+            out.append(f"- {model}: the eviction rate fitted to each paging sample on its own (each a process of its "
+                       f"own): {'; '.join(spans)}. A prediction carries the calibration run's to all")
     return out
 
 
-def report(rows: list[dict], notes: list[str], calibrate_on: str) -> str:
+def by_policy(predicted: list[dict]) -> str:
+    """Each policy's worst predicted sample, for people: where the model goes wrong."""
+    worst: dict[str, dict] = {}
+    for r in predicted:
+        if r["policy"] not in worst or abs(r["error"]) > abs(worst[r["policy"]]["error"]):
+            worst[r["policy"]] = r
+    return "; ".join(f"`{policy}` {r['error']:+.1%} ({r['model']} at {r['capacity_pct']}%)"
+                     for policy, r in worst.items())
+
+
+def report(rows: list[dict], notes: list[str], calibrate_on: str, gpu: Gpu = H100,
+           samples: Sequence[Path] = ()) -> str:
     predicted = [r for r in rows if r["role"] == "predicted"]
     worst = max(predicted, key=lambda r: abs(r["error"]), default=None)
     pooled_over = max((r["recordings"] for r in rows), default=1)
-    how = (f"each recorded in {pooled_over} processes (`{PASSES.relative_to(ROOT)}`): the cost model is fitted to "
-           "every recording of the two and pooled, each figure the median over the recordings "
+    how = (f"each recorded in {pooled_over} processes (`{gpu.passes_dir.relative_to(ROOT)}`): the cost model is "
+           "fitted to every recording of the two and pooled, each figure the median over the recordings "
            "(`vmexplorer.simulator.costmodel.pooled`)" if pooled_over > 1 else "the samples themselves")
     out = [f"Calibrated per model on its `device` run and its `{calibrate_on}` run at 50%, {how}; every other "
            "measured sample is predicted with that one cost model, its migration calls one at a time in issue order "
@@ -198,7 +250,7 @@ def report(rows: list[dict], notes: list[str], calibrate_on: str) -> str:
                    f"{r['measured_ms']:.1f} ms | {span} | {r['predicted_ms']:.1f} ms | {r['error']:+.1%} | "
                    f"{r['role']} |")
     out.append("")
-    fits = {}
+    fits: dict[str, dict] = {}
     for r in rows:
         fits.setdefault(r["model"], r["rates"])
     for model, f in fits.items():
@@ -209,16 +261,18 @@ def report(rows: list[dict], notes: list[str], calibrate_on: str) -> str:
     if calibrate_on == "uvm":
         out.append("- A `uvm` run makes no asynchronous prefetch, so neither the prefetch bandwidth nor the host "
                    "blocking of prefetch calls can be fitted from it: they keep the defaults from DESIGN.md's H100 "
-                   "probe (45 GB/s, 1.0), which every autovm prediction above relies on.")
+                   f"probe ({H100_DEFAULT.prefetch_bytes_per_ns:.0f} GB/s, {H100_DEFAULT.host_block:.1f}), which every "
+                   "prediction of a planned policy above relies on.")
     out += [f"- {n}" for n in notes]
-    out += eviction_rates(ROOT / "sample_sessions")
+    out += eviction_rates(samples)
     if worst is not None:
         within = sum(abs(r["error"]) <= GOAL for r in predicted)
         inside = sum(bool(r["recorded_ms"]) and min(r["recorded_ms"]) <= r["predicted_ms"] <= max(r["recorded_ms"])
                      for r in predicted)
         out += ["", f"Worst prediction: {worst['session']}, {worst['error']:+.1%}. Within {GOAL:.0%}: {within} of "
                     f"{len(predicted)} predicted sessions; goal {'met' if within == len(predicted) else 'not met'}. "
-                    f"Inside the range of their own recordings: {inside} of {len(predicted)}."]
+                    f"Inside the range of their own recordings: {inside} of {len(predicted)}.",
+                f"Worst per policy: {by_policy(predicted)}."]
         wide = max(predicted, key=lambda r: r["iteration_spread"])
         gaps = [(max(r["recorded_ms"]) - min(r["recorded_ms"])) / float(np.median(r["recorded_ms"]))
                 for r in predicted if len(r["recorded_ms"]) > 1]
@@ -230,17 +284,18 @@ def report(rows: list[dict], notes: list[str], calibrate_on: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def out_of_sample(passes: list[Path], calibrate_on: str) -> str:
-    """The validation on recordings made after the model's form was settled (passes after SETTLED_ON)
-    alone: calibrated on their recordings of the `device` and `calibrate_on` runs at 50% (pooled), and
-    each other configuration's measured time the median over their recordings of it."""
-    later = [p for p in passes if pass_number(p) > SETTLED_ON]
+def out_of_sample(passes: list[Path], calibrate_on: str, gpu: Gpu = H100) -> str:
+    """The validation on recordings made after the model's form was settled (passes after
+    `gpu.settled_on`) alone: calibrated on their recordings of the `device` and `calibrate_on` runs at
+    50% (pooled), and each other configuration's measured time the median over their recordings of it,
+    its prediction the median over their plans (`tuned` searched afresh in each pass)."""
+    later = [p for p in passes if pass_number(p) > gpu.settled_on]
     if not later:
         return ""
     rows = []
-    names = sorted({f.name for p in later for f in p.glob("*.measured.vms")})
+    names = sorted({f.name for p in later for f in named(p)})
     for name in names:
-        model_batch = "-".join(name.split("-")[:2])
+        model_batch = "-".join(name.split("-")[:2])  # a pass's names are unprefixed
         device, paging = f"{model_batch}-device.measured.vms", f"{model_batch}-{calibrate_on}-50pct.measured.vms"
         if name in (device, paging):
             continue
@@ -250,35 +305,97 @@ def out_of_sample(passes: list[Path], calibrate_on: str) -> str:
             continue
         cost = fitted[0]
         measured = float(np.median([median_ms(s) for s in mine]))
-        predicted = median_ms(simulate(mine[0].graph, mine[0].plan, cost))
+        predicted = float(np.median([median_ms(simulate(s.graph, s.plan, cost)) for s in mine]))
         rows.append((name.removesuffix(".measured.vms"), len(mine), measured, predicted, predicted / measured - 1))
     if not rows:
         return ""
     worst = max(rows, key=lambda r: abs(r[4]))
     within = sum(abs(r[4]) <= GOAL for r in rows)
+    when = (f"was chosen looking at passes 1-{gpu.settled_on}. Passes {pass_number(later[0])}-"
+            f"{pass_number(later[-1])} were recorded afterwards" if gpu.settled_on else
+            f"was chosen before any of the {gpu.name}'s passes ({pass_number(later[0])}-{pass_number(later[-1])}) "
+            f"was recorded")
     out = ["", f"**Out of sample.** The model's present form (a fault rate per op kind, calibration pooled over "
-           f"recordings) was chosen looking at passes 1-{SETTLED_ON}. Passes {pass_number(later[0])}-"
-           f"{pass_number(later[-1])} were recorded afterwards; calibrated on their own recordings of the `device` "
-           f"and `{calibrate_on}` runs at 50% and set against the median of their own recordings of every other "
-           f"configuration: {within} of {len(rows)} within {GOAL:.0%}, worst {worst[0]} {worst[4]:+.1%}.", "",
+           f"recordings) {when}; calibrated on their own recordings of the `device` and `{calibrate_on}` runs at "
+           f"50% and set against the median of their own recordings of every other configuration (predicted: the "
+           f"median over their plans): {within} of {len(rows)} within {GOAL:.0%}, worst {worst[0]} {worst[4]:+.1%}.",
+           "",
            "| session | recordings | measured (median) | predicted | error |", "|---|---:|---:|---:|---:|"]
     out += [f"| {n} | {k} | {m:.1f} ms | {pr:.1f} ms | {e:+.1%} |" for n, k, m, pr, e in rows]
     return "\n".join(out) + "\n"
 
 
-def within_passes(passes: list[Path], calibrate_on: str) -> str:
+def within_passes(passes: list[Path], calibrate_on: str, gpu: Gpu = H100) -> str:
     """The same validation inside each recording pass: calibrated on that pass's own device and paging
     runs, recorded minutes apart in the same conditions, so that what is left is the simulator's
     error and the variation between processes, without the variation between passes."""
     lines = []
     for folder in passes:
-        line = summary_line(validate(folder, calibrate_on)[0])
+        line = summary_line(validate(named(folder), calibrate_on, gpu=gpu)[0])
         if line is not None:
             lines.append(f"{folder.name}: {line[1]} of {line[2]} within {GOAL:.0%}, {line[0]}")
     if not lines:
         return ""
-    return (f"Calibrated and predicted within each recording pass instead (`{PASSES.relative_to(ROOT)}`, every "
-            "session of a pass recorded within minutes, one process each): " + "; ".join(lines) + ".\n")
+    return (f"Calibrated and predicted within each recording pass instead (`{gpu.passes_dir.relative_to(ROOT)}`, "
+            "every session of a pass recorded within minutes, one process each): " + "; ".join(lines) + ".\n")
+
+
+def planned_eviction(gpu: Gpu, pool: Sequence[Path]) -> dict[str, float]:
+    """Per model (its label), the eviction rate fitted to its `device` and `autovm` runs at 50% pooled
+    over `pool`: evictions a plan issues beside compute rather than the driver's."""
+    out = {}
+    for device in [p for p in gpu.samples(ROOT / "sample_sessions") if p.name.endswith("-device.measured.vms")]:
+        s = load_session(device)
+        name = device.name.removeprefix(gpu.prefix)
+        fitted = pooled_on(pool, name, name.replace("-device.", "-autovm-50pct."), "autovm at 50%")
+        if fitted is not None:
+            out[f"{s.graph.model} b{s.graph.batch}"] = fitted[0].evict_bytes_per_ns
+    return out
+
+
+def alternatives(gpu: Gpu, samples: Sequence[Path], calibrate_on: str, passes: list[Path]) -> list[tuple[str, list]]:
+    """The same validation with one part of the calibration changed: what each part is worth."""
+    planned = planned_eviction(gpu, passes) if calibrate_on == "uvm" else {}
+    alts = [
+        ("With evictions and prefetches at once, each on its own copy stream (`serialises_directions` off; the "
+         "H100's driver was not probed for it, the H200's runs one direction at a time)",
+         validate(samples, calibrate_on, passes, gpu=gpu,
+                  adjust=lambda c, _: replace(c, serialises_directions=False))[0]),
+        ("With one demand-fault rate for every op kind",
+         validate(samples, calibrate_on, passes, gpu=gpu,
+                  adjust=lambda c, _: replace(c, fault_bytes_per_ns_by_kind={}))[0]),
+        ("Calibrated on the samples alone (one recording each, the median one), not pooled over the recordings",
+         validate(samples, calibrate_on, gpu=gpu)[0])]
+    if planned:
+        alts.append((
+            "With the eviction rate of planned evictions (fitted to each model's `device` and `autovm` runs at 50%, "
+            "pooled: " + ", ".join(f"{m} {r:.1f} GB/s" for m, r in planned.items()) + ") in place of the `uvm` "
+            "run's, all else as above",
+            validate(samples, calibrate_on, passes, gpu=gpu, adjust=lambda c, label: replace(
+                c, evict_bytes_per_ns=planned.get(label, c.evict_bytes_per_ns)))[0]))
+    return alts
+
+
+def section(gpu: Gpu, samples: Sequence[Path], calibrate_on: str) -> str:
+    """The validation on one GPU's samples and passes, with what each part of the calibration is worth."""
+    passes = gpu.passes()
+    rows, notes = validate(samples, calibrate_on, passes, gpu=gpu)
+    text = report(rows, notes, calibrate_on, gpu, samples)
+    for what, alt in alternatives(gpu, samples, calibrate_on, passes):
+        line = summary_line(alt)
+        if line is not None:
+            text += f"{what}: {line[0]}; {line[1]} of {line[2]} within {GOAL:.0%}.\n"
+    other = "autovm" if calibrate_on == "uvm" else "uvm"
+    line = summary_line(validate(samples, other, passes, gpu=gpu)[0])
+    if line is not None:
+        text += (f"Calibrating on the `{other}` run at 50% instead: {line[0]}; {line[1]} of {line[2]} within "
+                 f"{GOAL:.0%}. The `{other}` runs show "
+                 + ("no demand faults on some models (ResNet-50's autovm plan has none), so the fault throughput "
+                    "that every uvm prediction needs stays a default there." if other == "autovm" else
+                    "no asynchronous prefetch.") + "\n")
+    text += within_passes(passes, calibrate_on, gpu)
+    text += out_of_sample(passes, calibrate_on, gpu)
+    return text
 
 
 def main() -> int:
@@ -286,39 +403,19 @@ def main() -> int:
     ap.add_argument("--calibrate-on", choices=("uvm", "autovm"), default="uvm")
     ap.add_argument("--samples", type=Path, default=ROOT / "sample_sessions")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "validation.md")
-    ap.add_argument("--passes", type=Path, nargs="*", default=all_passes(),
-                    help="recording passes (one folder of sessions each) to validate within, one by one")
-    ap.add_argument("--readme", type=Path, help="also put the table between <!-- validation:start/end --> here")
+    ap.add_argument("--readme", type=Path, help="also put the tables between <!-- validation:start/end --> here")
     ap.add_argument("--check", action="store_true",
-                    help="with --readme: only say whether its table is up to date (exit 1 if not)")
+                    help="with --readme: only say whether its tables are up to date (exit 1 if not)")
     args = ap.parse_args()
-    rows, notes = validate(args.samples, args.calibrate_on, args.passes)
-    text = report(rows, notes, args.calibrate_on)
-    # what each part of the calibration is worth: the same validation without it
-    for what, alt in [
-        ("With evictions and prefetches at once, each on its own copy stream (`serialises_directions` off; the "
-         "H100's driver was not probed for it, the H200's runs one direction at a time)",
-         validate(args.samples, args.calibrate_on, args.passes,
-                  adjust=lambda c: replace(c, serialises_directions=False))[0]),
-        ("With one demand-fault rate for every op kind",
-         validate(args.samples, args.calibrate_on, args.passes,
-                  adjust=lambda c: replace(c, fault_bytes_per_ns_by_kind={}))[0]),
-        ("Calibrated on the samples alone (one recording each, the median one), not pooled over the recordings",
-         validate(args.samples, args.calibrate_on)[0]),
-    ]:
-        line = summary_line(alt)
-        if line is not None:
-            text += f"{what}: {line[0]}; {line[1]} of {line[2]} within {GOAL:.0%}.\n"
-    other = "autovm" if args.calibrate_on == "uvm" else "uvm"
-    line = summary_line(validate(args.samples, other, args.passes)[0])
-    if line is not None:
-        text += (f"Calibrating on the `{other}` run at 50% instead: {line[0]}; {line[1]} of {line[2]} within "
-                 f"{GOAL:.0%}. The `{other}` runs show "
-                 + ("no demand faults on some models (ResNet-50's autovm plan has none), so the fault throughput "
-                    "that every uvm prediction needs stays a default there." if other == "autovm" else
-                    "no asynchronous prefetch.") + "\n")
-    text += within_passes(args.passes, args.calibrate_on)
-    text += out_of_sample(args.passes, args.calibrate_on)
+    parts = [(gpu, section(gpu, gpu.samples(args.samples), args.calibrate_on)) for gpu in GPUS
+             if gpu.samples(args.samples)]
+    intro = ("Per GPU, each on its own samples and recording passes: "
+             + ", then ".join(f"the {g.name}'s" for g, _ in parts)
+             + ". A cost model fitted on one GPU predicts that GPU's runs alone.\n")
+
+    def text(level: str) -> str:
+        return intro + "".join(f"\n{level} On the {gpu.name}\n\n{body}" for gpu, body in parts)
+
     if args.readme is not None:
         readme = args.readme.read_text()
         start, end = "<!-- validation:start -->", "<!-- validation:end -->"
@@ -326,14 +423,14 @@ def main() -> int:
             print(f"{args.readme} has no {start} ... {end} section", file=sys.stderr)
             return 2
         before, rest = readme.split(start, 1)
-        new = before + start + "\n" + text + end + rest.split(end, 1)[1]
+        new = before + start + "\n" + text("###") + end + rest.split(end, 1)[1]
         if args.check:
             print("up to date" if new == readme else "out of date: run python bench/validate_simulator.py --readme")
             return 0 if new == readme else 1
         args.readme.write_text(new)
-    print(text, end="")
+    print(text("##"), end="")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("# The simulator against the measured samples\n\n" + text)
+    args.out.write_text("# The simulator against the measured samples\n\n" + text("##"))
     return 0
 
 

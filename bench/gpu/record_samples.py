@@ -1,11 +1,16 @@
 """Record the measured sample sessions on the GPU, each with `vmexplorer run` in a process of its own.
 
-    python3 bench/gpu/record_samples.py [--set fifty|sweep|all] [--iterations 5] [--out DIR]
+    python3 bench/gpu/record_samples.py [--set fifty|sweep|all|h200] [--iterations 5] [--out DIR]
                                         [--collectors PARTS] [--log NAME]
 
 `fifty`: AlexNet b256, VGG-19 b64 and ResNet-50 b64 under `device` (the whole footprint), `uvm` and
 `autovm` at 50% of each footprint. `sweep`: VGG-19 b64 under `uvm` and `autovm` at 30, 40, 60, 75 and
-90%. Sessions go to DIR (default $OUT/samples, else sample_sessions/) as
+90%. `h200`: every policy: `device` for AlexNet b256, VGG-19 b64 and ResNet-50 b64; `uvm`, `autovm`,
+`belady`, `vdnn` and `tuned` at 50% of each footprint and VGG-19 b64 at 60, 75 and 90% too. Within a model
+`device` and `uvm` at 50% come first and are calibrated (`vmexplorer calibrate`, GPU-free, into
+DIR/cost_models/, logged in DIR/calibrate.json), and that model's `tuned` runs search with that cost model
+(`vmexplorer run --cost-model`): the GPU's own rates; VGG-19's model fitted at 50% serves every capacity.
+Sessions go to DIR (default $OUT/samples, else sample_sessions/) as
 `<model>-b<batch>-<policy>[-<pct>pct].measured.vms`; `record_samples.json` next to them says, for each,
 the command, its exit status, its wall time and, for a refusal, `vmexplorer run`'s one-line reason
 (a capacity below the model's minimum is refused, not recorded). The log is rewritten after every
@@ -15,11 +20,18 @@ session, so a pass cut short keeps what it recorded.
 unified-memory counters and counts one more iteration after them (`vmexplorer run --counted`), so the
 samples' iteration times carry no counting cost and the README's results table is read from them.
 
-The samples in the repo come from fifteen passes (`--iterations 8 --out bench/results/h100/passes/passN`,
+The H100 samples in the repo come from fifteen passes (`--iterations 8 --out bench/results/h100/passes/passN`,
 N = 1..15, on the device; an odd number, so each median is a recording), then, on any machine,
 `bench/pick_samples.py` (each configuration's median recording into sample_sessions/),
 `bench/calibrate_samples.py`, and `bench/reduce_passes.py` (the passes without the records nothing
 reads from them).
+
+The H200 samples come from seven passes of `--set h200` at the defaults (5 timed iterations after 1
+warmup, then 1 counted), one pass per device call (`--out /tmp/passN`, the folder brought back as one
+archive, the limit on files back from a call being a handful), unpacked into
+bench/results/h200/passes/passN; then `bench/pick_samples.py bench/results/h200/passes/pass* --prefix
+h200- --log bench/results/h200/record_samples.json` (sample_sessions/ holds both GPUs: the H200's
+named `h200-...`), `bench/calibrate_samples.py --glob 'h200-*'` and `bench/reduce_passes.py`.
 """
 
 from __future__ import annotations
@@ -36,6 +48,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FIFTY = [(m, b, p, 50 if p != "device" else None) for m, b in (("alexnet", 256), ("vgg19", 64), ("resnet50", 64))
          for p in ("device", "uvm", "autovm")]
 SWEEP = [("vgg19", 64, p, pct) for pct in (30, 40, 60, 75, 90) for p in ("uvm", "autovm")]
+H200_MODELS = (("alexnet", 256, (50,)), ("vgg19", 64, (50, 60, 75, 90)), ("resnet50", 64, (50,)))
+H200_POLICIES = ("uvm", "autovm", "belady", "vdnn", "tuned")
 
 
 def name(model: str, batch: int, policy: str, pct: int | None) -> str:
@@ -43,13 +57,14 @@ def name(model: str, batch: int, policy: str, pct: int | None) -> str:
 
 
 def record(model: str, batch: int, policy: str, pct: int | None, out: Path, iterations: int,
-           collectors: str | None = None) -> dict:
+           collectors: str | None = None, cost_model: Path | None = None) -> dict:
     path = out / name(model, batch, policy, pct)
     cmd = [sys.executable, "-m", "vmexplorer", "run", "--model", model, "--batch", str(batch),
            "--capacity", f"{pct}%" if pct is not None else "100%", "--policy", policy,
            "--iterations", str(iterations), "--warmup", "1", "--out", str(path), "--force", "--format", "json",
            "--note", "recorded by bench/gpu/record_samples.py",
-           *(["--collectors", collectors] if collectors else [])]
+           *(["--collectors", collectors] if collectors else []),
+           *(["--cost-model", str(cost_model)] if cost_model else [])]
     t = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     row = {"session": path.name, "command": " ".join(["vmexplorer", *cmd[3:]]), "exit": done.returncode,
@@ -64,9 +79,59 @@ def record(model: str, batch: int, policy: str, pct: int | None, out: Path, iter
     return row
 
 
+def calibrated(device: Path, paging: Path, out: Path) -> dict:
+    """`vmexplorer calibrate` of a paging session on its model's `device` session, into out/cost_models/."""
+    target = out / "cost_models" / paging.name.replace(".measured.vms", ".calibrated.vms")
+    target.parent.mkdir(exist_ok=True)
+    cmd = [sys.executable, "-m", "vmexplorer", "calibrate", str(paging), "--device", str(device),
+           "--out", str(target), "--force", "--format", "json"]
+    t = time.monotonic()
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    row = {"cost_model": str(target.relative_to(out)), "exit": done.returncode,
+           "wall_s": round(time.monotonic() - t, 1)}
+    if done.returncode != 0:
+        row["message"] = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def h200(out: Path, iterations: int, collectors: str | None, log: str) -> list[dict]:
+    """The `h200` set, model by model: `device`, `uvm` at 50%, their calibration, then the rest, `tuned`
+    searching with that calibration; the log rows as `record` makes them. A model whose calibration
+    failed records no `tuned` (its row says why) rather than one searched with another GPU's rates."""
+    rows: list[dict] = []
+    calibrations: list[dict] = []
+    for model, batch, pcts in H200_MODELS:
+        for first, pct in (("device", None), ("uvm", pcts[0])):
+            rows.append(record(model, batch, first, pct, out=out, iterations=iterations, collectors=collectors))
+            write_log(out, rows, log)
+        device, uvm = out / name(model, batch, "device", None), out / name(model, batch, "uvm", pcts[0])
+        fit = calibrated(device, uvm, out) if rows[-1]["exit"] == rows[-2]["exit"] == 0 else {"exit": 1}
+        calibrations.append(fit)
+        (out / "calibrate.json").write_text(json.dumps(calibrations, indent=1))
+        for pct in pcts:
+            for policy in H200_POLICIES:
+                if (policy, pct) == ("uvm", pcts[0]):
+                    continue
+                if policy == "tuned" and fit["exit"] != 0:
+                    rows.append({"session": name(model, batch, policy, pct), "command": "", "exit": 1,
+                                 "wall_s": 0.0, "message": "not recorded: no calibrated cost model to search with"})
+                else:
+                    cost = out / str(fit["cost_model"]) if policy == "tuned" else None
+                    rows.append(record(model, batch, policy, pct, out=out, iterations=iterations,
+                                       collectors=collectors, cost_model=cost))
+                write_log(out, rows, log)
+    return rows
+
+
+def write_log(out: Path, rows: list[dict], log: str = "record_samples.json") -> None:
+    """Rewrite the log after every session, so a pass cut short keeps what it recorded."""
+    (out / log).write_text(json.dumps(rows, indent=1))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--set", choices=("fifty", "sweep", "all"), default="all")
+    ap.add_argument("--set", choices=("fifty", "sweep", "all", "h200"), default="all")
     ap.add_argument("--iterations", type=int, default=5)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--collectors", help="passed to vmexplorer run (default: every collector)")
@@ -74,6 +139,9 @@ def main() -> int:
     args = ap.parse_args()
     out = args.out or (Path(os.environ["OUT"]) / "samples" if os.environ.get("OUT") else ROOT / "sample_sessions")
     out.mkdir(parents=True, exist_ok=True)
+    if args.set == "h200":
+        h200(out, args.iterations, args.collectors, args.log)
+        return 0
     todo = {"fifty": FIFTY, "sweep": SWEEP, "all": FIFTY + SWEEP}[args.set]
     log = out / args.log
     old = json.loads(log.read_text()) if log.exists() else []
