@@ -132,3 +132,17 @@ def test_the_timeline_panel_draws_a_session_picks_its_typical_iteration_and_keep
     assert panel.pane.object is fig and panel.drawn is state.session
     panel.x_axis.value = "op"  # another axis: drawn anew
     assert panel.pane.object is not fig and panel.pane.object.children[0].tags == ["op"]
+
+
+def test_the_lessons_last_step_holds_the_best_schedule_against_the_bound_of_its_own_gpu(state: AppState) -> None:
+    from vmexplorer.simulator.bound import lower_bound
+
+    lesson = Lesson(state=state)
+    lesson.step = len(LESSON)
+    s = state.session
+    assert s.environment["gpu"] == "NVIDIA H200" and s.plan.policy == "tuned"
+    bound = lower_bound(s.graph, s.plan.capacity, state.cost_model)
+    words = LESSON[-1].words(state)
+    assert format_ns(bound.lower_bound_ns) in words and bound.set_by in words
+    assert format_ns(s.time_split().iteration_ns) in words
+    assert format_ns(state.baseline_ns("uvm")) in words  # uvm measured on the same GPU

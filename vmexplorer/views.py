@@ -271,6 +271,23 @@ def _cliff(state: AppState) -> str:
             "tap one to open it.")
 
 
+def _bound(state: AppState) -> str:
+    s, split = _split_words(state)
+    bound, uvm = state.bound(), state.baseline_ns("uvm")
+    cost = state.cost_model
+    if bound is None or cost is None or uvm is None:
+        return "Why this GPU cannot go faster: no bound could be worked out for this session."
+    gpu = s.environment.get("gpu", "this GPU")
+    return (f"Why {gpu} cannot go faster: at this capacity any schedule must move at least "
+            f"{format_bytes(bound.min_bytes_to_host)} out and back each iteration, and the driver migrates one "
+            f"way at a time ({cost.evict_bytes_per_ns:.1f} GB/s out, {cost.prefetch_bytes_per_ns:.1f} GB/s in, "
+            f"fitted to these runs): no schedule beats {format_ns(bound.lower_bound_ns)}, set by "
+            f"{bound.set_by}. The searched schedule ({s.plan.policy}) takes {format_ns(split.iteration_ns)}: "
+            f"{bound.versus(split.iteration_ns).split(',')[0]} and {times_than(split.iteration_ns, uvm, 'uvm')} "
+            f"({format_ns(uvm)}); {format_ns(split.transfer_wait_ns)} of it still waits on transfers that "
+            f"{format_ns(split.compute_ns)} of compute cannot hide.")
+
+
 LESSON = (
     Step("1. Everything fits", "vgg19-b64-device.measured.vms", _fits),
     Step("2. Demand paging at 50%", "vgg19-b64-uvm-50pct.measured.vms", _uvm, lit=_most_faulted),
@@ -279,6 +296,7 @@ LESSON = (
     Step("4. A prefetch too late", "vgg19-b64-autovm-50pct.measured.vms", _late, late_prefetch=True,
          lit=_dragged),
     Step("5. The paging cliff", "vgg19-b64-uvm-50pct.measured.vms", _cliff, tab="Paging cliff"),
+    Step("6. Why the GPU cannot go faster", "h200-vgg19-b64-tuned-50pct.measured.vms", _bound),
 )
 
 
