@@ -346,9 +346,7 @@ class AppState(param.Parameterized):
         if key not in self._sweeps:
             self._sweeps[key] = _sweep(g, cost, points)
         measured = [{"name": name, "policy": x.policy, "capacity_pct": share_of_footprint(x.capacity, g.footprint),
-                     "iteration_ms": x.iteration_ns / 1e6, "gpu": x.gpu}
-                    for name, x in _sample_index().items() if x.key == g.key and x.source == "measured" and x.defaults
-                    and x.mechanism is Mechanism.UVM and gpu_of(s) in (None, x.gpu)]  # a measured session: its GPU's
+                     "iteration_ms": x.iteration_ns / 1e6, "gpu": x.gpu} for name, x in _sweep_samples(s)]
         return {"lines": self._sweeps[key], "measured": measured, "cost_model": cost.name}
 
     def open_sweep_point(self, policy: str, capacity_pct: float) -> bool:
@@ -357,10 +355,8 @@ class AppState(param.Parameterized):
         if s is None:
             return self.fail("nothing shown to sweep")
         g = s.graph
-        for name, x in _sample_index().items():
-            if (x.key, x.policy, x.source, x.defaults, x.mechanism) == (g.key, policy, "measured", True, "uvm") \
-                    and abs(share_of_footprint(x.capacity, g.footprint) - capacity_pct) < 0.5 \
-                    and gpu_of(s) in (None, x.gpu):
+        for name, x in _sweep_samples(s):
+            if x.policy == policy and abs(share_of_footprint(x.capacity, g.footprint) - capacity_pct) < 0.5:
                 return self.load(SAMPLES / name)
         capacity = int(g.footprint * capacity_pct / 100)
         return self.simulate_config(g.model, g.batch, str(max(capacity, g.min_capacity[0])), policy)
@@ -710,9 +706,8 @@ def _index(stamp: tuple[tuple[str, int], ...]) -> dict[str, _Sample]:
         except SessionError:
             continue
         defaults = not non_default_options(s.plan.policy, s.plan.options)
-        gpu = s.environment.get("gpu", "an unnamed GPU") if s.timeline.source == "measured" else "simulated"
         out[name] = _Sample(s.graph.key, s.plan.capacity, s.plan.policy, defaults, s.timeline.source,
-                            int(s.summary["iteration_ns"]), str(gpu), s.plan.mechanism)
+                            int(s.summary["iteration_ns"]), gpu_of(s) or "simulated", s.plan.mechanism)
     return out
 
 
@@ -725,6 +720,15 @@ def _measured_samples(graph: Graph, capacity: int, policy: str, gpu: str | None 
             if (x.source, x.key, x.policy, x.defaults) == ("measured", graph.key, policy, True)
             and (x.capacity >= graph.footprint if policy == "device" else x.capacity == capacity)
             and x.mechanism is (Mechanism.UVM if policy == "device" else mechanism) and gpu in (None, x.gpu)]
+
+
+def _sweep_samples(shown: Session) -> list[tuple[str, _Sample]]:
+    """The measured samples the paging cliff draws beside `shown`: its model's, with the policies' default
+    options, through uvm (the cliff's lines), and of its GPU when it was measured on one."""
+    gpu = gpu_of(shown)
+    return [(name, x) for name, x in _sample_index().items()
+            if (x.key, x.source, x.defaults, x.mechanism) == (shown.graph.key, "measured", True, Mechanism.UVM)
+            and gpu in (None, x.gpu)]
 
 
 def gpu_of(session: Session) -> str | None:
