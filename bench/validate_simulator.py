@@ -10,7 +10,9 @@ of its footprint (bandwidths, demand-fault throughput, host blocking); with that
 the plan of every measured session of the model and print the predicted iteration time next to the
 measured one (medians over the recorded iterations). The goal is within 10% on every session that was
 not used for calibration, whatever its policy; the worst is reported, overall and per policy. Writes
-the tables as Markdown to FILE (default bench/results/validation.md), a section per GPU.
+the tables as Markdown to FILE (default bench/results/validation.md), a section per GPU. FILE alone (not
+the README) also gets, per GPU, where the error is (each predicted sample with one part of the model
+replaced by its own run's) and the eviction rates eviction by eviction over every pass (`evidence`).
 """
 
 from __future__ import annotations
@@ -28,13 +30,16 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vmexplorer.config import share_of_footprint  # noqa: E402
+from vmexplorer.plan import Direction, MemOp, Mode  # noqa: E402
 from vmexplorer.policies import non_default_options  # noqa: E402
+from vmexplorer.records.spans import Timeline, timed_only  # noqa: E402
 from vmexplorer.session import Session, load_session  # noqa: E402
 from vmexplorer.simulator import (  # noqa: E402
     H100_DEFAULT,
     calibrate,
     simulate,
 )
+from vmexplorer.simulator.calibrate import Eviction, evictions  # noqa: E402
 from vmexplorer.simulator.costmodel import CostModel, fault_rates_by_kind_text, pooled  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,12 +133,14 @@ def pooled_on(pool: Sequence[Path], device: str, paging: str, label: str) -> tup
 
 def validate(samples: Sequence[Path], calibrate_on: str, pool: Sequence[Path] = (),
              adjust: Callable[[CostModel, str], CostModel] = lambda c, _: c,
-             gpu: Gpu = H100) -> tuple[list[dict], list[str]]:
+             gpu: Gpu = H100, own: Callable[[CostModel, Session], CostModel] | None = None
+             ) -> tuple[list[dict], list[str]]:
     """Predict every sample (of one GPU, `gpu`'s) of each model from one cost model fitted to its `device`
     run and its `calibrate_on` run at 50%. With `pool` (recording passes, a folder of sessions each), the
     model is fitted to each pass's recording of those two runs and pooled (each figure the median over
     them); without, to the samples themselves. `adjust` changes the fitted model first, given it and
-    the model's label (to show what a part of it is worth)."""
+    the model's label (to show what a part of it is worth); `own`, where given, changes it again for each
+    predicted sample, given that sample (to put a part of the sample's own run in its place)."""
     sessions = [(p, load_session(p)) for p in samples]
     spread = recordings(gpu.log)
     rows, notes = [], []
@@ -151,14 +158,16 @@ def validate(samples: Sequence[Path], calibrate_on: str, pool: Sequence[Path] = 
         cost = adjust(cost, label)
         for path, s in mine:
             measured = median_ms(s)
-            predicted = median_ms(simulate(s.graph, s.plan, cost))
+            calibration = s is device or s is paging
+            mine_cost = own(cost, s) if own is not None and not calibration else cost
+            predicted = median_ms(simulate(s.graph, s.plan, mine_cost))
             changed = non_default_options(s.plan.policy, s.plan.options)
             policy = " ".join([s.plan.policy, *(f"{k}={v}" for k, v in sorted(changed.items()))])
             rows.append({"model": label, "session": path.name, "policy": policy, "capacity_pct": share(s),
                          "measured_ms": measured, "predicted_ms": predicted, "error": predicted / measured - 1,
                          "recorded_ms": spread.get(path.name, []),
                          "iteration_spread": float(s.timeline.timed_ns().max() / s.timeline.timed_ns().min()),
-                         "role": "calibration" if s is device or s is paging else "predicted",
+                         "role": "calibration" if calibration else "predicted",
                          "recordings": recorded,
                          "rates": {"prefetch": cost.prefetch_bytes_per_ns, "evict": cost.evict_bytes_per_ns,
                                    "fault": cost.fault_bytes_per_ns, "host_block": cost.host_block,
@@ -181,9 +190,6 @@ def eviction_rates(samples: Sequence[Path]) -> list[str]:
     and beside compute (asynchronously, `autovm` at 50%): the model assumes they are the same. Then
     the eviction rate fitted to each paging sample on its own, the driver's (`uvm`) apart from the
     planned ones."""
-    from vmexplorer.plan import Direction, Mode
-    from vmexplorer.records.spans import timed_only
-
     out = []
     by_model: dict[str, dict[str, float]] = {}
     for path in [p for p in samples if p.name.endswith("-50pct.measured.vms")]:
@@ -376,6 +382,118 @@ def alternatives(gpu: Gpu, samples: Sequence[Path], calibrate_on: str, passes: l
     return alts
 
 
+BIG = 16 << 20  # evictions this large take their time in bytes, not in the call's fixed cost
+
+
+@cache
+def big_evictions(path: Path) -> tuple[Eviction, ...]:
+    """The evictions of `BIG` bytes or more in one recording's timed iterations."""
+    s = load_session(path)
+    return tuple(e for e in evictions(s.graph, s.plan, s.timeline) if e.nbytes >= BIG)
+
+
+def by_bytes(evs: Sequence[Eviction], shares: Sequence[float] = (0.25, 0.5, 0.75)) -> list[float]:
+    """Percentiles of single evictions' rates (GB/s), each byte counting once."""
+    rates = np.array([e.bytes_per_ns for e in evs])
+    order = np.argsort(rates)
+    cum = np.cumsum(np.array([e.nbytes for e in evs], dtype=np.float64)[order])
+    return [float(rates[order][min(np.searchsorted(cum, q * cum[-1]), len(rates) - 1)]) for q in shares]
+
+
+def rate(evs: Sequence[Eviction]) -> str:
+    """A class of evictions' median rate by bytes (GB/s), for people; "none" for an empty class. The median,
+    as a planned offload's span also holds its wait for a migration the other way to end."""
+    return f"{by_bytes(evs, (0.5,))[0]:.1f}" if evs else "none"
+
+
+def eviction_states(gpu: Gpu) -> list[str]:
+    """Per model, over every recording pass: single evictions' rates in the `uvm` run at 50% (the driver's)
+    against the planned offloads of every other policy at 50%, as percentiles by bytes; then the `uvm`
+    run's own evictions by what they evict, by what follows them and by how much of the tensor they
+    move: whether any class of them runs at the planned offloads' rate."""
+    out = []
+    for device in [p for p in gpu.samples(ROOT / "sample_sessions") if p.name.endswith("-device.measured.vms")]:
+        stem = device.name.removeprefix(gpu.prefix).removesuffix("-device.measured.vms")
+        uvm = [e for f in gpu.passes_dir.glob(f"pass*/{stem}-uvm-50pct.measured.vms") for e in big_evictions(f)]
+        planned = [e for f in gpu.passes_dir.glob(f"pass*/{stem}-*-50pct.measured.vms") if "-uvm-" not in f.name
+                   for e in big_evictions(f) if e.planned]
+        if not uvm or not planned:
+            continue
+        label = " ".join(stem.split("-"))
+        pct = lambda evs: "/".join(f"{r:.1f}" for r in by_bytes(evs))  # noqa: E731
+        classes = [(f"by how their pages last came to the device, demand-faulted in "
+                    f"{rate([e for e in uvm if e.arrived_by == 'fault'])}, written there by their producer "
+                    f"{rate([e for e in uvm if e.arrived_by == 'producer'])}, held since the iteration began "
+                    f"{rate([e for e in uvm if e.arrived_by == 'before'])}"),
+                   (f"by what they move, whole tensors {rate([e for e in uvm if e.whole])}, tails "
+                    f"{rate([e for e in uvm if not e.whole])}"),
+                   (f"by what follows, an op that faults {rate([e for e in uvm if e.before_fault])}, one that does "
+                    f"not {rate([e for e in uvm if not e.before_fault])}")]
+        out.append(f"- {label}, single evictions of 16 MiB or more over every pass (GB/s, 25th/50th/75th percentile "
+                   f"by bytes): `uvm` at 50% {pct(uvm)} ({len(uvm)}); planned offloads at 50% {pct(planned)} "
+                   f"({len(planned)}). The `uvm` run's own, median by bytes (GB/s): "
+                   + "; ".join(classes) + f"; against the planned offloads' {rate(planned)}")
+    return out
+
+
+def attribution(gpu: Gpu, samples: Sequence[Path], calibrate_on: str, passes: list[Path]) -> list[str]:
+    """Where the error is: the validation again with one part of the calibrated model replaced, for each
+    predicted sample, by what its own run shows (the cost model bench/calibrate_samples.py fitted to it)."""
+    parts = [("its eviction rate", "evict_bytes_per_ns"), ("its prefetch rate", "prefetch_bytes_per_ns"),
+             ("its host blocking", "host_block")]
+    out = []
+    for what, field in parts:
+        def own(c: CostModel, s: Session, field: str = field) -> CostModel:
+            return c if s.cost_model is None else replace(c, **{field: getattr(s.cost_model, field)})
+
+        line = summary_line(validate(samples, calibrate_on, passes, gpu=gpu, own=own)[0])
+        if line is not None:
+            out.append(f"{what} {line[1]} of {line[2]} within {GOAL:.0%} ({line[0]})")
+    return out
+
+
+def evidence(gpu: Gpu, samples: Sequence[Path], calibrate_on: str) -> str:
+    """What the recordings say about the eviction rate the predictions lean on (validation.md only)."""
+    parts = attribution(gpu, samples, calibrate_on, gpu.passes())
+    text = ("\n**Where the error is.** Each predicted sample again, with one part of the calibrated model replaced by "
+            "what that sample's own run shows (the cost model `bench/calibrate_samples.py` fitted to it): "
+            + "; ".join(parts) + ".\n") if parts else ""
+    states = eviction_states(gpu)
+    if states:
+        text += ("\n**The eviction rate, eviction by eviction.** The rate a calibration fits is an average over a run; "
+                 "single evictions spread around it, within a run and between runs:\n\n" + "\n".join(states)
+                 + "\n" + persistence(gpu))
+    return text
+
+
+def persistence(gpu: Gpu) -> str:
+    """How far the eviction rate of a recording's first timed iteration foretells its other iterations':
+    what a probe made as each run begins could tell of the run."""
+    pairs = []
+    for path in [p for folder in gpu.passes() for p in named(folder) if p.name.endswith("pct.measured.vms")]:
+        s = load_session(path)
+        tl = timed_only(s.timeline)
+        per = [rate_of(tl, s.plan.memops, it) for it in range(tl.timed_iterations)]
+        if len(per) > 2 and all(r > 0 for r in per):
+            pairs.append((per[0], float(np.median(per[1:]))))
+    if len(pairs) < 3:
+        return ""
+    first, rest = np.array(pairs).T
+    return (f"- Over the {len(pairs)} paging recordings, the eviction rate (evictions of 16 MiB or more, bytes over "
+            f"busy time) of a recording's first timed iteration against the median of its others: correlation "
+            f"{np.corrcoef(first, rest)[0, 1]:.2f}, the two {np.median(np.abs(rest / first - 1)):.0%} apart (median); "
+            f"between recordings that rate varies by {rest.std() / rest.mean():.0%} (standard deviation over mean)\n")
+
+
+def rate_of(tl: Timeline, memops: tuple[MemOp, ...], iteration: int) -> float:
+    """Bytes over busy time (GB/s) of one iteration's evictions of `BIG` bytes or more."""
+    rows = [r for r in np.flatnonzero(tl.memop_iteration == iteration)
+            if memops[tl.memop_index[r]].direction is Direction.TO_HOST
+            and memops[tl.memop_index[r]].mode is not Mode.FAULT and memops[tl.memop_index[r]].nbytes >= BIG]
+    busy = float(sum(tl.memop_end_ns[r] - tl.memop_start_ns[r] for r in rows))
+    return sum(memops[tl.memop_index[r]].nbytes for r in rows) / busy if busy else 0.0
+
+
 def section(gpu: Gpu, samples: Sequence[Path], calibrate_on: str) -> str:
     """The validation on one GPU's samples and passes, with what each part of the calibration is worth."""
     passes = gpu.passes()
@@ -413,8 +531,11 @@ def main() -> int:
              + ", then ".join(f"the {g.name}'s" for g, _ in parts)
              + ". A cost model fitted on one GPU predicts that GPU's runs alone.\n")
 
-    def text(level: str) -> str:
-        return intro + "".join(f"\n{level} On the {gpu.name}\n\n{body}" for gpu, body in parts)
+    def text(level: str, full: bool = False) -> str:
+        # the evidence goes to FILE alone: the README carries the tables and what each part is worth
+        return intro + "".join(f"\n{level} On the {gpu.name}\n\n{body}"
+                               + (evidence(gpu, gpu.samples(args.samples), args.calibrate_on) if full else "")
+                               for gpu, body in parts)
 
     if args.readme is not None:
         readme = args.readme.read_text()
@@ -428,9 +549,10 @@ def main() -> int:
             print("up to date" if new == readme else "out of date: run python bench/validate_simulator.py --readme")
             return 0 if new == readme else 1
         args.readme.write_text(new)
-    print(text("##"), end="")
+    full = text("##", full=True)
+    print(full, end="")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("# The simulator against the measured samples\n\n" + text("##"))
+    args.out.write_text("# The simulator against the measured samples\n\n" + full)
     return 0
 
 

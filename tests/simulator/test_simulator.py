@@ -260,3 +260,49 @@ def test_demand_faults_are_not_held_up_by_a_migration_in_flight():
                       BARE)
     assert beside.memop_end_ns[1] > beside.op_end_ns[2]  # the eviction was still running while op 2 faulted
     assert beside.op_end_ns[2] - beside.op_start_ns[2] == alone.op_end_ns[2] - alone.op_start_ns[2]
+
+
+def test_each_eviction_says_who_issued_it_what_it_moves_how_its_pages_came_and_whether_faults_follow():
+    from vmexplorer.simulator.calibrate import evictions
+
+    g = graph("alexnet", 64)
+    act, weight, other = (g.tensor_id(n) for n in ("features.1.out", "features.3.weight", "features.6.weight"))
+    size = g.tensors[act].nbytes
+    plan = with_memops(
+        g,
+        MemOp(weight, Direction.TO_HOST, Mode.SYNC, 0, 1, Origin.DRIVER, g.tensors[weight].nbytes),  # held from before
+        MemOp(act, Direction.TO_HOST, Mode.ASYNC, 1, 3, Origin.PLAN, size),  # just written by its producer, op 1
+        MemOp(weight, Direction.TO_DEVICE, Mode.FAULT, 2, 3, Origin.DRIVER, g.tensors[weight].nbytes),
+        MemOp(act, Direction.TO_DEVICE, Mode.FAULT, 3, 4, Origin.DRIVER, size),
+        MemOp(act, Direction.TO_HOST, Mode.SYNC, 5, 6, Origin.DRIVER, size // 2),  # the tail of what op 4 faulted in
+        MemOp(other, Direction.TO_DEVICE, Mode.FAULT, 5, 6, Origin.DRIVER, g.tensors[other].nbytes))
+    tl = simulate(g, plan, BARE)
+    got = evictions(g, plan, tl)
+    assert [(e.planned, e.whole, e.arrived_by, e.before_fault) for e in got] == [
+        (False, True, "before", False), (True, True, "producer", True), (False, False, "fault", True)]
+    assert [e.span_ns for e in got] == [int(tl.memop_end_ns[i] - tl.memop_start_ns[i]) for i in (0, 1, 4)]
+    assert got[1].bytes_per_ns == pytest.approx(BARE.evict_bytes_per_ns, rel=1e-6)
+
+
+def test_evictions_are_listed_once_per_timed_iteration_and_never_from_a_counted_one():
+    import numpy as np
+
+    from vmexplorer.records import Timeline
+    from vmexplorer.simulator.calibrate import evictions
+
+    g = graph("resnet18", 32, 112)
+    uvm = compile_plan(g, g.footprint // 2, "uvm")
+    a = simulate(g, uvm, BARE)
+    out = sum(1 for m in uvm.memops if m.direction is Direction.TO_HOST and m.mode is not Mode.FAULT and m.nbytes)
+    assert out and len(evictions(g, uvm, a)) == out
+    assert not any(e.planned for e in evictions(g, uvm, a)), "under uvm every eviction is the replay's"
+    shift = int(max(a.op_end_ns.max(), a.memop_end_ns.max())) + 1
+
+    def three(x: np.ndarray, step: int = 0) -> np.ndarray:
+        return np.concatenate([x, x + step, x + 2 * step])
+
+    runs = Timeline("measured", three(a.op_iteration, 1), three(a.op_index), three(a.op_start_ns, shift),
+                    three(a.op_end_ns, shift), three(a.op_stall_ns), three(a.op_fault_bytes),
+                    three(a.memop_iteration, 1), three(a.memop_index), three(a.memop_start_ns, shift),
+                    three(a.memop_end_ns, shift), three(a.resident_t_ns, shift), three(a.resident_bytes), counted=1)
+    assert len(evictions(g, uvm, runs)) == 2 * out

@@ -3,13 +3,14 @@ how much prefetch calls block the host, the last by simulating the plan at each 
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections import defaultdict
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from ..graph import Graph
-from ..plan import Direction, Mechanism, Mode, Plan
+from ..plan import Direction, Mechanism, MemOp, Mode, Origin, Plan
 from ..records.spans import Timeline, timed_only
 from .costmodel import H100_DEFAULT, CostModel
 from .simulate import simulate
@@ -172,3 +173,53 @@ def _fit_host_block(graph: Graph, plan: Plan, tl: Timeline, cost: CostModel) -> 
     errors = [(abs(float(np.median(simulate(graph, plan, replace(cost, host_block=h)).iteration_ns())) - measured), h)
               for h in HOST_BLOCK_GRID]
     return min(errors)[1]
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """One execution of an eviction (a memory call to the host) in a run's timed iterations, with what
+    could set its rate apart from others': who issued it, how much of its tensor it moves, how that
+    tensor's pages last reached the device, and whether the op it makes room for then faults."""
+
+    nbytes: int
+    span_ns: int
+    planned: bool  # the plan's (`Origin.PLAN`), not the replay's least-recently-used eviction
+    whole: bool  # the whole tensor, not its tail
+    # how the tensor's pages last reached the device before the eviction was issued: "fault" (its
+    # kernels demand-faulted them in), "prefetch", "producer" (written on the device by the op that
+    # makes it) or "before" (held there since the iteration began)
+    arrived_by: str
+    before_fault: bool  # the op it is due before takes demand faults
+
+    @property
+    def bytes_per_ns(self) -> float:
+        return self.nbytes / self.span_ns if self.span_ns > 0 else float("inf")
+
+
+def evictions(graph: Graph, plan: Plan, timeline: Timeline) -> list[Eviction]:
+    """Every eviction of the timed iterations that moved bytes, in the timeline's row order: what
+    `calibrate` fits its eviction line to, each told apart by what might change its rate."""
+    tl = timed_only(timeline)
+    memops = plan.memops
+    faulting = {m.complete_before for m in memops if m.mode is Mode.FAULT and m.nbytes}
+    arrivals: dict[int, list[tuple[int, str]]] = defaultdict(list)
+    for m in memops:
+        if m.direction is Direction.TO_DEVICE:
+            arrivals[m.tensor].append((m.complete_before, "fault" if m.mode is Mode.FAULT else "prefetch"))
+    kinds: dict[int, Eviction] = {}
+    for i, m in enumerate(memops):
+        if m.direction is Direction.TO_HOST and m.mode is not Mode.FAULT and m.nbytes:
+            kinds[i] = Eviction(m.nbytes, 0, m.origin is Origin.PLAN, m.nbytes >= graph.tensors[m.tensor].nbytes,
+                                _arrived_by(graph, m, arrivals[m.tensor]), m.complete_before in faulting)
+    spans = tl.memop_end_ns - tl.memop_start_ns
+    return [replace(kinds[int(i)], span_ns=int(spans[r])) for r, i in enumerate(tl.memop_index) if int(i) in kinds]
+
+
+def _arrived_by(graph: Graph, m: MemOp, arrivals: list[tuple[int, str]]) -> str:
+    """How the pages `m` evicts last reached the device: the latest arrival at or before the op it
+    follows, its tensor's producer counting as one."""
+    tensor = graph.tensors[m.tensor]
+    seen = [(op, how) for op, how in arrivals if op <= m.issue_after]
+    if not tensor.persistent and tensor.producer <= m.issue_after:
+        seen.append((tensor.producer, "producer"))
+    return max(seen, key=lambda a: a[0], default=(-1, "before"))[1]
