@@ -685,6 +685,24 @@ def test_a_marker_dragged_on_the_time_axis_is_issued_after_the_op_boundary_it_is
     assert view.state.session is shown
 
 
+def test_a_marker_release_from_an_earlier_drawing_is_not_read_as_a_drag() -> None:
+    """The browser may send a release made on the markers it held before the server's redraw reached it
+    (the tool's position, then the snapped one): read against the new drawing it would move some other
+    marker. It is told apart by where its markers were drawn (`x0`) and left alone."""
+    from vmexplorer.app import AppView
+
+    view = AppView()
+    src = timeline_source(view.timeline.object, "prefetch_markers")
+    stale = {k: list(v) for k, v in src.data.items()}
+    tensor, to = drag_first_marker(view.timeline.object, "prefetch", 3)
+    assert next(mv for mv in view.state.moves if mv.tensor == tensor).prefetch_after == to
+    moves, shown = list(view.state.moves), view.state.session
+    assert list(src.data["x0"]) != stale["x0"], "the edit must move the drawn markers for this test"
+    stale["x"] = [x + 5.0 for x in stale["x"]]  # every marker somewhere else: a drag, if it were current
+    src.data = stale
+    assert view.state.moves == moves and view.state.session is shown
+
+
 def test_the_page_does_not_wait_for_the_gpu_check_and_enables_run_when_it_answers(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import vmexplorer.app as app

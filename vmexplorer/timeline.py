@@ -235,6 +235,8 @@ def _fill(layout: Any, session: Session, axis: Axis, title: str | None, before: 
     mem = _memop_columns(session, axis)
     sources["ops"].data = ops
     sources["memops"].data = mem
+    # before the markers: a marker dragged in the browser snaps to the boundaries of the timeline it is on
+    sources["boundaries"].data = {"x": np.unique(np.concatenate([ops["left"], ops["right"]]))}
     for kind, direction in (("offload", Direction.TO_HOST), ("prefetch", Direction.TO_DEVICE)):
         sources[f"{kind}_markers"].data = _marker_columns(mem, axis, kind, direction)
     ghosts = _ghost_columns(session, axis, before)
@@ -249,7 +251,6 @@ def _fill(layout: Any, session: Session, axis: Axis, title: str | None, before: 
                 if name.startswith("memops_"):
                     kind = name.removeprefix("memops_").replace("_", " ")
                     item.label = value(words.get(kind, kind))
-    sources["boundaries"].data = {"x": np.unique(np.concatenate([ops["left"], ops["right"]]))}
     faults, unit = _fault_columns(session, ops)
     sources["faults"].data = faults
     figure_of_faults = layout.children[1]
@@ -264,8 +265,12 @@ def _only(column_name: str, value: str) -> CDSView:
 
 # Keep a dragged marker on its row (y never changes) and on the op boundary nearest where it is
 # dropped (`bounds`: every op's start and end on the axis drawn, sorted), so what a person sees on
-# release is where the plan will issue it. Writing only when something moved keeps the change event
-# from firing again for nothing.
+# release is where the plan will issue it. Only markers a person moved are snapped: those away from
+# where the server drew them (`x0`, `y0`). New data from the server (an edit's re-simulation) has every
+# marker where it was drawn, so it is never written back, and its markers are never snapped to the
+# previous timeline's boundaries, which the same update may replace a moment later: written back, the
+# server would read them as a drag, draw again, and the two would answer each other for ever. Writing
+# only when something moved keeps the change event from firing again for nothing.
 _SNAP_JS = """
 const d = src.data; const n = d.x.length; if (n == 0) { return; }
 const b = bounds.data.x; const m = b.length;
@@ -278,6 +283,7 @@ function nearest(v) {
 let changed = false;
 const x = Array.from(d.x); const y = Array.from(d.y);
 for (let i = 0; i < n; i++) {
+  if (x[i] == d.x0[i] && y[i] == d.y0[i]) { continue; }
   if (y[i] != d.y0[i]) { y[i] = d.y0[i]; changed = true; }
   const s = nearest(x[i]);
   if (s != x[i]) { x[i] = s; changed = true; }
@@ -380,7 +386,8 @@ _STACK = 4  # rows of a stack before it starts again at the top
 
 def _marker_columns(mem: dict[str, Any], axis: Axis, kind: str, direction: Direction) -> dict[str, Any]:
     """The plan's markers of one kind; markers that crowd one place are stacked down their lane,
-    each on its own row (`y0`), so each can be grabbed."""
+    each on its own row (`y0`), so each can be grabbed. `x0` is where each is drawn: the snapping
+    leaves the markers there alone."""
     pick = (mem["origin"] == Origin.PLAN.value) & (mem["direction"] == direction.value)
     x = mem["issue"][pick]
     lane = LANES["to host" if direction is Direction.TO_HOST else "to device"]
@@ -392,7 +399,9 @@ def _marker_columns(mem: dict[str, Any], axis: Axis, kind: str, direction: Direc
         same = column_of[order[k]] == column_of[order[k - 1]]
         row[order[k]] = (row[order[k - 1]] + 1) % _STACK if same else 0
     y0 = lane + BAR + 0.1 - 0.28 * row
-    return {"x": x, "y": y0, "y0": y0, "tensor": mem["tensor"][pick], "size": mem["size"][pick],
+    # copies: a column sent as the same array as another is one array in the browser, which the drag
+    # tool changes in place
+    return {"x": x, "x0": x.copy(), "y": y0, "y0": y0.copy(), "tensor": mem["tensor"][pick], "size": mem["size"][pick],
             "tensor_id": mem["tensor_id"][pick], "iteration": mem["iteration"][pick],
             "issue_after": mem["issue_after"][pick], "what": mem["what"][pick], "after": mem["after"][pick],
             "alpha": np.ones(len(x))}

@@ -730,6 +730,8 @@ class TimelinePanel(_OverState):
             if len(xs) != len(before["x"]):
                 self.draw()  # a marker was deleted (Backspace): put it back
                 return
+            if [float(x) for x in new.get("x0", [])] != [float(x) for x in before["x0"]]:
+                return  # the browser's copy of an earlier drawing, sent before the new one reached it
             # moved: now nearer another op boundary (on the time axis, half a millisecond can be several ops)
             shifted = [i for i, (a, b) in enumerate(zip(before["x"], xs)) if float(a) != float(b)]
             to = {i: issue_after_at(s, xs[i], self.x_axis.value, int(before["iteration"][i])) for i in shifted}
@@ -738,6 +740,9 @@ class TimelinePanel(_OverState):
                 return
             i = moved[0]
             self.act(self.app.drag, kind, int(before["tensor_id"][i]), to[i], int(before["issue_after"][i]))
+            # the browser sends a release twice (where the tool left the marker, then snapped to a boundary)
+            # and the figures are refilled a tick later: the second must not drag it again
+            before["x"], before["issue_after"][i] = xs, to[i]
             if self.app.message:
                 self.draw()  # refused: draw the markers back where the plan has them
         return changed
