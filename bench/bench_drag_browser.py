@@ -12,8 +12,8 @@ Times, from the mouse release (a `pointerup` listener records it in the page):
 - summary: the summary table's data changed (the Panel Tabulator whose data has a "figure" column;
   its data object replaced, or the table itself) and one frame drawn after;
 - timeline: the "prefetch_markers" renderer (found again by name: the page may replace the figure) has
-  data the server sent (a new data object or a new renderer) and its plot view has finished drawing,
-  and one frame drawn after.
+  data the server sent (a document patch of its source, or a new renderer; the browser's own changes as
+  the drag ends do not count) and its plot view has finished drawing, and one frame drawn after.
 
 Where markers crowd (within 14 px on screen) the mouse may grab any of them: the drop target is at an op
 none of them is issued after, so whichever moves, the edit changes the plan. Prints median and worst;
@@ -52,6 +52,16 @@ HELPERS = """() => {
   window.__summary = () => [...__doc().all_models].find(m => m.source && m.columns
       && m.source.data && m.source.data.figure !== undefined) || null;
   window.addEventListener("pointerup", () => { window.__release = performance.now(); }, true);
+  // the browser changes the markers' data itself as a drag ends (the tool, then the snapping): the
+  // server's answer is told apart as a document patch that changes their source
+  window.__markers_patched = false;
+  const doc = __doc(), apply = doc.apply_json_patch.bind(doc);
+  doc.apply_json_patch = (patch, ...rest) => {
+    const result = apply(patch, ...rest);
+    const r = __markers();
+    if (r && patch.events.some(e => e.model && e.model.id === r.data_source.id)) window.__markers_patched = true;
+    return result;
+  };
 }"""
 
 # screen positions of the prefetch markers: [{i, tensor, issue_after, x, y, px, py}]
@@ -75,7 +85,7 @@ WATCH = """() => {
   const r0 = __markers(), s0 = __summary();
   const before = {markers: r0, markers_data: r0.data_source.data, summary: s0,
                   summary_data: s0 ? s0.source.data : null};
-  window.__release = null; window.__t_summary = null; window.__t_timeline = null;
+  window.__release = null; window.__t_summary = null; window.__t_timeline = null; window.__markers_patched = false;
   let seen_summary = null, seen_timeline = null;
   const tick = () => {
     const s = __summary(), r = __markers();
@@ -84,7 +94,7 @@ WATCH = """() => {
       if (seen_timeline !== null && window.__t_timeline === null) window.__t_timeline = performance.now();
       if (seen_summary === null && s && (s !== before.summary || s.source.data !== before.summary_data))
         seen_summary = performance.now();
-      if (seen_timeline === null && r && (r !== before.markers || r.data_source.data !== before.markers_data)) {
+      if (seen_timeline === null && r && (r !== before.markers || window.__markers_patched)) {
         const v = Bokeh.index.find_one_by_id(__plot_of(r).id);
         if (v && v.has_finished()) seen_timeline = performance.now();
       }

@@ -322,10 +322,12 @@ class AppView:
         self.save.filename, self.html.filename, self.trace.filename = (
             f"{stem}.vms", f"{stem}.html", f"{stem}.trace.json")
         self.summary.value = pd.DataFrame(self.state.summary_rows())
-        self.editor.draw()
         self.compare_twin.visible = p.policy != "uvm" and self.state.twin("uvm") is not None
         relabel(self.compare_mechanism, f"The same schedule through {self.state.other_mechanism()}")
         self.lanes.show_session(s)
+        # served, the marker editor's tables follow on a later tick: the summary a person watches after a
+        # drag, and the timeline, reach the browser first
+        self._in_document(self.editor.draw)
         if self._finder is not None:
             self._finder.iteration = self.lanes.iteration_index()
         self._write_link()

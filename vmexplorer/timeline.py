@@ -52,6 +52,7 @@ from .plots.axis import (
     make_axis,
     op_columns,
     plain_title,
+    refill,
     texts,
 )
 from .plots.measured import measured_lanes
@@ -233,14 +234,14 @@ def _fill(layout: Any, session: Session, axis: Axis, title: str | None, before: 
     sources = {name: found.get(name, ColumnDataSource()) for name in _SOURCES}
     ops = op_columns(session, axis)
     mem = _memop_columns(session, axis)
-    sources["ops"].data = ops
-    sources["memops"].data = mem
+    refill(sources["ops"], ops)
+    refill(sources["memops"], mem)
     # before the markers: a marker dragged in the browser snaps to the boundaries of the timeline it is on
-    sources["boundaries"].data = {"x": np.unique(np.concatenate([ops["left"], ops["right"]]))}
+    refill(sources["boundaries"], {"x": np.unique(np.concatenate([ops["left"], ops["right"]]))})
     for kind, direction in (("offload", Direction.TO_HOST), ("prefetch", Direction.TO_DEVICE)):
-        sources[f"{kind}_markers"].data = _marker_columns(mem, axis, kind, direction)
+        refill(sources[f"{kind}_markers"], _marker_columns(mem, axis, kind, direction))
     ghosts = _ghost_columns(session, axis, before)
-    sources["ghost_markers"].data = ghosts
+    refill(sources["ghost_markers"], ghosts)
     # the transfers nobody planned are the driver's under uvm, the executor's copies under swap
     words = _SWAP_WORDS if session.plan.mechanism is Mechanism.SWAP else {}
     for legend in lanes.above:  # an entry with nothing to show reads as a bug
@@ -252,7 +253,7 @@ def _fill(layout: Any, session: Session, axis: Axis, title: str | None, before: 
                     kind = name.removeprefix("memops_").replace("_", " ")
                     item.label = value(words.get(kind, kind))
     faults, unit = _fault_columns(session, ops)
-    sources["faults"].data = faults
+    refill(sources["faults"], faults)
     figure_of_faults = layout.children[1]
     figure_of_faults.yaxis.axis_label = f"faulted ({unit})"
     none = next(a for a in figure_of_faults.center if a.name == "no_faults")

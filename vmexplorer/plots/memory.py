@@ -21,7 +21,7 @@ from ..graph import Kind
 from ..records.spans import resident_steps
 from ..session import Session
 from ..units import format_bytes
-from .axis import Axis, add_renderer, byte_unit
+from .axis import Axis, add_renderer, byte_unit, refill
 
 # persistent kinds at the bottom, so what comes and goes during the iteration stacks on a steady base
 KINDS = (Kind.WEIGHT, Kind.BUFFER, Kind.OPTIMIZER_STATE, Kind.INPUT, Kind.GRADIENT, Kind.ACTIVATION, Kind.WORKSPACE)
@@ -93,8 +93,8 @@ def update_resident(fig: Any, session: Session, axis: Axis) -> None:
     for key in [k for k in columns if k.endswith(("_lo", "_hi")) or k == "total"]:
         columns[key] = columns[key] / scale
     columns["x"] = axis.x(columns.pop("t_ns"))
-    _named(fig, f"resident_{KINDS[0].value}").data_source.data = columns
-    _named(fig, "resident").data_source.data = {"x": axis.x(tl.resident_t_ns), "y": tl.resident_bytes / scale}
+    refill(_named(fig, f"resident_{KINDS[0].value}").data_source, columns)
+    refill(_named(fig, "resident").data_source, {"x": axis.x(tl.resident_t_ns), "y": tl.resident_bytes / scale})
     _named(fig, "tensor_resident").data_source.data = {"x": np.zeros(0), "y": np.zeros(0)}
     # reset goes back to this session's range, not to the first one the figure showed
     fig.y_range.update(start=0, end=1.08 * top / scale, reset_start=0, reset_end=1.08 * top / scale)
