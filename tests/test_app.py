@@ -1079,10 +1079,18 @@ def test_a_swap_plan_is_simulated_held_against_its_own_bound_and_its_copies_are_
     assert "swap" in state.message and state.session is s  # refused in one message, the view kept
 
 
-def test_run_on_gpu_refuses_a_swap_plan_until_the_engine_runs_one(state):
-    from vmexplorer.views import GpuRun
+def test_run_on_gpu_queues_a_swap_plan_as_shown(state: AppState, monkeypatch: pytest.MonkeyPatch) -> None:
+    import vmexplorer.views as views
 
+    submitted: list[Any] = []
+
+    class Queue:
+        def submit(self, request: Any) -> object:
+            submitted.append(request)
+            return object()
+
+    monkeypatch.setattr(views, "run_queue", lambda: Queue())
+    monkeypatch.setattr(views.GpuRun, "_start_polling", lambda self: None)
     assert state.simulate_config("alexnet", 64, "50%", "autovm", {}, "swap"), state.message
-    gpu = GpuRun(state=state)
-    gpu._on_run()
-    assert gpu.job is None and "does not run swap plans yet" in state.message
+    views.GpuRun(state=state)._on_run()
+    assert state.message == "" and [r.plan for r in submitted] == [state.session.plan]

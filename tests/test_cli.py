@@ -157,8 +157,6 @@ BAD_INPUTS = {
     "swap for the uvm policy": ["plan", *HALF, "--policy", "uvm", "--mechanism", "swap"],
     "swap for the device policy": ["simulate", *VGG, "--capacity", "100%", "--policy", "device",
                                    "--mechanism", "swap", "--out", "{tmp}/big.vms"],
-    "swap on the GPU before the engine runs it": ["run", *HALF, "--policy", "belady", "--mechanism", "swap",
-                                                  "--out", "{tmp}/big.vms"],
 }
 SAMPLES = REPO / "sample_sessions"
 
@@ -197,12 +195,6 @@ def test_bad_input_is_one_line_and_exit_2(case: str, tmp_path: Path, sessions: d
     assert (tmp_path / "link.vms").is_symlink() and (tmp_path / "fifo").is_fifo()
     assert not (tmp_path / "big.vms").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".partial")]
-
-
-def test_swap_is_refused_by_run_until_the_engine_runs_it(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    code, _, err = run(capsys, "run", *HALF, "--policy", "belady", "--mechanism", "swap", "--out",
-                       str(tmp_path / "x.vms"))
-    assert code == 2 and "the engine does not run swap yet" in err
 
 
 def test_the_mechanism_is_in_the_plan_the_session_and_every_table(capsys: pytest.CaptureFixture[str],

@@ -277,9 +277,6 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
 
     if args.iterations < 1 or args.warmup < 0 or args.counted < 0:
         raise UsageError("--iterations must be at least 1, and --warmup and --counted at least 0")
-    if args.mechanism != "uvm":
-        raise UsageError(f"the engine does not run {args.mechanism} yet: simulate the plan with "
-                         f"`vmexplorer simulate --mechanism {args.mechanism}`, or run it with --mechanism uvm")
     parts = _collector_parts(args.collectors)
     _refuse_existing(args.out, args.force)
     graph, plan, _, reports = _compile(args)

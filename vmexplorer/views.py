@@ -1184,10 +1184,6 @@ class GpuRun(_OverState):
         if request is None:
             self.app.fail("nothing to run: load or simulate a session first")
             return
-        if request.plan.mechanism is not Mechanism.UVM:
-            self.app.fail(f"the GPU engine does not run {request.plan.mechanism} plans yet: this one is simulated "
-                          "(Run on GPU runs uvm plans)")
-            return
         try:
             self._queue = run_queue()
             self.job = self._queue.submit(request)

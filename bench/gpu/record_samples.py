@@ -1,7 +1,7 @@
 """Record the measured sample sessions on the GPU, each with `vmexplorer run` in a process of its own.
 
-    python3 bench/gpu/record_samples.py [--set fifty|sweep|all|h200] [--iterations 5] [--out DIR]
-                                        [--collectors PARTS] [--log NAME]
+    python3 bench/gpu/record_samples.py [--set fifty|sweep|all|h200] [--mechanism uvm|swap] [--iterations 5]
+                                        [--out DIR] [--collectors PARTS] [--log NAME]
 
 `fifty`: AlexNet b256, VGG-19 b64 and ResNet-50 b64 under `device` (the whole footprint), `uvm` and
 `autovm` at 50% of each footprint. `sweep`: VGG-19 b64 under `uvm` and `autovm` at 30, 40, 60, 75 and
@@ -15,6 +15,12 @@ Sessions go to DIR (default $OUT/samples, else sample_sessions/) as
 the command, its exit status, its wall time and, for a refusal, `vmexplorer run`'s one-line reason
 (a capacity below the model's minimum is refused, not recorded). The log is rewritten after every
 session, so a pass cut short keeps what it recorded.
+
+`--mechanism swap` records the same configurations through the swap mechanism (a device pool of the
+capacity, pinned copies; `vmexplorer run --mechanism swap`), named `<model>-b<batch>-<policy>-swap-<pct>pct
+.measured.vms`; `uvm`, which only runs through the driver, is left out. With `--set h200` each model's `device`
+comes first as before, then `belady` at its first capacity, which is calibrated on it (the swap copy rates
+of this GPU, `vmexplorer calibrate`), then the rest, `tuned` searching with that calibration.
 
 `--collectors PARTS` is passed to `vmexplorer run`. Each run times its iterations without CUPTI's
 unified-memory counters and counts one more iteration after them (`vmexplorer run --counted`), so the
@@ -50,19 +56,22 @@ FIFTY = [(m, b, p, 50 if p != "device" else None) for m, b in (("alexnet", 256),
 SWEEP = [("vgg19", 64, p, pct) for pct in (30, 40, 60, 75, 90) for p in ("uvm", "autovm")]
 H200_MODELS = (("alexnet", 256, (50,)), ("vgg19", 64, (50, 60, 75, 90)), ("resnet50", 64, (50,)))
 H200_POLICIES = ("uvm", "autovm", "belady", "vdnn", "tuned")
+SWAP_POLICIES = ("belady", "autovm", "vdnn", "tuned")  # belady first: calibrated, then tuned searches with it
 
 
-def name(model: str, batch: int, policy: str, pct: int | None) -> str:
-    return f"{model}-b{batch}-{policy}{f'-{pct}pct' if pct is not None else ''}.measured.vms"
+def name(model: str, batch: int, policy: str, pct: int | None, mechanism: str = "uvm") -> str:
+    through = "-swap" if mechanism == "swap" and policy != "device" else ""
+    return f"{model}-b{batch}-{policy}{through}{f'-{pct}pct' if pct is not None else ''}.measured.vms"
 
 
 def record(model: str, batch: int, policy: str, pct: int | None, out: Path, iterations: int,
-           collectors: str | None = None, cost_model: Path | None = None) -> dict:
-    path = out / name(model, batch, policy, pct)
+           collectors: str | None = None, cost_model: Path | None = None, mechanism: str = "uvm") -> dict:
+    mechanism = "uvm" if policy == "device" else mechanism
+    path = out / name(model, batch, policy, pct, mechanism)
     cmd = [sys.executable, "-m", "vmexplorer", "run", "--model", model, "--batch", str(batch),
            "--capacity", f"{pct}%" if pct is not None else "100%", "--policy", policy,
            "--iterations", str(iterations), "--warmup", "1", "--out", str(path), "--force", "--format", "json",
-           "--note", "recorded by bench/gpu/record_samples.py",
+           "--note", "recorded by bench/gpu/record_samples.py", "--mechanism", mechanism,
            *(["--collectors", collectors] if collectors else []),
            *(["--cost-model", str(cost_model)] if cost_model else [])]
     t = time.monotonic()
@@ -73,6 +82,10 @@ def record(model: str, batch: int, policy: str, pct: int | None, out: Path, iter
         summary = json.loads(done.stdout)["summary"]
         row.update(bytes=path.stat().st_size, iteration_ms=summary["iteration_ns"] / 1e6,
                    collector_flush_ms=summary.get("measured_collector_flush_ns", 0) / 1e6)
+        if mechanism == "swap":  # the pool the run took, against its capacity (vmexplorer info shows it too)
+            from vmexplorer.session import load_session
+
+            row["swap_pool"] = load_session(path).environment.get("swap_pool", "")
     else:
         row["message"] = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
     print(json.dumps(row), flush=True)
@@ -124,6 +137,36 @@ def h200(out: Path, iterations: int, collectors: str | None, log: str) -> list[d
     return rows
 
 
+def h200_swap(out: Path, iterations: int, collectors: str | None, log: str) -> list[dict]:
+    """The `h200` set through swap, model by model: `device`, `belady` at the first capacity, the latter
+    calibrated on the former (the swap copy rates), then the rest, `tuned` searching with that calibration."""
+    rows: list[dict] = []
+    calibrations: list[dict] = []
+    for model, batch, pcts in H200_MODELS:
+        for first, pct in (("device", None), (SWAP_POLICIES[0], pcts[0])):
+            rows.append(record(model, batch, first, pct, out=out, iterations=iterations, collectors=collectors,
+                               mechanism="swap"))
+            write_log(out, rows, log)
+        device, swap = out / name(model, batch, "device", None), out / name(model, batch, SWAP_POLICIES[0], pcts[0],
+                                                                             "swap")
+        fit = calibrated(device, swap, out) if rows[-1]["exit"] == rows[-2]["exit"] == 0 else {"exit": 1}
+        calibrations.append(fit)
+        (out / "calibrate.json").write_text(json.dumps(calibrations, indent=1))
+        for pct in pcts:
+            for policy in SWAP_POLICIES:
+                if (policy, pct) == (SWAP_POLICIES[0], pcts[0]):
+                    continue
+                if policy == "tuned" and fit["exit"] != 0:
+                    rows.append({"session": name(model, batch, policy, pct, "swap"), "command": "", "exit": 1,
+                                 "wall_s": 0.0, "message": "not recorded: no calibrated cost model to search with"})
+                else:
+                    cost = out / str(fit["cost_model"]) if policy == "tuned" else None
+                    rows.append(record(model, batch, policy, pct, out=out, iterations=iterations,
+                                       collectors=collectors, cost_model=cost, mechanism="swap"))
+                write_log(out, rows, log)
+    return rows
+
+
 def write_log(out: Path, rows: list[dict], log: str = "record_samples.json") -> None:
     """Rewrite the log after every session, so a pass cut short keeps what it recorded."""
     (out / log).write_text(json.dumps(rows, indent=1))
@@ -136,18 +179,24 @@ def main() -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--collectors", help="passed to vmexplorer run (default: every collector)")
     ap.add_argument("--log", default="record_samples.json", help="the log's name in DIR")
+    ap.add_argument("--mechanism", choices=("uvm", "swap"), default="uvm",
+                    help="how the paging runs move bytes (swap leaves uvm out: it runs through the driver only)")
     args = ap.parse_args()
     out = args.out or (Path(os.environ["OUT"]) / "samples" if os.environ.get("OUT") else ROOT / "sample_sessions")
     out.mkdir(parents=True, exist_ok=True)
     if args.set == "h200":
-        h200(out, args.iterations, args.collectors, args.log)
+        (h200_swap if args.mechanism == "swap" else h200)(out, args.iterations, args.collectors, args.log)
         return 0
     todo = {"fifty": FIFTY, "sweep": SWEEP, "all": FIFTY + SWEEP}[args.set]
+    if args.mechanism == "swap":
+        todo = [(*case, "swap") for case in todo if case[2] != "uvm"]
     log = out / args.log
     old = json.loads(log.read_text()) if log.exists() else []
     rows: list[dict] = []
     for case in todo:
-        rows.append(record(*case, out=out, iterations=args.iterations, collectors=args.collectors))
+        model, batch, policy, pct, *mechanism = case
+        rows.append(record(model, batch, policy, pct, out=out, iterations=args.iterations, collectors=args.collectors,
+                           mechanism=(mechanism or ["uvm"])[0]))
         keep = [r for r in old if r["session"] not in {row["session"] for row in rows}]
         log.write_text(json.dumps(keep + rows, indent=1))
     return 0

@@ -39,7 +39,7 @@ SMALL = [("alexnet", 64, 128), ("vgg11", 16, 64), ("resnet18", 32, 64)]
 
 def _run(graph, policy, share=1.0, **kw):
     capacity = graph.footprint if policy == "device" else max(int(graph.footprint * share), graph.min_capacity[0])
-    plan = compile_plan(graph, capacity, policy, kw.pop("options", None))
+    plan = compile_plan(graph, capacity, policy, kw.pop("options", None), mechanism=kw.pop("mechanism", "uvm"))
     return execute(graph, plan, RunSettings(**kw))
 
 
@@ -135,3 +135,86 @@ def test_discarding_dead_pages_or_not_never_changes_the_math(model, batch, size)
         weights = _run(graph, "uvm", share=0.5, discard=discard, **kw).weights
         for name, value in reference.items():
             assert np.array_equal(weights[name], value), f"uvm (discard={discard}) changed {name}"
+
+
+# --- swap: a device pool of the capacity, pinned host memory, cudaMemcpyAsync each way --------------------
+def _swap_plans(graph, capacity):
+    """Every moving policy's plan under swap: autovm moving weights too, tuned searched in the simulator,
+    and a manual plan with the prefetches moved earlier."""
+    from vmexplorer.policies import Simulation
+    from vmexplorer.simulator import H100_DEFAULT, simulate
+    from vmexplorer.simulator.bound import lower_bound
+
+    autovm = compile_plan(graph, capacity, "autovm", {"tensors": "all"}, mechanism="swap")
+    earlier = [replace(mv, prefetch_after=max(mv.offload_after, (mv.prefetch_after or 0) - 2))
+               if mv.prefetch_after is not None and mv.prefetch_after > mv.offload_after else mv for mv in autovm.moves]
+    return {"autovm": autovm, "belady": compile_plan(graph, capacity, "belady", mechanism="swap"),
+            "vdnn": compile_plan(graph, capacity, "vdnn", mechanism="swap"),
+            "tuned": compile_plan(graph, capacity, "tuned", mechanism="swap",
+                                  simulation=Simulation(simulate, lower_bound, H100_DEFAULT)),
+            "manual": compile_plan(graph, capacity, "manual", moves=earlier, mechanism="swap")}
+
+
+@pytest.mark.parametrize("model,batch,size", SMALL)
+def test_swapping_never_changes_the_math(model, batch, size):
+    graph = build_graph(model, batch, size)
+    kw = dict(iterations=5, warmup=0, allow_tf32=False, deterministic=True, keep_weights=True, collect=False)
+    reference = _run(graph, "device", **kw).weights
+    for policy, plan in _swap_plans(graph, max(graph.footprint // 2, graph.min_capacity[0])).items():
+        assert any(m.nbytes for m in plan.memops), f"{policy}: the case must move something"
+        result = execute(graph, plan, RunSettings(**kw))
+        assert result.environment["mechanism"] == "swap"
+        memory = result.memory
+        _record("swap math", f"{model} b{batch} {size}px {policy}", {
+            "pool_bytes": memory.pool_bytes, "capacity": plan.capacity,
+            "over_capacity_bytes": memory.over_capacity_bytes, "ledger_peak_bytes": memory.ledger_peak_bytes})
+        for name, value in reference.items():
+            assert np.array_equal(result.weights[name], value), f"{policy} under swap changed {name}"
+
+
+def test_a_swap_run_takes_its_pool_plus_the_convolution_workspace_and_no_more():
+    from vmexplorer.engine.swap import plan_pool
+
+    graph = build_graph("resnet18", 64)
+    kw = dict(iterations=2, warmup=1, collect=False)
+    _run(graph, "device", **kw)  # cuDNN's handle and plans, CuPy's kernels: loaded once per process
+    plan = compile_plan(graph, graph.footprint // 2, "belady", mechanism="swap")
+    result = execute(graph, plan, RunSettings(**kw))
+    memory = result.memory
+    pool = plan_pool(graph, plan, {graph.tensor_id("loss.value")})
+    _record("swap memory", "resnet18 b64 belady 50%", {**vars(memory), "capacity": plan.capacity,
+                                                         "swap_pool": result.environment["swap_pool"]})
+    assert memory.pool_bytes == pool.total == plan.capacity + memory.over_capacity_bytes - max(
+        plan.capacity - pool.total, 0)
+    assert memory.pool_bytes <= memory.device_bytes_taken <= memory.pool_bytes + memory.workspace_bytes + (32 << 20)
+    assert memory.ledger_peak_bytes <= plan.capacity + pool.kept_bytes
+    assert memory.pinned_host_bytes >= graph.footprint and memory.discarded_bytes == 0
+    assert result.environment["dead_data"].startswith("reused in the pool")
+
+
+def test_a_swap_run_s_copies_are_cupti_memcpy_records_of_the_plan_s_bytes():
+    from vmexplorer.engine.swap import plan_pool
+    from vmexplorer.plan import Direction
+    from vmexplorer.records.collected import CUPTI, MEMCPY_KINDS
+
+    graph = build_graph("vgg11", 16, 64)
+    plan = compile_plan(graph, max(graph.footprint // 2, graph.min_capacity[0]), "autovm", mechanism="swap")
+    # unified-memory counters on in every iteration: under swap they have nothing to see
+    result = execute(graph, plan, RunSettings(iterations=2, warmup=1, counted=0,
+                                              collectors=("kernels", "migrations", "memcpy")))
+    c = result.collected
+    cupti = next(st for st in c.status if st.name == CUPTI)
+    if not cupti.available:
+        pytest.skip(f"CUPTI unavailable: {cupti.reason}")
+    elided = plan_pool(graph, plan, {graph.tensor_id("loss.value")}).elided
+    want = {d: sum(m.nbytes for i, m in enumerate(plan.memops) if m.direction is d and i not in elided)
+            for d in Direction}
+    for it in range(2):
+        rows = c.memcpy_iteration == it
+        got = {d: int(c.memcpy_bytes[rows & (c.memcpy_kind == MEMCPY_KINDS.index(k))].sum())
+               for d, k in ((Direction.TO_DEVICE, "htod"), (Direction.TO_HOST, "dtoh"))}
+        _record("swap memcpy", f"vgg11 b16 64px autovm iteration {it}", {"want": want, "got": got})
+        assert got[Direction.TO_DEVICE] == want[Direction.TO_DEVICE] > 0
+        # and the loss, which the host reads after each iteration
+        assert 0 <= got[Direction.TO_HOST] - want[Direction.TO_HOST] <= 64 and want[Direction.TO_HOST] > 0
+    assert len(c.um_value) == 0

@@ -12,6 +12,13 @@ footprint. Under managed memory a dead tensor's pages stay on the device until a
 over in place, so no dead byte ever moves; with `RunSettings.discard` (CUDA 13's batch calls) they are
 discarded instead wherever the device would otherwise hold more than the capacity, and a new tensor's
 populated without migrating anything (`memory.dead_bytes`). The run's environment says which.
+
+A plan through the `swap` mechanism runs in a device pool of its capacity instead (`swap.SwapArena`), each
+stay of a tensor at its own offset, with pinned host memory behind it: a copy is a cudaMemcpyAsync, on its
+copy stream or, synchronous, on the compute stream, and a step taking over pool bytes waits for their last
+holder (`swap.SwapPool.waits`). Kept tensors (the loss; with keep_weights the weight gradients and masks)
+stay in the pool to the iteration's end, which may take the pool past the capacity by their bytes; the run's
+environment and `MemoryUse` say the pool's size, its fragmentation and how far it is over the capacity.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from ..collectors import Collector, CuptiCollector, NvmlSampler
 from ..details import memop_range_name, op_range_name
 from ..graph import Graph
 from ..graph.ops import OPS, op_attrs
-from ..plan import Direction, Mode, Plan
+from ..plan import Direction, Mechanism, Mode, Plan
 from ..plan.validate import validate_plan
 from ..records.collected import CUPTI, PARTS
 from ..records.spans import Timeline, resident_curve
@@ -34,6 +41,7 @@ from . import gpu
 from .init import initial_value
 from .memory import Arena, DeadBytes, dead_bytes
 from .schedule import Ledger, Step, StepKind, Stream, room_per_op, schedule
+from .swap import SwapArena
 
 # What a recorded run can collect, each part switchable: CUPTI kernel records, CUPTI migration counters
 # (bytes each way, thrashing, throttling, remote mapping), CUPTI GPU page-fault records, CUPTI memory-copy
@@ -79,6 +87,11 @@ class MemoryUse:
     device_bytes_taken: int  # cudaMemGetInfo's free bytes before the pool was allocated, less those after
     ledger_peak_bytes: int  # the most bytes the executor had on the device while an op ran
     discarded_bytes: int  # dead bytes discarded per iteration (0 with plain device memory or no discard)
+    # swap only: the pool's bytes beyond the plan's most at once (placement), beyond the capacity, and the
+    # pinned host memory behind the pool
+    fragmentation_bytes: int = 0
+    over_capacity_bytes: int = 0
+    pinned_host_bytes: int = 0
 
 
 @dataclass(frozen=True, eq=False)
@@ -115,7 +128,7 @@ def execute(graph: Graph, plan: Plan, settings: RunSettings = RunSettings(),
     # CUPTI's unified-memory counters follow only managed memory allocated after they were first
     # enabled in the process (on the H100, a run that allocated first recorded no migration at all),
     # so the collectors start before the arena
-    managed = plan.policy != "device"
+    managed = plan.policy != "device" and plan.mechanism is Mechanism.UVM
     counts_migrations = settings.collect and any(p.counts_um and p.name in settings.collectors for p in PARTS)
     if managed and counts_migrations and settings.counted == 0 and not _PAGED_UNCOUNTED:
         # On the H100, in a process whose first paging ran under CUPTI's unified-memory counters, they
@@ -126,7 +139,9 @@ def execute(graph: Graph, plan: Plan, settings: RunSettings = RunSettings(),
         execute(graph, plan, replace(settings, iterations=1, warmup=0, collect=False, keep_weights=False))
     collectors = _start_collectors(settings.collectors, settings.nvml_interval_s) if settings.collect else []
     try:
-        arena = Arena(graph, managed=managed, capacity=plan.capacity, keep=kept_tensors(graph, settings.keep_weights))
+        keep = kept_tensors(graph, settings.keep_weights)
+        arena: Arena | SwapArena = (SwapArena(graph, plan, keep) if plan.mechanism is Mechanism.SWAP else
+                                    Arena(graph, managed=managed, capacity=plan.capacity, keep=keep))
     except BaseException:
         for c in collectors:
             c.stop()
@@ -141,27 +156,33 @@ def execute(graph: Graph, plan: Plan, settings: RunSettings = RunSettings(),
         cp.get_default_memory_pool().free_all_blocks()
 
 
-def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena, settings: RunSettings,
+def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena | SwapArena, settings: RunSettings,
          progress: Callable[[int, int, float], None] | None, should_stop: Callable[[], bool] | None,
          collectors: list[Collector]) -> RunResult:
     for t in range(len(graph.tensors)):
         value = initial_value(graph, t, settings.seed)
         if value is not None:
-            arena.views[t].set(value)
+            arena.write(t, value)
     streams = {s: cp.cuda.Stream(non_blocking=True) for s in Stream}
-    environment = gpu.environment()
+    environment = {**gpu.environment(), "mechanism": plan.mechanism.value}
+    kept = kept_tensors(graph, settings.keep_weights)
     dead = None
-    if arena.managed:
-        why = gpu.discard_unavailable() if settings.discard else "RunSettings.discard is off"
-        if why is None:
-            room = room_per_op(graph, plan, kept_tensors(graph, settings.keep_weights))
-            dead = dead_bytes(arena.layout, len(graph.ops), room)
-        environment["dead_data"] = (f"discarded ({', '.join(gpu.DISCARD_CALLS)})" if why is None else
-                                    f"left on the device until reused ({why})")
-    ledger = Ledger(graph, _place(graph, plan, arena, streams[Stream.COMPUTE], dead))
-    steps = schedule(graph, plan, dead)
+    if isinstance(arena, SwapArena):
+        environment["dead_data"] = "reused in the pool (under swap a dead tensor's bytes are simply taken over)"
+        environment["swap_pool"] = arena.pool.describe()
+        environment["swap_kept"] = "kept tensors (read by the host) stay in the pool to the iteration's end"
+        ledger = Ledger(graph, arena.start_bytes(), release_dead=True, kept=kept)
+    else:
+        if arena.managed:
+            why = gpu.discard_unavailable() if settings.discard else "RunSettings.discard is off"
+            if why is None:
+                dead = dead_bytes(arena.layout, len(graph.ops), room_per_op(graph, plan, kept))
+            environment["dead_data"] = (f"discarded ({', '.join(gpu.DISCARD_CALLS)})" if why is None else
+                                        f"left on the device until reused ({why})")
+        ledger = Ledger(graph, _place(graph, plan, arena, streams[Stream.COMPUTE], dead))
+    steps = schedule(graph, plan, dead, arena.pool.waits if isinstance(arena, SwapArena) else None)
     events = _Events(cp, steps)
-    operands = [([arena.views[t] for t in op.reads], [arena.views[t] for t in op.writes]) for op in graph.ops]
+    operands = arena.operands()
     ranges = gpu.Ranges()
     loss = graph.tensor_id("loss.value")
     cupti = _cupti(collectors)
@@ -188,7 +209,7 @@ def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena, settings: RunSettings,
                 s.synchronize()
             for c in collectors:
                 c.flush()
-            losses.append(float(arena.views[loss].get()))
+            losses.append(float(arena.read(loss)))
             if it >= settings.warmup:  # read now: the next iteration records the same events again
                 records.append({"spans": events.elapsed_ns(cp), "t0": t0, "counted": it >= timed})
             if progress is not None:
@@ -196,16 +217,29 @@ def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena, settings: RunSettings,
     finally:
         for c in collectors:
             c.stop()
-    memory = MemoryUse(arena.layout.total, graph.footprint, cp.get_default_memory_pool().total_bytes(),
-                       arena.device_bytes_taken(), ledger.peak, dead.discarded_bytes() if dead is not None else 0)
+    memory = _memory_use(cp, graph, arena, ledger, dead)
+    if isinstance(arena, SwapArena):  # the pool is real device memory: what the run took shows it
+        environment["swap_device_bytes_taken"] = (
+            f"{memory.device_bytes_taken} bytes (cudaMemGetInfo before the pool, less after the run): the pool's "
+            f"{memory.pool_bytes} and CuPy's {memory.workspace_bytes} (convolution workspaces), and "
+            f"{memory.device_bytes_taken - memory.pool_bytes - memory.workspace_bytes} more")
     weights = {}
     if settings.keep_weights:
-        weights = {t.name: arena.views[i].get() for i, t in enumerate(graph.tensors)
+        weights = {t.name: arena.read(i) for i, t in enumerate(graph.tensors)
                    if t.persistent or t.name.endswith(_KEPT_SUFFIXES)}
     timeline, offsets, lengths = _timeline(graph, plan, records)
     timeline = replace(timeline, counted=sum(r["counted"] for r in records))
     collected = _collected(collectors, [r["t0"] for r in records], offsets, lengths) if settings.collect else None
     return RunResult(timeline, tuple(losses[settings.warmup:]), environment, weights, collected, memory)
+
+
+def _memory_use(cp: Any, graph: Graph, arena: Arena | SwapArena, ledger: Ledger, dead: DeadBytes | None) -> MemoryUse:
+    use = MemoryUse(arena.pool_bytes, graph.footprint, cp.get_default_memory_pool().total_bytes(),
+                    arena.device_bytes_taken(), ledger.peak, dead.discarded_bytes() if dead is not None else 0)
+    if isinstance(arena, SwapArena):
+        use = replace(use, fragmentation_bytes=arena.pool.fragmentation, over_capacity_bytes=arena.pool.over_capacity,
+                      pinned_host_bytes=arena.host_layout.total)
+    return use
 
 
 def kept_tensors(graph: Graph, keep_weights: bool) -> frozenset[int]:
@@ -278,7 +312,7 @@ class _Events:
         return {key: (ns(begin), ns(end)) for key, (begin, end) in self.spans.items()}
 
 
-def _iteration(cp: Any, graph: Graph, plan: Plan, arena: Arena, streams: dict[Stream, Any],
+def _iteration(cp: Any, graph: Graph, plan: Plan, arena: Arena | SwapArena, streams: dict[Stream, Any],
                steps: tuple[Step, ...], attrs: list[dict], ledger: Ledger, ranges: gpu.Ranges, events: _Events,
                operands: list[tuple[list[Any], list[Any]]]) -> None:
     """Enqueue one iteration, recording its start and each step's begin and done on `events`."""
@@ -297,7 +331,7 @@ def _iteration(cp: Any, graph: Graph, plan: Plan, arena: Arena, streams: dict[St
             done[step.done] = end
 
 
-def _issue(cp: Any, graph: Graph, plan: Plan, arena: Arena, stream: Any, step: Step, attrs: list[dict],
+def _issue(cp: Any, graph: Graph, plan: Plan, arena: Arena | SwapArena, stream: Any, step: Step, attrs: list[dict],
            ledger: Ledger, ranges: gpu.Ranges, operands: list[tuple[list[Any], list[Any]]]) -> None:
     """Enqueue one step on its stream and keep the ledger."""
     if step.kind is StepKind.OP:
@@ -312,6 +346,7 @@ def _issue(cp: Any, graph: Graph, plan: Plan, arena: Arena, stream: Any, step: S
         ranges.pop()
         ledger.apply(step, plan)
     elif step.kind in (StepKind.DISCARD, StepKind.POPULATE):
+        assert isinstance(arena, Arena)
         ranges.push(f"{step.kind.value} {op_range_name(graph.ops[step.index]) if step.index >= 0 else 'kept'}")
         pieces = [(arena.at(s), e - s) for s, e in step.ranges]
         (gpu.discard if step.kind is StepKind.DISCARD else gpu.populate)(pieces, stream)
@@ -321,7 +356,10 @@ def _issue(cp: Any, graph: Graph, plan: Plan, arena: Arena, stream: Any, step: S
         m = plan.memops[step.index]
         ranges.push(memop_range_name(graph, m))
         offset, size = ledger.apply(step, plan)
-        gpu.prefetch(arena.ptr(m.tensor) + offset, size, m.direction is Direction.TO_DEVICE, stream)
+        if isinstance(arena, SwapArena):
+            arena.copy(step.index, stream)
+        else:
+            gpu.prefetch(arena.ptr(m.tensor) + offset, size, m.direction is Direction.TO_DEVICE, stream)
         ranges.pop()
 
 

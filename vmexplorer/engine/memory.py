@@ -91,12 +91,16 @@ def plan_offsets(sizes: Sequence[int], lifetimes: Sequence[Span], n_ops: int) ->
     return min(candidates, key=lambda offs: (max((o + s for o, s in zip(offs, sizes)), default=0)))
 
 
-def _by_breadth(sizes: Sequence[int], lifetimes: Sequence[Span], n_ops: int, persistent: list[int]) -> list[int]:
-    """Tensors op by op, the op with the most bytes alive first, each op's tensors largest first."""
+def _by_breadth(sizes: Sequence[int], lifetimes: Sequence[Span], n_ops: int, persistent: list[int],
+                period: int | None = None) -> list[int]:
+    """Tensors op by op, the op with the most bytes alive first, each op's tensors largest first.
+    With `period`, a lifetime running past it goes on from the period's start (see `_place`)."""
     first = np.array([s for s, _ in lifetimes]).reshape(1, -1)
     last = np.array([e for _, e in lifetimes]).reshape(1, -1)
     ops = np.arange(n_ops).reshape(-1, 1)
     alive = (first <= ops) & (ops <= last)
+    if period is not None:
+        alive |= (first <= ops + period) & (ops + period <= last)
     busiest = np.argsort(-(alive * np.array(sizes)).sum(axis=1), kind="stable")
     order, seen = list(persistent), set(persistent)
     for k in busiest:
@@ -107,15 +111,21 @@ def _by_breadth(sizes: Sequence[int], lifetimes: Sequence[Span], n_ops: int, per
     return order + [t for t in range(len(sizes)) if t not in seen]
 
 
-def _place(order: Sequence[int], sizes: Sequence[int], lifetimes: Sequence[Span], best_fit: bool) -> tuple[int, ...]:
+def _place(order: Sequence[int], sizes: Sequence[int], lifetimes: Sequence[Span], best_fit: bool,
+           period: int | None = None) -> tuple[int, ...]:
     """Each tensor in `order` at the lowest gap between those already placed and alive with it that holds
-    it (`best_fit`: the tightest such gap), else above them all."""
+    it (`best_fit`: the tightest such gap), else above them all. With `period`, the ops repeat: lifetimes
+    start within one period and are at most one long, and one running past its end goes on from its start
+    (two clash when they share an op modulo the period)."""
     n = len(order)
     first, last, lo, hi = (np.zeros(n, dtype=np.int64) for _ in range(4))
     offsets = [0] * len(sizes)
+    shifts = (0,) if period is None else (0, -period, period)
     for m, t in enumerate(order):
         a, b = lifetimes[t]
-        clash = (first[:m] <= b) & (a <= last[:m])
+        clash = np.zeros(m, dtype=bool)
+        for shift in shifts:
+            clash |= (first[:m] + shift <= b) & (a <= last[:m] + shift)
         los, his = lo[:m][clash], hi[:m][clash]
         at = 0
         if los.size:
@@ -279,6 +289,7 @@ class Arena:
         self.free_before, _ = cp.cuda.runtime.memGetInfo()
         check_resources(self.layout.total, capacity, managed, self.free_before, available_host_bytes())
         self.managed = managed
+        self.graph = graph
         size = max(self.layout.total, 1)
         self.memory = (cp.cuda.malloc_managed(size) if managed
                        else cp.cuda.MemoryPointer(cp.cuda.Memory(size), 0))
@@ -286,6 +297,21 @@ class Arena:
             cp.ndarray(t.shape, cp.dtype(t.dtype), memptr=self.memory + off)
             for t, off in zip(graph.tensors, self.layout.offsets)
         ]
+
+    @property
+    def pool_bytes(self) -> int:
+        return self.layout.total
+
+    def operands(self) -> list[tuple[list[Any], list[Any]]]:
+        """Per op, its reads and writes as views into the pool."""
+        return [([self.views[t] for t in op.reads], [self.views[t] for t in op.writes]) for op in self.graph.ops]
+
+    def write(self, tensor: int, value: Any) -> None:
+        self.views[tensor].set(value)
+
+    def read(self, tensor: int) -> Any:
+        """The tensor's value, on the host."""
+        return self.views[tensor].get()
 
     def ptr(self, tensor: int) -> int:
         return int(self.memory.ptr) + self.layout.offsets[tensor]

@@ -15,12 +15,12 @@ for. The `Ledger` keeps the bytes each tensor has on the device as these steps a
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 from ..graph import Graph
-from ..plan import Direction, MemOp, Mode, Plan
+from ..plan import Direction, Mechanism, MemOp, Mode, Plan
 from .memory import DeadBytes, Range
 
 PAGE = 64 << 10  # evict partial ranges on page-group boundaries
@@ -37,7 +37,9 @@ class Stream(StrEnum):
 class StepKind(StrEnum):
     OP = "op"  # run graph op `index`
     COPY = "copy"  # cudaMemPrefetchAsync of memop `index` on its copy stream
-    EVICT = "evict"  # a driver eviction (memop `index`) on the compute stream, before the next op
+    EVICT = "evict"  # a driver eviction (memop `index`) on the compute stream, before the next op; under
+    # swap a synchronous copy out making room
+    COPY_IN = "copy_in"  # under swap, a synchronous copy in of memop `index` (on demand) on the compute stream
     FAULT = "fault"  # memop `index` happens inside the next op's kernels: nothing to issue, only recorded
     DISCARD = "discard"  # after op `index` (-1: as the iteration begins): `tensors` died; discard `ranges`
     POPULATE = "populate"  # before op `index`: cudaMemDiscardAndPrefetchBatchAsync of `ranges` to the device
@@ -61,25 +63,27 @@ class Step:
         return (_EVENT.get(self.kind, "memop"), self.index)
 
 
-def schedule(graph: Graph, plan: Plan, dead: DeadBytes | None = None) -> tuple[Step, ...]:
-    """One iteration's steps in host order; with `dead`, the discards and populates of dead bytes too."""
+def schedule(graph: Graph, plan: Plan, dead: DeadBytes | None = None,
+             pool: Mapping[Event, tuple[Event, ...]] | None = None) -> tuple[Step, ...]:
+    """One iteration's steps in host order; with `dead`, the discards and populates of dead bytes too.
+    `pool` (swap): per step that puts a tensor in the pool, the ends of the stays whose bytes it takes over
+    (`swap.SwapPool.waits`); those its stream's order does not already imply become waits."""
     n = len(graph.ops)
+    swap = plan.mechanism is Mechanism.SWAP
     due: list[list[int]] = [[] for _ in range(n + 1)]
     for i, m in enumerate(plan.memops):
         due[m.complete_before].append(i)
     last_move: dict[int, Event] = {}  # the latest memory operation issued on each tensor
-    steps: list[Step] = []
+    program = _Program(pool or {})
     evictions: list[list[int]] = [[] for _ in range(n + 1)]  # driver evictions made before each op
     for i, m in enumerate(plan.memops):
-        if m.mode is Mode.SYNC:
+        if m.mode is Mode.SYNC and not swap:  # under swap the pool's waits say which room a copy in needs
             evictions[m.complete_before].append(i)
     if dead is not None and dead.kept:  # the host has read them: dead now
-        steps.append(Step(StepKind.DISCARD, -1, Stream.DISCARD, (), dead.kept, dead.kept_ranges))
+        program.append(Step(StepKind.DISCARD, -1, Stream.DISCARD, (), dead.kept, dead.kept_ranges))
     for k in range(n + 1):
         ready: list[Event] = []
-        # evictions first: a prefetch landing before op k must wait for the room they make, or the
-        # device would briefly hold more than the emulated capacity
-        for i in sorted(due[k], key=lambda i: (plan.memops[i].mode is not Mode.SYNC, plan.memops[i].issue_after, i)):
+        for i in (_swap_order if swap else _uvm_order)(plan, due[k], k):
             m = plan.memops[i]
             after: list[Event] = [("op", m.issue_after)] if m.issue_after >= 0 else []
             if m.tensor in last_move:  # an offload and the prefetch of the same tensor never overlap
@@ -88,21 +92,78 @@ def schedule(graph: Graph, plan: Plan, dead: DeadBytes | None = None) -> tuple[S
                 stream = Stream.TO_HOST if m.direction is Direction.TO_HOST else Stream.TO_DEVICE
                 if m.direction is Direction.TO_DEVICE:
                     after += [("memop", j) for j in evictions[m.issue_after + 1]]
-                steps.append(Step(StepKind.COPY, i, stream, tuple(dict.fromkeys(after))))
+                program.add(StepKind.COPY, i, stream, after)
                 ready.append(("memop", i))
             elif m.mode is Mode.SYNC:
-                steps.append(Step(StepKind.EVICT, i, Stream.COMPUTE, tuple(e for e in after if e[0] == "memop")))
+                kind = StepKind.COPY_IN if m.direction is Direction.TO_DEVICE else StepKind.EVICT
+                program.add(kind, i, Stream.COMPUTE, [e for e in after if e[0] == "memop"])
             else:
-                steps.append(Step(StepKind.FAULT, i, Stream.COMPUTE, ()))
+                program.append(Step(StepKind.FAULT, i, Stream.COMPUTE, ()))
             last_move[m.tensor] = ("memop", i)
         if k < n:
             if dead is not None and dead.populate_before[k]:
-                steps.append(_populate(graph, dead, k))
+                program.append(_populate(graph, dead, k))
                 ready.append(("populate", k))
-            steps.append(Step(StepKind.OP, k, Stream.COMPUTE, tuple(ready)))
+            program.add(StepKind.OP, k, Stream.COMPUTE, ready)
             if dead is not None:
-                steps += _discard(dead, k, last_move)
-    return tuple(steps)
+                for step in _discard(dead, k, last_move):
+                    program.append(step)
+    return tuple(program.steps)
+
+
+def _uvm_order(plan: Plan, due: list[int], k: int) -> list[int]:
+    """Evictions first: a prefetch landing before op k must wait for the room they make, or the device
+    would briefly hold more than the emulated capacity."""
+    return sorted(due, key=lambda i: (plan.memops[i].mode is not Mode.SYNC, plan.memops[i].issue_after, i))
+
+
+def _swap_order(plan: Plan, due: list[int], k: int) -> list[int]:
+    """The order a swap pool's bytes change hands in before op k: copies out completing, copies in issued
+    earlier or taken straight back out (either lands before the repair copies its tensor out), copies out
+    making room, copies in issued just now, copies in on demand. A step then only waits for steps before it."""
+    leaving = {plan.memops[i].tensor for i in due
+               if plan.memops[i].mode is Mode.SYNC and plan.memops[i].direction is Direction.TO_HOST}
+
+    def phase(i: int) -> int:
+        m = plan.memops[i]
+        if m.direction is Direction.TO_HOST:
+            return 0 if m.mode is Mode.ASYNC else 2
+        if m.mode is Mode.SYNC:
+            return 4
+        return 1 if m.issue_after < k - 1 or m.tensor in leaving else 3
+
+    return sorted(due, key=lambda i: (phase(i), plan.memops[i].issue_after, i))
+
+
+class _Program:
+    """The steps in host order, each added with its waits and, under swap, its pool waits."""
+
+    def __init__(self, pool: Mapping[Event, tuple[Event, ...]]) -> None:
+        self.pool = pool
+        self.steps: list[Step] = []
+        self.where: dict[Event, tuple[Stream, int]] = {}  # each step's stream and position
+
+    def append(self, step: Step) -> None:
+        self.where[step.done] = (step.stream, len(self.steps))
+        self.steps.append(step)
+
+    def add(self, kind: StepKind, index: int, stream: Stream, waits: list[Event]) -> None:
+        done = Step(kind, index, stream, ()).done
+        if done in self.pool:
+            waits = waits + self._not_implied(self.pool[done], stream, waits)
+        self.append(Step(kind, index, stream, tuple(dict.fromkeys(waits))))
+
+    def _not_implied(self, ends: tuple[Event, ...], stream: Stream, waits: list[Event]) -> list[Event]:
+        """Of the ends a step must wait for, those not implied already: a step follows everything before it
+        on its own stream, and everything on the compute stream up to an op it waits for."""
+        missing = [e for e in ends if e not in self.where]
+        if missing:
+            raise ValueError(f"a step waits for {missing[0]}, which comes after it: the pool's bytes would "
+                             "change hands out of order")
+        reach = max((self.where[e][1] for e in waits if e in self.where and self.where[e][0] is Stream.COMPUTE),
+                    default=-1)
+        return [e for e in ends if self.where[e][0] is not stream
+                and not (self.where[e][0] is Stream.COMPUTE and self.where[e][1] <= reach)]
 
 
 def _populate(graph: Graph, dead: DeadBytes, k: int) -> Step:
@@ -127,13 +188,20 @@ class Ledger:
     an op brings its tensors in whole, a prefetch brings a tensor in, a driver eviction takes what it says
     off the tensor's end, an offload takes all of it, a populate brings new tensors in and a discard
     leaves dead ones nothing. Managed memory's residency cannot be read back (the driver keeps its
-    physical chunks), so this is what the executor's residency rests on."""
+    physical chunks), so this is what the executor's residency rests on. With `release_dead` (swap, where
+    a dead tensor's bytes are simply reused) a temporary leaves after its last op, but for those `kept`."""
 
-    def __init__(self, graph: Graph, start: Sequence[int]) -> None:
+    def __init__(self, graph: Graph, start: Sequence[int], release_dead: bool = False,
+                 kept: Collection[int] = ()) -> None:
         self.graph = graph
         self.bytes = list(start)
         self.total = sum(self.bytes)
         self.peak = self.total  # the most bytes on the device while an op ran
+        self.dying: list[list[int]] = [[] for _ in graph.ops]
+        if release_dead:
+            for t, tensor in enumerate(graph.tensors):
+                if not tensor.persistent and t not in kept:
+                    self.dying[graph.last_use[t]].append(t)
 
     def set(self, tensor: int, nbytes: int) -> None:
         self.total += nbytes - self.bytes[tensor]
@@ -146,6 +214,8 @@ class Ledger:
             for t in self.graph.ops[step.index].touches:
                 self.set(t, tensors[t].nbytes)
             self.peak = max(self.peak, self.total)
+            for t in self.dying[step.index]:
+                self.set(t, 0)
         elif step.kind in (StepKind.DISCARD, StepKind.POPULATE):
             for t in step.tensors:
                 self.set(t, 0 if step.kind is StepKind.DISCARD else tensors[t].nbytes)
