@@ -1079,6 +1079,19 @@ def test_a_swap_plan_is_simulated_held_against_its_own_bound_and_its_copies_are_
     assert "swap" in state.message and state.session is s  # refused in one message, the view kept
 
 
+def test_pages_of_one_process_share_the_baselines_their_edits_are_held_against() -> None:
+    """A class opens the same sample and drags: the first drag of each page needs every policy simulated
+    with the sample's cost model, once per server process, not once per page."""
+    pages = [AppState(), AppState()]
+    for page in pages:
+        assert page.load_sample(), page.message
+        mv = page.moves[0]
+        assert page.drag("offload", mv.tensor, mv.offload_after + 1, mv.offload_after), page.message
+        assert page.session.timeline.source == "simulated"
+    first, second = (page._baseline("autovm") for page in pages)
+    assert first is not None and first is second
+
+
 def test_run_on_gpu_queues_a_swap_plan_as_shown(state: AppState, monkeypatch: pytest.MonkeyPatch) -> None:
     import vmexplorer.views as views
 

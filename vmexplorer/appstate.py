@@ -255,13 +255,15 @@ class AppState(param.Parameterized):
             self.message, self.status = "", ("comparison cleared" if session is None else f"comparing with {label}")
         return True
 
-    def twin(self, policy: str) -> str | None:
+    def twin(self, policy: str, mechanism: Mechanism | None = None) -> str | None:
         """The measured sample of `policy` on the shown session's graph and capacity (the `uvm` twin of
-        the default sample, say), by file name; None when there is none or it is the shown one."""
+        the default sample, say), through `mechanism` (None: the shown session's), by file name; None
+        when there is none or it is the shown one."""
         s = self.session
         if s is None:
             return None
-        return next((n for n in _measured_samples(s.graph, s.plan.capacity, policy, gpu_of(s), s.plan.mechanism)
+        through = s.plan.mechanism if mechanism is None else mechanism
+        return next((n for n in _measured_samples(s.graph, s.plan.capacity, policy, gpu_of(s), through)
                      if n != self.origin), None)
 
     def compare_with_twin(self, policy: str = "uvm") -> bool:
@@ -564,15 +566,10 @@ class AppState(param.Parameterized):
         if key not in self._baselines:
             found = _measured_baseline(g, capacity, policy, gpu_of(s), mechanism) if source == "measured" else None
             if found is None:
-                try:
-                    plan, _ = plan_in(g, capacity if policy != "device" else max(capacity, g.footprint), policy, cost,
-                                      mechanism=mechanism)
-                except PlanError:
+                found = _simulated_baseline(g, capacity if policy != "device" else max(capacity, g.footprint),
+                                            policy, cost, mechanism)
+                if found is None:
                     return None
-                tl = simulate(g, plan, cost)
-                its = tl.iteration_ns()
-                own = np.array([cost.compute_ns(op.name, op.flops, op.bytes_touched) for op in g.ops])
-                found = _Baseline(int(np.median(its)) if len(its) else 0, "simulated", time_split(g, plan, tl, own))
             self._baselines[key] = found
         return self._baselines[key]
 
@@ -627,6 +624,30 @@ def _searched(model: str, batch: int, image_size: int, capacity: int, policy: st
     plan = compile_plan(graph, capacity, policy, json.loads(options_json),
                         simulation=Simulation(simulate, lower_bound, cost, said.append), mechanism=mechanism)
     return plan, tuple(said)
+
+
+def _simulated_baseline(graph: Graph, capacity: int, policy: str, cost: CostModel,
+                        mechanism: Mechanism) -> _Baseline | None:
+    """`policy` planned and simulated with `cost` (None where it cannot run): the same for every page of the
+    server process, so a class's first drags, each simulating every baseline of the same sample, share one
+    simulation of each."""
+    cost_json = json.dumps(dataclasses.asdict(cost), sort_keys=True)
+    return _simulated(graph.model, graph.batch, graph.image_size, capacity, policy, cost_json, str(mechanism))
+
+
+@functools.lru_cache(maxsize=64)
+def _simulated(model: str, batch: int, image_size: int, capacity: int, policy: str, cost_json: str,
+               mechanism: str) -> _Baseline | None:
+    cost = CostModel(**json.loads(cost_json))
+    g = build_graph(model, batch, image_size)
+    try:
+        plan, _ = plan_in(g, capacity, policy, cost, mechanism=mechanism)
+    except PlanError:
+        return None
+    tl = simulate(g, plan, cost)
+    its = tl.iteration_ns()
+    own = np.array([cost.compute_ns(op.name, op.flops, op.bytes_touched) for op in g.ops])
+    return _Baseline(int(np.median(its)) if len(its) else 0, "simulated", time_split(g, plan, tl, own))
 
 
 def times_than(ns: int, base_ns: int, base: str) -> str:
