@@ -7,7 +7,7 @@ import pytest
 from vmexplorer.appstate import AppState
 from vmexplorer.simulator import simulate
 from vmexplorer.units import format_ns
-from vmexplorer.views import LESSON, Lesson, PagingCliff, WhereTimeGoes, headline
+from vmexplorer.views import LESSON, Lesson, PagingCliff, WhereTimeGoes, _bound, headline
 
 
 @pytest.fixture
@@ -98,6 +98,23 @@ def test_the_late_prefetch_step_drags_the_prefetch_whose_lateness_costs_the_iter
     assert s.graph.tensors[dragged].name in lesson.words.object and len(costs) > 1
 
 
+def test_the_driver_step_sets_a_swap_run_beside_the_same_schedule_through_unified_memory() -> None:
+    from vmexplorer.appstate import read_sample
+    from vmexplorer.config import Mechanism
+
+    state = AppState()
+    lesson = Lesson(state=state)
+    lesson.step = len(LESSON)
+    s = state.session
+    assert s.plan.mechanism is Mechanism.SWAP and s.timeline.source == "measured"
+    twin = read_sample(state.twin(s.plan.policy, Mechanism.UVM))
+    assert twin.plan.mechanism is Mechanism.UVM and twin.timeline.source == "measured"
+    words = lesson.words.object
+    for ns in (twin.time_split().iteration_ns, s.time_split().iteration_ns, state.bound().lower_bound_ns):
+        assert format_ns(ns) in words
+    assert "than through the driver" in words and f"{twin.cost_model.evict_bytes_per_ns:.1f} GB/s" in words
+
+
 def test_the_lesson_does_not_step_past_its_ends() -> None:
     lesson = Lesson(state=AppState())
     lesson.previous.clicks += 1
@@ -134,15 +151,15 @@ def test_the_timeline_panel_draws_a_session_picks_its_typical_iteration_and_keep
     assert panel.pane.object is not fig and panel.pane.object.children[0].tags == ["op"]
 
 
-def test_the_lessons_last_step_holds_the_best_schedule_against_the_bound_of_its_own_gpu(state: AppState) -> None:
+def test_the_bound_step_holds_the_best_schedule_against_the_bound_of_its_own_gpu(state: AppState) -> None:
     from vmexplorer.simulator.bound import lower_bound
 
     lesson = Lesson(state=state)
-    lesson.step = len(LESSON)
+    lesson.step = next(i for i, step in enumerate(LESSON, start=1) if step.words is _bound)
     s = state.session
     assert s.environment["gpu"] == "NVIDIA H200" and s.plan.policy == "tuned"
     bound = lower_bound(s.graph, s.plan.capacity, state.cost_model)
-    words = LESSON[-1].words(state)
+    words = lesson.words.object
     assert format_ns(bound.lower_bound_ns) in words and bound.set_by in words
     assert format_ns(s.time_split().iteration_ns) in words
     assert format_ns(state.baseline_ns("uvm")) in words  # uvm measured on the same GPU

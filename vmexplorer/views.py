@@ -21,7 +21,7 @@ from bokeh.events import Tap
 from panel.custom import JSComponent
 
 from . import details, worker
-from .appstate import MARKER_KINDS, SAMPLES, AppState, samples_by_gpu, times_than
+from .appstate import MARKER_KINDS, SAMPLES, AppState, read_sample, samples_by_gpu, times_than
 from .config import Mechanism, capacity_text, share_of_footprint
 from .graph import MODELS, Graph, GraphError, build_graph
 from .plan import PlanError
@@ -30,6 +30,7 @@ from .policies import POLICIES, OptionSpec, compile_plan
 from .records.breakdown import PARTS as BREAKDOWN_PARTS
 from .session import Session
 from .simulator import simulate
+from .simulator.bound import lower_bound
 from .timeline import (
     can_update,
     comparison_figure,
@@ -288,6 +289,42 @@ def _bound(state: AppState) -> str:
             f"{format_ns(split.compute_ns)} of compute cannot hide.")
 
 
+def _driver(state: AppState) -> str:
+    s, split = _split_words(state)
+    name = state.twin(s.plan.policy, Mechanism.UVM)
+    bound, swap_cost = state.bound(), s.cost_model
+    uvm = read_sample(name) if name is not None else None
+    cost = uvm.cost_model if uvm is not None else None
+    if uvm is None or cost is None or bound is None or swap_cost is None:
+        return "What the driver costs: no calibrated run of this schedule through unified memory to set beside it."
+    through = uvm.time_split()
+    by_driver = lower_bound(s.graph, s.plan.capacity, cost, Mechanism.UVM)
+    gpu = s.environment.get("gpu", "this GPU")
+    same = ("the same schedule (the same tensors moved after the same ops)" if uvm.plan.moves == s.plan.moves
+            else f"{s.plan.policy}'s schedule for each")
+    return (f"What the driver costs: {same}, measured on {gpu}. Through unified memory an iteration takes "
+            f"{format_ns(through.iteration_ns)}, the driver evicting at {cost.evict_bytes_per_ns:.1f} GB/s and "
+            f"prefetching at {cost.prefetch_bytes_per_ns:.1f} GB/s, one way at a time. As pinned copies into "
+            f"{_pool_words(s)} it takes {format_ns(split.iteration_ns)}, "
+            f"{times_than(split.iteration_ns, through.iteration_ns, 'through the driver')}: copies move "
+            f"{swap_cost.swap_to_host_bytes_per_ns:.1f} GB/s out and {swap_cost.swap_to_device_bytes_per_ns:.1f} "
+            f"GB/s in, both ways at once. No schedule beats {format_ns(by_driver.lower_bound_ns)} through the "
+            f"driver, or {format_ns(bound.lower_bound_ns)} with copies.")
+
+
+def _pool_words(s: Session) -> str:
+    """The device pool a swap run held, as the run recorded it (its first figure, in bytes)."""
+    capacity = format_bytes(s.plan.capacity)
+    try:
+        pool = int(str(s.environment.get("swap_pool", "")).split()[0])
+    except (IndexError, ValueError):
+        return f"a pool of the capacity ({capacity})"
+    if pool <= s.plan.capacity:
+        return f"a pool of the capacity ({capacity})"
+    beyond = format_bytes(pool - s.plan.capacity)
+    return f"a pool of {format_bytes(pool)} (the capacity {capacity}, and {beyond} its placement needed beyond it)"
+
+
 LESSON = (
     Step("1. Everything fits", "vgg19-b64-device.measured.vms", _fits),
     Step("2. Demand paging at 50%", "vgg19-b64-uvm-50pct.measured.vms", _uvm, lit=_most_faulted),
@@ -297,6 +334,7 @@ LESSON = (
          lit=_dragged),
     Step("5. The paging cliff", "vgg19-b64-uvm-50pct.measured.vms", _cliff, tab="Paging cliff"),
     Step("6. Why the GPU cannot go faster", "h200-vgg19-b64-tuned-50pct.measured.vms", _bound),
+    Step("7. What the driver costs", "h200-vgg19-b64-belady-swap-50pct.measured.vms", _driver),
 )
 
 
@@ -381,8 +419,8 @@ class Lesson(_OverState):
     def contents(self) -> Any:
         """The lesson's tab: what it is, and a button per step (each step also has its link, `?step=N`)."""
         return pn.Column(
-            pn.pane.Markdown("A guided lesson on GPU paging for a class, in five steps, each on a session "
-                             "measured on a GPU. A step opens its view and says what it shows; the **Next** "
+            pn.pane.Markdown(f"A guided lesson on GPU paging for a class, in {len(LESSON)} steps, each on a "
+                             "session measured on a GPU. A step opens its view and says what it shows; the **Next** "
                              "and **Previous** buttons, or the ← and → keys, step through it."),
             *self.starts, sizing_mode="stretch_width")
 
