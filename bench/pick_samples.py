@@ -1,6 +1,7 @@
 """Keep, for each sample, the recording whose iteration time is the median of its repeats.
 
     python bench/pick_samples.py DIR [DIR ...] [--samples sample_sessions] [--log FILE] [--prefix GPU-]
+                                 [--only GLOB]
 
 Each DIR is one pass of `bench/gpu/record_samples.py --out DIR`, as it wrote it (before
 `bench/reduce_passes.py`): every configuration once, each in a process of its own. One configuration's
@@ -17,11 +18,17 @@ sample_sessions/ holds the samples of more than one GPU: the H100's under the na
 (`--prefix h200-`: `h200-vgg19-b64-uvm-50pct.measured.vms`; the H200 passes and log are
 bench/results/h200/passes/pass* and bench/results/h200/record_samples.json). The log names each sample
 by its name in sample_sessions/.
+
+`--only GLOB` keeps the configurations whose name in the passes matches GLOB and leaves out the rest,
+neither copied nor logged: the H200's swap passes record each model's `device` run too (the swap
+calibration's base), and `--only '*-swap-*'` keeps those from replacing the `device` samples picked
+from the uvm passes.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import re
 import shutil
@@ -31,13 +38,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("passes", nargs="+", type=Path)
     ap.add_argument("--samples", type=Path, default=ROOT / "sample_sessions")
     ap.add_argument("--log", type=Path, default=ROOT / "bench" / "results" / "h100" / "record_samples.json")
     ap.add_argument("--prefix", default="", help="put before each sample's name (the GPU, as `h200-`)")
-    args = ap.parse_args()
+    ap.add_argument("--only", default="*", help="pick only the configurations named so in the passes "
+                    "(a glob: '*-swap-*'); the others are neither copied nor logged")
+    args = ap.parse_args(argv)
     logs = [d / "record_samples.json" for d in args.passes]
     missing = [str(p) for p in logs if not p.is_file()]
     if missing:
@@ -46,6 +55,8 @@ def main() -> int:
     runs: dict[str, list[tuple[int, dict]]] = {}
     for k, log in enumerate(logs):
         for row in json.loads(log.read_text()):
+            if not fnmatch.fnmatchcase(row["session"], args.only):
+                continue
             runs.setdefault(row["session"], []).append((k, row))
     out = []
     for session, rows in runs.items():

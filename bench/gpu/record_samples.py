@@ -38,6 +38,14 @@ archive, the limit on files back from a call being a handful), unpacked into
 bench/results/h200/passes/passN; then `bench/pick_samples.py bench/results/h200/passes/pass* --prefix
 h200- --log bench/results/h200/record_samples.json` (sample_sessions/ holds both GPUs: the H200's
 named `h200-...`), `bench/calibrate_samples.py --glob 'h200-*'` and `bench/reduce_passes.py`.
+
+The H200's swap samples come from five passes of `--set h200 --mechanism swap` at the same defaults, one
+pass per device call in the same way, unpacked into bench/results/h200/passes_swap/passN; then
+`bench/pick_samples.py bench/results/h200/passes_swap/pass* --prefix h200- --only '*-swap-*' --log
+bench/results/h200/record_samples_swap.json` (the passes' `device` runs, each the base of its pass's swap
+calibration, are not picked: the `device` samples stay those of the uvm passes), `bench/calibrate_samples.py
+--glob 'h200-*-swap-*'` (each on its model's `device` sample and on itself, which fits its pinned copies'
+rates, as the pass calibrates `belady`) and `bench/reduce_passes.py bench/results/h200/passes_swap/pass*`.
 """
 
 from __future__ import annotations
