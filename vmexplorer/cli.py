@@ -204,7 +204,7 @@ def _not_fitted(plan: Plan, cost: Any, base: Any) -> list[str]:
     from .plan import Mechanism, Mode
 
     if not any(m.nbytes for m in plan.memops):
-        return list(_TRANSFER_RATES)
+        return list(_TRANSFER_RATES) + (list(_SWAP_TRANSFER_RATES) if plan.mechanism is Mechanism.SWAP else [])
     if plan.mechanism is Mechanism.SWAP:  # its copies fit the swap rates; the uvm ones are the base's
         return list(_TRANSFER_RATES) + [k for k in _SWAP_TRANSFER_RATES if getattr(cost, k) == getattr(base, k)]
     # host blocking is fitted on a grid whose points include the default, so equality says nothing
@@ -221,10 +221,12 @@ def table_calibrate(doc: dict[str, Any]) -> str:
     def rate(key: str, text: str) -> str:
         return text + (" (the default: not fitted)" if key in kept else "")
 
-    if kept == set(_TRANSFER_RATES):
-        rates = ("its prefetch, eviction, demand-fault and host-blocking rates are the defaults, not fitted: "
+    swap = doc["config"].get("mechanism") == "swap"
+    if kept >= set(_TRANSFER_RATES) | (set(_SWAP_TRANSFER_RATES) if swap else set()):
+        rates = ("its transfer rates are the defaults, not fitted: the run moved nothing" if swap else
+                 "its prefetch, eviction, demand-fault and host-blocking rates are the defaults, not fitted: "
                  "the run moved nothing")
-    elif kept >= set(_TRANSFER_RATES):  # a swap run: its copies' rates
+    elif swap:  # its copies' rates (the uvm ones stay the base's)
         into, out = r["swap_to_device_bytes_per_ns"], r["swap_to_host_bytes_per_ns"]
         rates = ", ".join([rate("swap_to_device_bytes_per_ns", f"copies in {into:.1f} GB/s"),
                            rate("swap_to_host_bytes_per_ns", f"copies out {out:.1f} GB/s")])
