@@ -462,9 +462,10 @@ def test_calibrating_a_device_run_says_its_transfer_rates_were_not_fitted_and_ti
 def test_calibrating_a_swap_run_reports_the_copy_rates_it_fitted(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     swap = str(SAMPLES / "h200-vgg19-b64-belady-swap-50pct.measured.vms")
-    doc = run_json(capsys, "calibrate", swap, "--out", str(tmp_path / "c.vms"))
+    device = ("--device", str(SAMPLES / "h200-vgg19-b64-device.measured.vms"))
+    doc = run_json(capsys, "calibrate", swap, *device, "--out", str(tmp_path / "c.vms"))
     assert not {"swap_to_device_bytes_per_ns", "swap_to_host_bytes_per_ns"} & set(doc["not_fitted"])
-    code, out, _ = run(capsys, "calibrate", swap, "--out", str(tmp_path / "c.vms"), "--force")
+    code, out, _ = run(capsys, "calibrate", swap, *device, "--out", str(tmp_path / "c.vms"), "--force")
     into = doc["rates"]["swap_to_device_bytes_per_ns"]
     assert code == 0 and f"copies in {into:.1f} GB/s" in out and "moved nothing" not in out
 
