@@ -1,6 +1,6 @@
 """The results tables in the README, generated from the measured sample sessions alone, a section per GPU.
 
-    python bench/results_table.py [--samples DIR] [--readme FILE] [--check] [--goals FILE]
+    python bench/results_table.py [--samples DIR] [--readme FILE] [--check] [--goals FILE] [--goals17 FILE]
 
 Per GPU (`validate_simulator.GPUS`: its samples in DIR by their names, its recording passes and log in
 bench/results/<gpu>/), one row per model and capacity: the median iteration time of `device` (the whole
@@ -16,14 +16,25 @@ every policy against the bound. Then what each policy moves per iteration and wh
 Capacities the recording refused are listed from the GPU's log. The tables replace the text between
 the README's `<!-- results:start -->` and `<!-- results:end -->`; `--check` only says whether it is up
 to date. `--goals FILE` writes issue 16's goals for the H200, measured against these figures.
+
+The H200's swap sessions (`validate_simulator.H200_SWAP`: `vmexplorer run --mechanism swap`, passes in
+bench/results/h200/passes_swap) get tables of their own in its section: each against the bound through
+swap (`lower_bound(..., "swap")`: the same least traffic and compute, the pinned copies' rates fitted
+to each model's `device` and `belady` swap runs at 50% and pooled, both directions at once), what each
+moves and the device pool it took, and a paragraph on what UVM costs, from the plans recorded alike
+under both mechanisms and the two cost models. Until bench/pick_samples.py has copied swap samples into
+DIR, each configuration's median recording is read in the passes. `--goals17 FILE` writes issue 17's
+goals (the best swap schedule against its bound; against PyTorch's save_on_cpu, time and pool).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +47,8 @@ from validate_simulator import (  # noqa: E402
     GPUS,
     H100,
     H200,
+    H200_SWAP,
+    SWAP_CALIBRATION,
     Gpu,
     pooled_on,
     recordings,
@@ -43,13 +56,16 @@ from validate_simulator import (  # noqa: E402
 )
 from validate_simulator import median_ms as ms  # noqa: E402
 
-from vmexplorer.config import share_of_footprint  # noqa: E402
+from vmexplorer.config import Mechanism, share_of_footprint  # noqa: E402
 from vmexplorer.graph import Graph  # noqa: E402
+from vmexplorer.plan import Direction  # noqa: E402
 from vmexplorer.policies import non_default_options  # noqa: E402
 from vmexplorer.records.breakdown import PARTS  # noqa: E402
+from vmexplorer.records.spans import timed_only  # noqa: E402
 from vmexplorer.session import Session, load_session  # noqa: E402
-from vmexplorer.simulator.bound import Bound, lower_bound  # noqa: E402
-from vmexplorer.simulator.costmodel import CostModel  # noqa: E402
+from vmexplorer.simulator import simulate  # noqa: E402
+from vmexplorer.simulator.bound import EVICTION, MIGRATION, Bound, lower_bound  # noqa: E402
+from vmexplorer.simulator.costmodel import SWAP_RATES, CostModel  # noqa: E402
 from vmexplorer.units import format_bytes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,6 +106,7 @@ class Config:
     by_policy: dict[str, Session]
     bound: Bound | None
     cost: CostModel | None  # the bound's
+    mechanism: str = "uvm"  # the paging runs'
 
     @property
     def label(self) -> str:
@@ -108,10 +125,13 @@ class Config:
         return sum(self.cost.compute_ns(op.name, op.flops, op.bytes_touched) for op in self.graph.ops) / 1e6
 
 
-def bound_model(gpu: Gpu, device: Path, mine: list[Session]) -> CostModel | None:
+def bound_model(gpu: Gpu, device: Path, mine: list[Session], uvm: CostModel | None = None) -> CostModel | None:
     """The rates every configuration of a model is held against on `gpu`: fitted to its `device` and
-    `autovm` runs at 50%, pooled over the GPU's passes; without passes, the autovm sample's own."""
+    `autovm` runs at 50%, pooled over the GPU's passes; without passes, the autovm sample's own. A swap
+    set's: `uvm` (the same model's uvm bound model) with the copy rates of its swap calibration."""
     name = device.name.removeprefix(gpu.prefix)
+    if gpu.mechanism == Mechanism.SWAP:
+        return swap_bound_model(gpu, name, uvm)
     fitted = pooled_on(gpu.passes(), name, name.replace("-device.", "-autovm-50pct."),
                        f"{gpu.name}: device and autovm at 50%")
     if fitted is not None:
@@ -120,7 +140,21 @@ def bound_model(gpu: Gpu, device: Path, mine: list[Session]) -> CostModel | None
     return autovm.cost_model if autovm else None
 
 
-def configs(gpu: Gpu, samples: Path) -> list[Config]:
+def swap_bound_model(gpu: Gpu, device: str, uvm: CostModel | None) -> CostModel | None:
+    """`uvm`'s compute and driver rates with the pinned copies' rates fitted to `device` and the
+    `SWAP_CALIBRATION` run through swap at 50%, pooled over `gpu`'s passes: one model of the GPU under
+    both mechanisms, so that its two bounds of a configuration differ by the mechanism alone."""
+    fitted = pooled_on(gpu.passes(), device, device.replace("-device.", f"-{SWAP_CALIBRATION}-swap-50pct."),
+                       f"{gpu.name}: device and {SWAP_CALIBRATION} through swap at 50%")
+    if fitted is None:
+        return None
+    swap = fitted[0]
+    return swap if uvm is None else replace(uvm, **{f: getattr(swap, f) for f in SWAP_RATES})
+
+
+def configs(gpu: Gpu, samples: Path, uvm: Sequence[Config] = ()) -> list[Config]:
+    """One `Config` per model and capacity of `gpu`'s samples; a swap set's bound shares the compute and
+    driver rates of `uvm` (the same GPU's uvm configurations)."""
     paths = gpu.samples(samples)
     sessions = [(p, load_session(p)) for p in paths]
     sessions = [(p, s) for p, s in sessions if defaults(s)]
@@ -129,13 +163,16 @@ def configs(gpu: Gpu, samples: Path) -> list[Config]:
     for model, batch in models:
         mine = [(p, s) for p, s in sessions if (s.graph.model, s.graph.batch) == (model, batch)]
         device_path, device = next(((p, s) for p, s in mine if s.plan.policy == "device"), (None, None))
-        cost = bound_model(gpu, device_path, [s for _, s in mine]) if device_path else None
+        theirs = next((c.cost for c in uvm if (c.model, c.batch) == (model, batch) and c.cost), None)
+        cost = bound_model(gpu, device_path, [s for _, s in mine], theirs) if device_path else None
         for pct in sorted({share(s) for _, s in mine if s.plan.policy != "device"}):
-            by_policy = {s.plan.policy: s for _, s in mine if s.plan.policy in POLICIES and share(s) == pct}
+            by_policy = {s.plan.policy: s for _, s in mine if s.plan.policy in POLICIES and share(s) == pct
+                         and s.plan.mechanism == gpu.mechanism}
             any_one = next(iter(by_policy.values()))
-            bound = lower_bound(any_one.graph, any_one.plan.capacity, cost) if cost else None
+            bound = lower_bound(any_one.graph, any_one.plan.capacity, cost, gpu.mechanism) if cost else None
             ordered = dict(sorted(by_policy.items(), key=lambda kv: POLICIES.index(kv[0])))
-            out.append(Config(model, batch, pct, any_one.plan.capacity, any_one.graph, device, ordered, bound, cost))
+            out.append(Config(model, batch, pct, any_one.plan.capacity, any_one.graph, device, ordered, bound, cost,
+                              gpu.mechanism))
     return out
 
 
@@ -231,11 +268,16 @@ def gpu_section(gpu: Gpu, rows: list[Config]) -> list[str]:
 def table(samples: Path) -> str:
     sections = [(gpu, configs(gpu, samples)) for gpu in GPUS]
     sections = [(gpu, rows) for gpu, rows in sections if rows]
-    out = ["Generated by `bench/results_table.py` from the sample sessions in `sample_sessions/` alone, a section "
-           "per GPU: " + ", then ".join(f"the {g.name}" for g, _ in sections) + "."]
+    out = ["Generated by `bench/results_table.py` from the sample sessions in `sample_sessions/` (and the "
+           "recording passes, for the bounds' rates and swap samples not yet picked), a section per GPU: "
+           + ", then ".join(f"the {g.name}" for g, _ in sections) + "."]
+    by_gpu = dict(sections)
+    swap_samples = H200_SWAP.samples(samples)
+    swap = configs(H200_SWAP, samples, by_gpu.get(H200, []))
     for gpu, rows in sections:
         out += ["", f"### On the {gpu.name}", ""] + gpu_section(gpu, rows)
-    by_gpu = dict(sections)
+        if gpu is H200 and swap:
+            out += [""] + swap_section(swap, rows, swap_samples)
     return "\n".join(out + ["", autovm_paragraph(by_gpu.get(H200, []), by_gpu.get(H100, []))]) + "\n"
 
 
@@ -288,6 +330,214 @@ def autovm_paragraph(rows: list[Config], h100: list[Config]) -> str:
         + (", which is why 30% and 40% were refused on the H100" if refused else "")
         + "; a real oversubscribed GPU would instead thrash inside that kernel."
     )
+
+
+def same_config(rows: Sequence[Config], c: Config) -> Config | None:
+    """`c`'s model and capacity among `rows` (the other mechanism's)."""
+    return next((x for x in rows if (x.model, x.batch, x.pct) == (c.model, c.batch, c.pct)), None)
+
+
+def same_plans(swap: Config, uvm: Config) -> list[str]:
+    """The policies whose plan is the same under both mechanisms, memory operation for memory operation."""
+    return [n for n, s in swap.by_policy.items()
+            if n in uvm.by_policy and uvm.by_policy[n].plan.memops == s.plan.memops]
+
+
+def swap_memory(s: Session) -> dict[str, int] | None:
+    """What a swap run held on the device, read from the lines the engine writes into its environment
+    (`swap_pool`; `swap_device_bytes_taken`, cudaMemGetInfo's): the pool, and where given the device
+    bytes the run took in all and CuPy's workspaces among them; None where the run wrote no pool."""
+    pool = re.match(r"(\d+) bytes", str(s.environment.get("swap_pool", "")))
+    if pool is None:
+        return None
+    taken = str(s.environment.get("swap_device_bytes_taken", ""))
+    total, cupy = re.match(r"(\d+) bytes", taken), re.search(r"CuPy's (\d+)", taken)
+    out = {"pool": int(pool.group(1))}
+    if total and cupy:
+        out.update(taken=int(total.group(1)), workspace=int(cupy.group(1)))
+    return out
+
+
+def _union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def _overlap(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
+    return sum(max(0, min(e1, e2) - max(s1, s2)) for s1, e1 in a for s2, e2 in b)
+
+
+def copies_ms(s: Session) -> tuple[float, float, float]:
+    """How long a run's copies kept each direction busy in an iteration, to the host and to the device
+    (the union of their spans), and how long both directions were busy at once: medians over the timed
+    iterations."""
+    tl, memops = timed_only(s.timeline), s.plan.memops
+    per = []
+    for it in range(tl.timed_iterations):
+        rows = np.flatnonzero(tl.memop_iteration == it)
+        spans = {d: _union([(int(tl.memop_start_ns[r]), int(tl.memop_end_ns[r])) for r in rows
+                            if memops[tl.memop_index[r]].direction is d and memops[tl.memop_index[r]].nbytes])
+                 for d in Direction}
+        out, into = spans[Direction.TO_HOST], spans[Direction.TO_DEVICE]
+        per.append((sum(e - b for b, e in out), sum(e - b for b, e in into), _overlap(out, into)))
+    if not per:
+        return 0.0, 0.0, 0.0
+    return tuple(float(np.median(col)) / 1e6 for col in zip(*per, strict=True))  # type: ignore[return-value]
+
+
+def apart(c: Config, s: Session) -> str:
+    """Whether the plan sets how far a swap sample's copies ran both ways at once: the simulator, given the
+    plan and the bound's rates (both directions free to run at once), overlaps them about as much, or not."""
+    if c.cost is None:
+        return ""
+    to_host, to_device, both = copies_ms(s)
+    simulated = copies_ms(replace(s, timeline=simulate(s.graph, s.plan, c.cost)))[2]
+    if abs(simulated - both) <= 0.1 * min(to_host, to_device) + 1:
+        verdict = "the plan, not the engines, sets how little they overlap"
+    else:
+        verdict = f"the engines overlapped them {'less' if both < simulated else 'more'} than the plan allows"
+    return f"the simulator runs the same plan with {simulated:.0f} ms of both at once: {verdict}"
+
+
+def directions_ms(c: Config) -> tuple[float, float]:
+    """The least traffic's time each way at the rates of `c`'s bound (as `lower_bound` counts them)."""
+    assert c.bound is not None and c.cost is not None
+    cost = c.cost.for_mechanism(c.mechanism)
+    into = max(cost.prefetch_bytes_per_ns, cost.fault_bytes_per_ns, *cost.fault_bytes_per_ns_by_kind.values())
+    return c.bound.min_bytes_to_host / cost.evict_bytes_per_ns / 1e6, c.bound.min_bytes_to_device / into / 1e6
+
+
+def _best_versus(c: Config, u: Config | None) -> str:
+    best = c.best()
+    if best is None:
+        return "-"
+    name, s = best
+    parts = [f"`{name}` " + (f"{ms(s) / c.bound_ms():.2f}x" if c.bound else "-")]
+    theirs = u.best() if u is not None else None
+    if theirs is not None:
+        parts.append(f"{ms(theirs[1]) / ms(s):.2f}x faster than `{theirs[0]}` through uvm")
+    if u is not None and "uvm" in u.by_policy:
+        parts.append(f"{ms(u.by_policy['uvm']) / ms(s):.2f}x faster than `uvm`")
+    return ", ".join(parts)
+
+
+def swap_table(rows: list[Config], uvm: list[Config]) -> list[str]:
+    """Each swap sample against the bound through swap; the best against the best through uvm and `uvm`."""
+    names = policies_of(rows)
+    out = ["| model | capacity | device | " + " | ".join(names) + " | bound through swap (set by) | bound through uvm "
+           "| best through swap: vs its bound, vs the best through uvm, vs `uvm` |",
+           "|---|---:|---:|" + "---:|" * len(names) + "---:|---:|---|"]
+    for c in rows:
+        u = same_config(uvm, c)
+        cells = [c.label, f"{c.pct}%", f"{ms(c.device):.1f} ms" if c.device else "-"]
+        cells += ["-" if (s := c.by_policy.get(n)) is None else
+                  f"{ms(s):.1f} ms" + (f" ({ms(s) / c.bound_ms():.2f}x)" if c.bound else "") for n in names]
+        cells += [f"{c.bound_ms():.1f} ms ({c.bound.set_by})" if c.bound else "-",
+                  f"{u.bound_ms():.1f} ms" if u is not None and u.bound else "-", _best_versus(c, u)]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def pool_table(rows: list[Config]) -> list[str]:
+    """What each swap schedule moved per iteration and the device pool its placement took."""
+    names = policies_of(rows)
+
+    def cell(s: Session | None) -> str:
+        mem = swap_memory(s) if s is not None else None
+        return "-" if s is None else moved(s) + (f"; pool {format_bytes(mem['pool'])}" if mem else "")
+
+    out = ["| model | capacity | least any schedule moves, each way | " + " | ".join(names) + " |",
+           "|---|---:|---:|" + "---:|" * len(names)]
+    return out + ["| " + " | ".join([c.label, f"{c.pct}% ({format_bytes(c.capacity)})",
+                                     format_bytes(c.bound.min_bytes_to_host) if c.bound else "-",
+                                     *(cell(c.by_policy.get(n)) for n in names)]) + " |" for c in rows]
+
+
+def swap_source(samples: Sequence[Path]) -> str:
+    """Where the swap samples came from, for people: picked into sample_sessions/, or read in the passes."""
+    passes = H200_SWAP.passes()
+    span = f"{passes[0].name}-{passes[-1].name}" if len(passes) > 1 else passes[0].name if passes else "none"
+    where = f"`{H200_SWAP.passes_dir.relative_to(ROOT)}`"
+    if any(p.name.startswith(H200_SWAP.prefix) and "-swap-" in p.name for p in samples):
+        return (f"each the recording with the median iteration time of the {_passes(passes)} in {where} ({span}; "
+                f"`bench/pick_samples.py`, log `{H200_SWAP.log.relative_to(ROOT)}`), its `device` run the passes' "
+                "median recording")
+    return (f"each configuration's recording with the median iteration time of the {_passes(passes)} in {where} "
+            f"({span}), read there (no swap sample was in `sample_sessions/` yet)")
+
+
+def _passes(passes: Sequence[Path]) -> str:
+    return f"{len(passes)} pass" + ("es" if len(passes) != 1 else "")
+
+
+def swap_section(rows: list[Config], uvm: list[Config], samples: Sequence[Path]) -> list[str]:
+    """The H200's swap samples: beside uvm against their own bound, what they move and hold, and what UVM costs."""
+    rates = "; ".join(f"{c.label}: {c.cost.swap_to_host_bytes_per_ns:.1f} GB/s to the host, "
+                      f"{c.cost.swap_to_device_bytes_per_ns:.1f} GB/s to the device"
+                      for c in {c.label: c for c in rows if c.cost is not None}.values() if c.cost is not None)
+    head = [f"Through the swap mechanism (`vmexplorer run --mechanism swap`: a device pool of the capacity placed by "
+            "the plan, pinned host memory behind it, `cudaMemcpyAsync` on a copy stream each way), recorded the same "
+            f"way: the samples are {swap_source(samples)}. Each time is followed by its time over the bound through "
+            f"swap: the same least traffic and the same compute as the uvm bound, the two directions at once at the "
+            f"pinned copies' rates ({rates}; fitted to each model's `device` and `{SWAP_CALIBRATION}` runs through "
+            "swap at 50%, pooled over the passes).", ""]
+    out = head + swap_table(rows, uvm)
+    out += ["", "What each swap schedule moves per iteration, to the host / to the device, and the device pool it "
+                "took (`swap_pool` in the session's environment, which gives the plan's peak and the fragmentation: "
+                "a pool above the capacity is a placement that could not fit the plan's stays into it):", ""]
+    out += pool_table(rows)
+    return out + ["", uvm_cost_paragraph(rows, uvm)]
+
+
+def uvm_cost_paragraph(swap: list[Config], uvm: list[Config]) -> str:
+    """What UVM costs on the H200 and why, from VGG-19 b64 at 50% through both mechanisms: the same plan's
+    times, the driver's rates against the pinned copies', and the bound each way."""
+    c, u = at(swap, "vgg19", 50), at(uvm, "vgg19", 50)
+    if c is None or u is None or c.bound is None or u.bound is None or c.cost is None or u.cost is None \
+            or not same_plans(c, u):
+        return "(What UVM costs needs the H200's VGG-19 b64 samples at 50% with one plan through both mechanisms.)"
+    name = min(same_plans(c, u), key=lambda n: ms(c.by_policy[n]))
+    s, us = c.by_policy[name], u.by_policy[name]
+    pairs = [ms(y.by_policy[n]) / ms(x.by_policy[n]) for x in swap if (y := same_config(uvm, x)) is not None
+             for n in same_plans(x, y)]
+    out_u, in_u = directions_ms(u)
+    out_s, in_s = directions_ms(c)
+    copies = c.cost.for_mechanism(Mechanism.SWAP)
+    best_s, best_u = c.best(), u.best()
+    assert best_s is not None and best_u is not None
+    to_host, to_device, both = copies_ms(best_s[1])
+    one_way = "one direction at a time" if u.cost.serialises_directions else "both directions at once"
+    # where the driver's bound is both directions' sum and the copies' is their evictions alone, the gap
+    # between them is the slower evictions plus the prefetches that wait their turn
+    split = (f"; of the {u.bound_ms() - c.bound_ms():.0f} ms between them, the driver's slower evictions make "
+             f"{out_u - out_s:.0f} ms and its prefetches waiting their turn {in_u:.0f} ms"
+             if (u.bound.set_by, c.bound.set_by) == (MIGRATION, EVICTION) else "")
+    return (
+        f"**What UVM costs on the H200.** The same plan, memory operation for memory operation, through both "
+        f"mechanisms: `{name}` on VGG-19 b64 at 50% moves {moved(s)} and takes {ms(us):.1f} ms through UVM, "
+        f"{ms(s):.1f} ms through swap, {ms(us) / ms(s):.2f}x; over the {len(pairs)} configurations and policies "
+        f"recorded with one plan under both, from {min(pairs):.2f}x to {max(pairs):.2f}x. Why, from the calibrated "
+        f"cost models: through UVM the planned evictions (`cudaMemPrefetchAsync` to the host) run at "
+        f"{u.cost.evict_bytes_per_ns:.1f} GB/s and the prefetches at {u.cost.prefetch_bytes_per_ns:.1f} GB/s, "
+        f"{one_way} (the driver's one migration engine); the pinned copies run at "
+        f"{copies.evict_bytes_per_ns:.1f} GB/s to the host and {copies.prefetch_bytes_per_ns:.1f} GB/s to the "
+        f"device, each on its own copy engine, both directions at once: the driver moves bytes to the host at "
+        f"{u.cost.evict_bytes_per_ns / copies.evict_bytes_per_ns:.2f} of the pinned rate. So the least any "
+        f"schedule moves at 50%, {format_bytes(u.bound.min_bytes_to_host)} each way, "
+        f"takes {out_u:.0f} ms out and {in_u:.0f} ms in through the driver, a bound of {u.bound_ms():.0f} ms "
+        f"({u.bound.set_by}), and {out_s:.0f} ms out beside {in_s:.0f} ms in through copies, a bound of "
+        f"{c.bound_ms():.0f} ms ({c.bound.set_by}): {u.bound_ms() / c.bound_ms():.1f}x lower{split}. The best "
+        f"through UVM, "
+        f"`{best_u[0]}` {ms(best_u[1]):.1f} ms, is {ms(best_u[1]) / u.bound_ms():.2f}x its bound; the best through "
+        f"swap, `{best_s[0]}` {ms(best_s[1]):.1f} ms, is {ms(best_s[1]) / c.bound_ms():.2f}x its own, "
+        f"{ms(best_u[1]) / ms(best_s[1]):.2f}x faster. Its copies kept the host-bound engine busy {to_host:.0f} ms "
+        f"and the device-bound one {to_device:.0f} ms of the iteration but ran both at once for {both:.0f} ms "
+        f"(its time: {breakdown(best_s[1])}); {apart(c, best_s[1])}.")
 
 
 def breakdown(s: Session) -> str:
@@ -424,13 +674,179 @@ def least_capacity_note(rows: list[Config], theirs: dict) -> list[str]:
     return [""] + out if out else []
 
 
+def _swap_name(c: Config, policy: str) -> str:
+    return f"{c.model}-b{c.batch}-{policy}-swap-{c.pct}pct.measured.vms"
+
+
+def swap_medians(c: Config) -> dict[str, list[float]]:
+    """Each swap policy's iteration times in every process that recorded it (the sample's own where no
+    pass log lists it)."""
+    spread = H200_SWAP.recordings()
+    return {name: spread.get(_swap_name(c, name)) or [ms(s)] for name, s in c.by_policy.items()}
+
+
+def best_swap(c: Config) -> tuple[str, Session, list[float]]:
+    """The swap schedule with the least median over its processes, its sample and its times."""
+    times = swap_medians(c)
+    name = min(times, key=lambda n: float(np.median(times[n])))
+    return name, c.by_policy[name], times[name]
+
+
+def _median(rec: list[float]) -> str:
+    return f"{np.median(rec):.1f} ms ({min(rec):.1f}-{max(rec):.1f} ms, {len(rec)})"
+
+
+def goals17(samples: Path) -> str:
+    """Issue 17's goals on the H200, each with the figures behind it (medians over the processes)."""
+    uvm = configs(H200, samples)
+    swap = configs(H200_SWAP, samples, uvm)
+    passes = H200_SWAP.passes()
+    short = (f" The goal asks for medians over at least 3 processes: these are over {len(passes)}."
+             if len(passes) < 3 else "")
+    out = ["# Issue 17's goals on the H200", "",
+           "Generated by `python bench/results_table.py --goals17 bench/results/h200/goals_issue17.md` from the H200's "
+           f"swap sessions ({swap_source(H200_SWAP.samples(samples))}) and its uvm samples. Each time is the median "
+           f"over the processes that recorded the configuration, with their range and number.{short} Bounds are "
+           "`lower_bound(..., mechanism)` at the README's rates: the same least traffic and compute, through swap "
+           "the two directions at once at the pinned copies' rates. Time splits are of the sample's typical "
+           "iteration (`Session.time_split`); copies are the sample's, medians over its timed iterations.", ""]
+    out += within_bound17(swap, uvm) + against_save_on_cpu17(swap)
+    return "\n".join(out) + "\n"
+
+
+def within_bound17(swap: list[Config], uvm: list[Config]) -> list[str]:
+    out = [f"## The best swap schedule within {WITHIN}x of its bound", "",
+           "| configuration | bound through swap (set by) | best swap schedule | its time (all processes) "
+           "| best / bound | goal | `uvm` | faster than `uvm` |", "|---|---:|---|---:|---:|---|---:|---:|"]
+    spread, missed, where = recordings(H200.log), [], []
+    for c in swap:
+        if c.bound is None or not c.by_policy:
+            continue
+        name, s, rec = best_swap(c)
+        u = same_config(uvm, c)
+        theirs = spread.get(_name(c, "uvm")) or ([ms(u.by_policy["uvm"])] if u and "uvm" in u.by_policy else [])
+        ratio = float(np.median(rec)) / c.bound_ms()
+        versus = (f"{np.median(theirs):.1f} ms | {np.median(theirs) / np.median(rec):.2f}x |" if theirs
+                  else "- | - |")
+        out.append(f"| {c.label} at {c.pct}% | {c.bound_ms():.1f} ms ({c.bound.set_by}) | `{name}` | {_median(rec)} | "
+                   f"{ratio:.2f}x | {'met' if ratio <= WITHIN else f'missed by {ratio / WITHIN - 1:.0%}'} | " + versus)
+        to_host, to_device, both = copies_ms(s)
+        mem = swap_memory(s)
+        where.append(f"- {c.label} at {c.pct}%, `{name}`: {breakdown(s)}. Its copies kept the engine to the host busy "
+                     f"{to_host:.0f} ms and the one to the device {to_device:.0f} ms, both at once {both:.0f} ms; it "
+                     f"moves {moved(s)} where the least is {format_bytes(c.bound.min_bytes_to_host)} each way"
+                     + (f"; its pool {format_bytes(mem['pool'])} for a capacity of {format_bytes(c.capacity)}" if mem
+                        else "") + ".")
+        if ratio > WITHIN:
+            missed.append(close_bound17(c, name, s, rec))
+    out += ["", f"Met for {len(where) - len(missed)} of {len(where)} configurations.", "", "Where the time goes "
+            "(the sample of the best schedule):", "", *where]
+    return out + (["", "What would close each missed goal:", "", *missed] if missed else [])
+
+
+def close_bound17(c: Config, name: str, s: Session, rec: list[float]) -> str:
+    """What a missed bound goal lacks, from the sample's copies and the bound's rates."""
+    assert c.bound is not None and c.cost is not None
+    copies = c.cost.for_mechanism(Mechanism.SWAP)
+    target = WITHIN * c.bound_ms()
+    need_out = int(s.summary["bytes_to_host"]) / copies.evict_bytes_per_ns / 1e6
+    need_in = int(s.summary["bytes_to_device"]) / copies.prefetch_bytes_per_ns / 1e6
+    to_host, to_device, both = copies_ms(s)
+    beside = max(need_out, need_in, c.compute_ms())
+    least = (f", and moving no more than the least ({format_bytes(c.bound.min_bytes_to_host)} each way) where it "
+             f"moves {moved(s)}" if int(s.summary["bytes_to_host"]) > c.bound.min_bytes_to_host * 1.05 else "")
+    return (f"- {c.label} at {c.pct}%: `{name}` {np.median(rec):.1f} ms against {target:.1f} ms ({WITHIN}x the bound), "
+            f"{np.median(rec) - target:.1f} ms to take off. Its own traffic at the copy rates takes {need_out:.0f} ms "
+            f"out and {need_in:.0f} ms in; both at once beside the {c.compute_ms():.0f} ms of compute it would fit in "
+            f"{beside:.0f} ms ({'within' if beside <= target else 'beyond'} the goal), but its copies overlapped "
+            f"each other for {both:.0f} ms of {to_host + to_device:.0f} ({apart(c, s)}). Closing it takes a schedule "
+            "whose copies run beside its compute and, in and out, beside each other; a copy in needs its room while "
+            "the bytes going out still hold theirs, so at this capacity the plan must leave that room (the placement "
+            f"already takes {_pool_text(s, c.capacity)}){least}.")
+
+
+def _pool_text(s: Session, capacity: int) -> str:
+    mem = swap_memory(s)
+    if mem is None:
+        return "a pool the session does not record"
+    over = mem["pool"] - capacity
+    return (f"{format_bytes(mem['pool'])}, " + (f"{format_bytes(over)} over the capacity" if over > 0 else
+                                                 "within the capacity"))
+
+
+def against_save_on_cpu17(swap: list[Config]) -> list[str]:
+    if not SAVE_ON_CPU.is_file():
+        return []
+    theirs = {(r["model"], r["batch"]): r for r in json.loads(SAVE_ON_CPU.read_text())["rows"]
+              if r["config"].startswith("pytorch save_on_cpu")}
+    out = ["", "## Against PyTorch's save_on_cpu(pin_memory=True)", "",
+           "PyTorch's figures are `bench/results/h200/bench_save_on_cpu.json` (medians over its processes; peak: "
+           "`torch.cuda.max_memory_allocated`, every tensor through its allocator; taken: what `cudaMemGetInfo` saw "
+           "the process take). Ours: the best swap schedule at 50%; its pool (the tensors, `swap_pool`), the capacity "
+           "it was planned for, CuPy's memory pool (the convolution workspaces) and all the run took "
+           "(`swap_device_bytes_taken`, cudaMemGetInfo's), each from the sample's environment. Goal: faster, while "
+           "the pool holds at most half of save_on_cpu's peak.", "",
+           "| model | save_on_cpu (peak; taken) | best swap at 50% (all processes) | faster? | pool | capacity "
+           "| workspace | taken | pool / its peak | pool within half its peak? |",
+           "|---|---:|---|---|---:|---:|---:|---:|---:|---|"]
+    notes = []
+    for c in swap:
+        r = theirs.get((c.model, c.batch))
+        if r is None or c.pct != 50 or not c.by_policy:
+            continue
+        name, s, rec = best_swap(c)
+        mem, peak, med = swap_memory(s), int(r["max_allocated_bytes"]), float(np.median(rec))
+        pool = mem["pool"] if mem else 0
+        size = {k: format_bytes(v) for k, v in (mem or {}).items()}
+        faster, small = med < r["iteration_ms"], bool(mem) and pool <= peak / 2
+        out.append(f"| {c.label} | {r['iteration_ms']:.1f} ms ({format_bytes(peak)}; "
+                   f"{format_bytes(int(r['mem_get_info_taken_bytes']))}) | `{name}` {_median(rec)} | "
+                   f"{'yes' if faster else 'no'} ({r['iteration_ms'] / med:.2f}x) | {size.get('pool', '-')} | "
+                   f"{format_bytes(c.capacity)} | {size.get('workspace', '-')} | {size.get('taken', '-')} | "
+                   + (f"{pool / peak:.2f}" if mem else "-") + f" | {'yes' if small else 'no'} |")
+        if not faster:
+            notes.append(f"- {c.label}, faster: `{name}` {med - r['iteration_ms']:.1f} ms slower than save_on_cpu; its "
+                         f"time went to {breakdown(s)}; the bound through swap at 50% is {c.bound_ms():.1f} ms.")
+        if mem and not small:
+            notes.append(close_pool17(c, pool, peak, r["iteration_ms"]))
+    return out + (["", "What would close each missed goal:", "", *notes] if notes else [])
+
+
+def close_pool17(c: Config, pool: int, peak: int, theirs_ms: float) -> str:
+    """How small a capacity a pool within half of save_on_cpu's peak needs, and the bound there."""
+    half, over = peak // 2, max(pool - c.capacity, 0)
+    need, _ = c.graph.min_capacity
+    pools = {n: m["pool"] for n, s in c.by_policy.items() if (m := swap_memory(s)) is not None}
+    smallest = min(pools, key=pools.__getitem__)  # the caller read `pool` from one of them
+    text = (f"- {c.label}, pool: {format_bytes(pool)} is {pool / peak:.2f} of save_on_cpu's peak, half of which is "
+            f"{format_bytes(half)}; the capacity is {format_bytes(c.capacity)} and the placement adds "
+            f"{format_bytes(over)} (the smallest pool at {c.pct}%, `{smallest}`'s, is "
+            f"{format_bytes(pools[smallest])}). ")
+    for what, cap in (("at this fragmentation", half - over), ("with a placement that fits the capacity", half)):
+        share = share_of_footprint(max(cap, 0), c.graph.footprint)
+        if cap < need:
+            text += (f"A pool within half {what} needs a capacity of {format_bytes(max(cap, 0))} ({share:.0f}% of the "
+                     f"footprint), below the {format_bytes(need)} the largest op alone needs: no plan runs there. ")
+        else:
+            b = lower_bound(c.graph, cap, c.cost, Mechanism.SWAP) if c.cost else None
+            text += (f"A pool within half {what} needs a capacity of {format_bytes(cap)} ({share:.0f}% of the "
+                     f"footprint)" + (f", where the bound through swap is {b.lower_bound_ns / 1e6:.0f} ms ({b.set_by}) "
+                                       f"against save_on_cpu's {theirs_ms:.0f} ms" if b else "") + ". ")
+    return text.rstrip()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--samples", type=Path, default=ROOT / "sample_sessions")
     ap.add_argument("--readme", type=Path, default=ROOT / "README.md")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--goals", type=Path, help="write issue 16's goals on the H200 here (and nothing else)")
+    ap.add_argument("--goals17", type=Path, help="write issue 17's goals on the H200 here (and nothing else)")
     args = ap.parse_args()
+    if args.goals17 is not None:
+        args.goals17.write_text(goals17(args.samples))
+        print(args.goals17.read_text(), end="")
+        return 0
     if args.goals is not None:
         args.goals.write_text(goals(args.samples))
         print(args.goals.read_text(), end="")

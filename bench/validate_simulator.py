@@ -13,6 +13,12 @@ not used for calibration, whatever its policy; the worst is reported, overall an
 the tables as Markdown to FILE (default bench/results/validation.md), a section per GPU. FILE alone (not
 the README) also gets, per GPU, where the error is (each predicted sample with one part of the model
 replaced by its own run's) and the eviction rates eviction by eviction over every pass (`evidence`).
+
+FILE alone also gets the H200's swap sessions (`H200_SWAP`, passes in bench/results/h200/passes_swap):
+calibrated per model on its `device` run and its `belady` run through swap at 50%, as
+bench/gpu/record_samples.py calibrates them (the pinned copies' rates), pooled over the passes, every
+other swap session predicted (`swap_section`); until swap samples are picked into DIR, each
+configuration's median recording is read in the passes.
 """
 
 from __future__ import annotations
@@ -58,25 +64,51 @@ class Gpu:
     # calibration), which was chosen looking at them; later passes check it on recordings it had never
     # seen. The H100's passes 1-7; every H200 pass came after.
     settled_on: int
+    # the mechanism its paging runs moved bytes through; a `swap` set names its paging sessions
+    # `<model>-b<batch>-<policy>-swap-<pct>pct` and keeps its passes and log apart from the uvm ones
+    mechanism: str = "uvm"
+    passes_name: str = "passes"
+    log_name: str = "record_samples.json"
 
     @property
     def passes_dir(self) -> Path:
-        return self.results / "passes"
+        return self.results / self.passes_name
 
     @property
     def log(self) -> Path:
-        return self.results / "record_samples.json"
+        return self.results / self.log_name
 
     def passes(self) -> list[Path]:
         return sorted((p for p in self.passes_dir.glob("pass*") if p.is_dir()), key=pass_number)
 
     def samples(self, folder: Path) -> list[Path]:
-        return named(folder, self.prefix)
+        """Its samples in `folder`. A swap set's are its `-swap-` sessions there, or where none was picked
+        yet, the median recording of each in its passes; its `device` run is always its passes' median
+        recording, as `folder`'s `device` sample is the uvm passes' (same name)."""
+        if self.mechanism == "uvm":  # the swap samples share the GPU's prefix
+            return [p for p in named(folder, self.prefix) if "-swap-" not in p.name]
+        paging = [p for p in named(folder, self.prefix) if "-swap-" in p.name]
+        picked = median_recordings(self.passes())
+        return sorted([p for p in picked if p.name.endswith("-device.measured.vms")]
+                      + (paging or [p for p in picked if "-swap-" in p.name]))
+
+    def recordings(self) -> dict[str, list[float]]:
+        """Each sample's iteration time in every process that recorded it: the log bench/pick_samples.py
+        wrote (uvm); for swap, the passes' own logs, under both the pass's name and the sample's."""
+        if self.mechanism == "uvm":
+            return recordings(self.log)
+        out = pass_recordings(self.passes())
+        return {**out, **{self.prefix + name: ms for name, ms in out.items()}}
 
 
 H100 = Gpu("H100", "", ROOT / "bench" / "results" / "h100", settled_on=7)
 H200 = Gpu("H200", "h200-", ROOT / "bench" / "results" / "h200", settled_on=0)
 GPUS = (H200, H100)
+# the H200's swap sessions (bench/gpu/record_samples.py --set h200 --mechanism swap)
+H200_SWAP = Gpu("H200", "h200-", ROOT / "bench" / "results" / "h200", settled_on=0, mechanism="swap",
+                passes_name="passes_swap", log_name="record_samples_swap.json")
+# a swap set is calibrated on this policy's run at 50%, as record_samples.py calibrates it for `tuned`
+SWAP_CALIBRATION = "belady"
 
 
 def named(folder: Path, prefix: str = "") -> list[Path]:
@@ -107,6 +139,30 @@ def recordings(log: Path = H100.log) -> dict[str, list[float]]:
         return {}
     return {e["session"]: [p["iteration_ms"] for p in e["passes"]] for e in json.loads(log.read_text())
             if e["exit"] == 0}
+
+
+def pass_recordings(passes: Sequence[Path]) -> dict[str, list[float]]:
+    """Each session's iteration time in every pass that recorded it, from each pass's own log
+    (record_samples.json), in pass order."""
+    import json
+
+    out: dict[str, list[float]] = {}
+    for folder in passes:
+        log = folder / "record_samples.json"
+        for row in json.loads(log.read_text()) if log.is_file() else []:
+            if row["exit"] == 0 and (folder / row["session"]).is_file():
+                out.setdefault(row["session"], []).append(row["iteration_ms"])
+    return out
+
+
+def median_recordings(passes: Sequence[Path]) -> list[Path]:
+    """For each session the passes recorded, the recording with the median iteration time (of an even
+    number, the lower of the middle two): what bench/pick_samples.py keeps, without copying it."""
+    times: dict[str, list[tuple[float, Path]]] = {}
+    for folder in passes:
+        for name, ms in pass_recordings([folder]).items():
+            times.setdefault(name, []).extend((m, folder) for m in ms)
+    return sorted(sorted(rec, key=lambda mf: mf[0])[(len(rec) - 1) // 2][1] / name for name, rec in times.items())
 
 
 def calibrated(device: Session, paging: Session) -> CostModel:
@@ -142,18 +198,19 @@ def validate(samples: Sequence[Path], calibrate_on: str, pool: Sequence[Path] = 
     the model's label (to show what a part of it is worth); `own`, where given, changes it again for each
     predicted sample, given that sample (to put a part of the sample's own run in its place)."""
     sessions = [(p, load_session(p)) for p in samples]
-    spread = recordings(gpu.log)
+    spread = gpu.recordings()
     rows, notes = [], []
     for key in sorted({s.graph.key for _, s in sessions}, key=str):
         mine = [(p, s) for p, s in sessions if s.graph.key == key]
         device = next((s for _, s in mine if s.plan.policy == "device"), None)
-        paging = next((s for _, s in mine if s.plan.policy == calibrate_on and share(s) == 50), None)
+        paging = next((s for _, s in mine if s.plan.policy == calibrate_on and share(s) == 50
+                       and s.plan.mechanism.value == gpu.mechanism), None)
         label = f"{mine[0][1].graph.model} b{mine[0][1].graph.batch}"
         if device is None or paging is None:
             notes.append(f"{label}: no measured device session or {calibrate_on} at 50%: not validated")
             continue
         names = [next(p.name.removeprefix(gpu.prefix) for p, s in mine if s is x) for x in (device, paging)]
-        fitted = pooled_on(pool, *names, f"{label} device and {calibrate_on} at 50%")
+        fitted = pooled_on(pool, names[0], names[1], f"{label} device and {calibrate_on} at 50%")
         cost, recorded = fitted or (calibrated(device, paging), 1)
         cost = adjust(cost, label)
         for path, s in mine:
@@ -168,10 +225,13 @@ def validate(samples: Sequence[Path], calibrate_on: str, pool: Sequence[Path] = 
                          "recorded_ms": spread.get(path.name, []),
                          "iteration_spread": float(s.timeline.timed_ns().max() / s.timeline.timed_ns().min()),
                          "role": "calibration" if calibration else "predicted",
+                         "demand_bytes": sum(m.nbytes for m in s.plan.memops if m.mode is Mode.SYNC),
                          "recordings": recorded,
                          "rates": {"prefetch": cost.prefetch_bytes_per_ns, "evict": cost.evict_bytes_per_ns,
                                    "fault": cost.fault_bytes_per_ns, "host_block": cost.host_block,
-                                   "fault_by_kind": dict(cost.fault_bytes_per_ns_by_kind)}})
+                                   "fault_by_kind": dict(cost.fault_bytes_per_ns_by_kind),
+                                   "swap_in": cost.swap_to_device_bytes_per_ns,
+                                   "swap_out": cost.swap_to_host_bytes_per_ns, "swap_call": cost.swap_call_ns}})
     return rows, notes
 
 
@@ -247,15 +307,7 @@ def report(rows: list[dict], notes: list[str], calibrate_on: str, gpu: Gpu = H10
            "faults beside them. Generated by `bench/validate_simulator.py`.", "",
            "Each sample is the recording with the median iteration time of the processes that recorded it "
            "(`bench/pick_samples.py`); the column after it gives the range over all of them.", "",
-           "| model | session | policy | capacity | measured | all recordings | predicted | error | role |",
-           "|---|---|---|---:|---:|---:|---:|---:|---|"]
-    for r in rows:
-        rec = r["recorded_ms"]
-        span = f"{min(rec):.1f}-{max(rec):.1f} ms ({len(rec)})" if rec else "-"
-        out.append(f"| {r['model']} | {r['session']} | {r['policy']} | {r['capacity_pct']}% | "
-                   f"{r['measured_ms']:.1f} ms | {span} | {r['predicted_ms']:.1f} ms | {r['error']:+.1%} | "
-                   f"{r['role']} |")
-    out.append("")
+           *table_lines(rows), ""]
     fits: dict[str, dict] = {}
     for r in rows:
         fits.setdefault(r["model"], r["rates"])
@@ -272,22 +324,43 @@ def report(rows: list[dict], notes: list[str], calibrate_on: str, gpu: Gpu = H10
     out += [f"- {n}" for n in notes]
     out += eviction_rates(samples)
     if worst is not None:
-        within = sum(abs(r["error"]) <= GOAL for r in predicted)
-        inside = sum(bool(r["recorded_ms"]) and min(r["recorded_ms"]) <= r["predicted_ms"] <= max(r["recorded_ms"])
-                     for r in predicted)
-        out += ["", f"Worst prediction: {worst['session']}, {worst['error']:+.1%}. Within {GOAL:.0%}: {within} of "
-                    f"{len(predicted)} predicted sessions; goal {'met' if within == len(predicted) else 'not met'}. "
-                    f"Inside the range of their own recordings: {inside} of {len(predicted)}.",
-                f"Worst per policy: {by_policy(predicted)}."]
-        wide = max(predicted, key=lambda r: r["iteration_spread"])
-        gaps = [(max(r["recorded_ms"]) - min(r["recorded_ms"])) / float(np.median(r["recorded_ms"]))
-                for r in predicted if len(r["recorded_ms"]) > 1]
-        out += [f"Within one recording the iterations themselves spread: the slowest of a predicted sample's "
-                f"iterations is up to {wide['iteration_spread']:.2f} times its fastest ({wide['session']})."
-                + (f" Between recordings, a predicted sample's slowest and fastest differ by {np.median(gaps):.0%} "
-                   f"of its median (median over the predicted samples; up to {max(gaps):.0%}): about the size of "
-                   f"the goal." if gaps else "")]
+        out += ["", *verdict_lines(predicted)]
     return "\n".join(out) + "\n"
+
+
+def table_lines(rows: list[dict]) -> list[str]:
+    """The validation table: each sample measured (and over all its recordings) against its prediction."""
+    out = ["| model | session | policy | capacity | measured | all recordings | predicted | error | role |",
+           "|---|---|---|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        rec = r["recorded_ms"]
+        span = f"{min(rec):.1f}-{max(rec):.1f} ms ({len(rec)})" if rec else "-"
+        out.append(f"| {r['model']} | {r['session']} | {r['policy']} | {r['capacity_pct']}% | "
+                   f"{r['measured_ms']:.1f} ms | {span} | {r['predicted_ms']:.1f} ms | {r['error']:+.1%} | "
+                   f"{r['role']} |")
+    return out
+
+
+def verdict_lines(predicted: list[dict]) -> list[str]:
+    """The worst prediction and how many met the goal, overall and per policy, then how far the
+    measurements themselves spread (within a recording and between recordings)."""
+    worst = max(predicted, key=lambda r: abs(r["error"]))
+    within = sum(abs(r["error"]) <= GOAL for r in predicted)
+    inside = sum(bool(r["recorded_ms"]) and min(r["recorded_ms"]) <= r["predicted_ms"] <= max(r["recorded_ms"])
+                 for r in predicted)
+    out = [f"Worst prediction: {worst['session']}, {worst['error']:+.1%}. Within {GOAL:.0%}: {within} of "
+           f"{len(predicted)} predicted sessions; goal {'met' if within == len(predicted) else 'not met'}. "
+           f"Inside the range of their own recordings: {inside} of {len(predicted)}.",
+           f"Worst per policy: {by_policy(predicted)}."]
+    wide = max(predicted, key=lambda r: r["iteration_spread"])
+    gaps = [(max(r["recorded_ms"]) - min(r["recorded_ms"])) / float(np.median(r["recorded_ms"]))
+            for r in predicted if len(r["recorded_ms"]) > 1]
+    return out + [f"Within one recording the iterations themselves spread: the slowest of a predicted sample's "
+                  f"iterations is up to {wide['iteration_spread']:.2f} times its fastest ({wide['session']})."
+                  + (f" Between recordings, a predicted sample's slowest and fastest differ by {np.median(gaps):.0%} "
+                     f"of its median (median over the predicted samples; up to {max(gaps):.0%}): "
+                     + ("about the size of the goal." if np.median(gaps) >= GOAL / 2 else "far inside the goal.")
+                     if gaps else "")]
 
 
 def out_of_sample(passes: list[Path], calibrate_on: str, gpu: Gpu = H100) -> str:
@@ -516,6 +589,69 @@ def section(gpu: Gpu, samples: Sequence[Path], calibrate_on: str) -> str:
     return text
 
 
+def _processes(n: int) -> str:
+    return f"{n} process" + ("es" if n != 1 else "")
+
+
+def swap_section(gpu: Gpu, samples: Sequence[Path], calibrate_on: str = SWAP_CALIBRATION) -> str:
+    """The validation on a swap set (`gpu.mechanism` swap): calibrated per model on its `device` run and
+    its `calibrate_on` run through swap at 50%, pooled over the set's passes, every other swap session
+    predicted; the table as for uvm, the copy rates fitted, the verdict and the same inside each pass."""
+    passes = gpu.passes()
+    rows, notes = validate(samples, calibrate_on, passes, gpu=gpu)
+    predicted = [r for r in rows if r["role"] == "predicted"]
+    if not rows:
+        return ""
+    where = gpu.passes_dir.relative_to(ROOT)
+    span = f"pass{pass_number(passes[0])}-pass{pass_number(passes[-1])}" if len(passes) > 1 else passes[0].name
+    picked = any(p.name.startswith(gpu.prefix) and "-swap-" in p.name for p in samples)
+    source = (f"`sample_sessions/{gpu.prefix}*-swap-*`, each the median recording of the processes that recorded "
+              f"it (`bench/pick_samples.py`; log `{gpu.log.relative_to(ROOT)}`)" if picked else
+              f"each configuration's median recording over the passes in `{where}` ({span}; the pick "
+              "`bench/pick_samples.py` makes, read in place: no swap sample was in `sample_sessions/`)")
+    out = [f"Calibrated per model on its `device` run and its `{calibrate_on}` run through swap at 50% (the first "
+           f"capacity; the calibration `bench/gpu/record_samples.py --mechanism swap` makes with `vmexplorer "
+           f"calibrate`, which fits the pinned copies' rate each way and the fixed cost of a copy call), each fitted "
+           f"to every recording of the two in `{where}` ({_processes(max(r['recordings'] for r in rows))}) and "
+           "pooled as for uvm; every other swap session is predicted with that one cost model at its swap rates "
+           "(`CostModel.for_mechanism`: a copy in on demand at the copy rate, both directions at once, no host "
+           "blocking). The `device` row is its passes' median recording. The samples are " + source
+           + ". Generated by `bench/validate_simulator.py`.", "", *table_lines(rows), ""]
+    fits: dict[str, dict] = {}
+    for r in rows:
+        fits.setdefault(r["model"], r["rates"])
+    out += [f"- {model}: pinned copies to the device {f['swap_in']:.1f} GB/s, to the host {f['swap_out']:.1f} GB/s, "
+            f"{f['swap_call'] / 1e3:.1f} us fixed per copy call" for model, f in fits.items()]
+    out += [f"- {n}" for n in notes]
+    if predicted:
+        out += ["", *verdict_lines(predicted), *on_demand(predicted)]
+    return "\n".join(out) + "\n" + within_passes(passes, calibrate_on, gpu)
+
+
+def on_demand(predicted: list[dict]) -> list[str]:
+    """Where a swap validation's error is: the plans whose every copy is planned against those the repair
+    gave synchronous copies on demand, which the simulator runs on their direction's copy engine after the
+    copies queued there while the engine issues them on the compute stream."""
+    planned = [r for r in predicted if not r["demand_bytes"]]
+    demand = [r for r in predicted if r["demand_bytes"]]
+    if not planned or not demand:
+        return []
+
+    def worst(rows: list[dict]) -> str:
+        r = max(rows, key=lambda r: abs(r["error"]))
+        return f"{r['error']:+.1%} ({r['session'].removesuffix('.measured.vms')})"
+
+    big = max(demand, key=lambda r: r["demand_bytes"])
+    return [f"**Where the error is.** The {len(planned)} predicted plans whose every copy is planned: "
+            f"{sum(abs(r['error']) <= GOAL for r in planned)} within {GOAL:.0%}, worst {worst(planned)}. The "
+            f"{len(demand)} with copies on demand (synchronous, inserted by the repair): "
+            f"{sum(abs(r['error']) <= GOAL for r in demand)} within {GOAL:.0%}, worst {worst(demand)}; the most on "
+            f"demand, {big['session'].removesuffix('.measured.vms')} with {big['demand_bytes'] / 2**30:.2f} GiB copied "
+            f"on demand per iteration (both ways), is predicted {big['error']:+.1%}. The simulator runs a copy on "
+            "demand on its direction's copy engine after the copies queued there; the engine issues it on the "
+            "compute stream, a likely place for the difference."]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calibrate-on", choices=("uvm", "autovm"), default="uvm")
@@ -550,6 +686,8 @@ def main() -> int:
             return 0 if new == readme else 1
         args.readme.write_text(new)
     full = text("##", full=True)
+    swap = swap_section(H200_SWAP, H200_SWAP.samples(args.samples)) if H200_SWAP.passes() else ""
+    full += f"\n## On the {H200_SWAP.name}, through swap\n\n{swap}" if swap else ""
     print(full, end="")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("# The simulator against the measured samples\n\n" + full)
