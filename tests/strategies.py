@@ -3,10 +3,20 @@ on the import path)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import cache
+
 from hypothesis import strategies as st
 
-from vmexplorer.graph import Graph
+from vmexplorer.graph import Graph, build_graph
 from vmexplorer.plan import Move
+
+MOVERS = ["autovm", "belady", "vdnn", "tuned", "manual"]  # the policies that plan moves: swap takes them
+
+
+@cache
+def graph(model: str, batch: int, size: int = 224) -> Graph:
+    return build_graph(model, batch, size)
 
 
 @st.composite
@@ -30,3 +40,18 @@ AUTOVM_OPTIONS = st.fixed_dictionaries({
     "offload": st.sampled_from(["needed", "all"]),
     "tensors": st.sampled_from(["activations", "all"]),  # "all": weights' trips wrap the iteration
 })
+
+
+@st.composite
+def swap_cases(draw: st.DrawFn, models: Sequence[tuple[str, int]], max_batch: int
+               ) -> tuple[Graph, int, str, dict, list]:
+    """A moving policy (tuned without a simulator plans as belady) on one of `models` (name, image size) at
+    a batch up to `max_batch`, at any capacity from the least a plan needs to a little over the footprint:
+    (graph, capacity, policy, options, moves)."""
+    model, size = draw(st.sampled_from(models))
+    g = graph(model, draw(st.integers(1, max_batch)), size)
+    policy = draw(st.sampled_from(MOVERS))
+    capacity = draw(st.integers(g.min_capacity[0], int(g.footprint * 1.1)))
+    options = draw(AUTOVM_OPTIONS) if policy == "autovm" else {}
+    moves = draw(manual_moves(g)) if policy == "manual" else []
+    return g, capacity, policy, options, moves

@@ -9,34 +9,23 @@ from functools import cache
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import AUTOVM_OPTIONS, manual_moves
+from strategies import graph, swap_cases
 
 from vmexplorer.engine.executor import kept_tensors
 from vmexplorer.engine.schedule import Ledger, StepKind, Stream, schedule
 from vmexplorer.engine.swap import plan_pool, stays
-from vmexplorer.graph import Graph, Kind, Op, Phase, Tensor, build_graph
+from vmexplorer.graph import Graph, Kind, Op, Phase, Tensor
 from vmexplorer.plan import Direction, Mechanism, Mode
 from vmexplorer.plan.residency import check
 from vmexplorer.policies import compile_plan
 
 SMALL = [("alexnet", 96), ("vgg11", 32), ("resnet18", 32), ("resnet50", 32)]  # batch 1 to 3
 HYP = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-MOVERS = ["autovm", "belady", "vdnn", "tuned", "manual"]
-
-
-@cache
-def graph(model: str, batch: int, size: int = 224) -> Graph:
-    return build_graph(model, batch, size)
 
 
 @st.composite
 def swap_plans(draw: st.DrawFn):
-    model, size = draw(st.sampled_from(SMALL))
-    g = graph(model, draw(st.integers(1, 3)), size)
-    policy = draw(st.sampled_from(MOVERS))
-    capacity = draw(st.integers(g.min_capacity[0], int(g.footprint * 1.1)))
-    options = draw(AUTOVM_OPTIONS) if policy == "autovm" else {}
-    moves = draw(manual_moves(g)) if policy == "manual" else []
+    g, capacity, policy, options, moves = draw(swap_cases(SMALL, 3))
     return g, compile_plan(g, capacity, policy, options, moves=moves, mechanism="swap")
 
 

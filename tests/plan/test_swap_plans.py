@@ -2,15 +2,13 @@
 copies (a missing tensor copied in whole before its op, room made by copying whole tensors out), held by
 the validator and by the independent ledger (tests/plan_checker.py) to the capacity and to residency."""
 
-from functools import cache
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from plan_checker import check_plan
-from strategies import AUTOVM_OPTIONS, manual_moves
+from strategies import graph, swap_cases
 
-from vmexplorer.graph import Graph, build_graph
+from vmexplorer.graph import Graph
 from vmexplorer.plan import Direction, Mechanism, MemOp, Mode, Origin, PlanError, transfer_kind
 from vmexplorer.plan.residency import check
 from vmexplorer.plan.validate import validate_plan
@@ -18,12 +16,6 @@ from vmexplorer.policies import POLICIES, compile_plan
 
 SMALL = [("alexnet", 96), ("vgg11", 32), ("vgg16", 32), ("resnet18", 32), ("resnet50", 32)]
 HYP = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-MOVERS = ["autovm", "belady", "vdnn", "tuned", "manual"]
-
-
-@cache
-def graph(model: str, batch: int, size: int) -> Graph:
-    return build_graph(model, batch, size)
 
 
 def paging() -> tuple[Graph, int]:
@@ -32,20 +24,8 @@ def paging() -> tuple[Graph, int]:
     return g, (g.min_capacity[0] + g.footprint) // 2
 
 
-@st.composite
-def swap_cases(draw: st.DrawFn) -> tuple[Graph, int, str, dict, list]:
-    """A moving policy (tuned without a simulator plans as belady) at any capacity a plan fits."""
-    model, size = draw(st.sampled_from(SMALL))
-    g = graph(model, draw(st.integers(1, 4)), size)
-    policy = draw(st.sampled_from(MOVERS))
-    capacity = draw(st.integers(g.min_capacity[0], int(g.footprint * 1.1)))
-    options = draw(AUTOVM_OPTIONS) if policy == "autovm" else {}
-    moves = draw(manual_moves(g)) if policy == "manual" else []
-    return g, capacity, policy, options, moves
-
-
 @HYP
-@given(swap_cases())
+@given(swap_cases(SMALL, 4))
 def test_a_swap_plan_stays_within_capacity_and_has_every_tensor_whole_on_the_device_when_used(case):
     g, capacity, policy, options, moves = case
     plan = compile_plan(g, capacity, policy, options, moves=moves, mechanism="swap")
@@ -57,7 +37,7 @@ def test_a_swap_plan_stays_within_capacity_and_has_every_tensor_whole_on_the_dev
 
 
 @HYP
-@given(swap_cases())
+@given(swap_cases(SMALL, 4))
 def test_under_swap_nothing_faults_and_what_the_replay_forces_moves_whole_tensors_synchronously(case):
     g, capacity, policy, options, moves = case
     plan = compile_plan(g, capacity, policy, options, moves=moves, mechanism="swap")
@@ -69,7 +49,7 @@ def test_under_swap_nothing_faults_and_what_the_replay_forces_moves_whole_tensor
 
 
 @HYP
-@given(swap_cases())
+@given(swap_cases(SMALL, 4))
 def test_a_schedule_keeps_its_planned_trips_under_either_mechanism(case):
     g, capacity, policy, options, moves = case
     uvm = compile_plan(g, capacity, policy, options, moves=moves)
