@@ -3,20 +3,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
+
+from scripts import bench_script
 
 ROOT = Path(__file__).resolve().parents[1]
 DEVICE, SWAP = "vgg19-b64-device.measured.vms", "vgg19-b64-tuned-swap-50pct.measured.vms"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("pick_samples", ROOT / "bench" / "pick_samples.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_script("pick_samples")
 
 
 def _passes(tmp_path: Path, iteration_ms: list[float]) -> list[Path]:

@@ -3,11 +3,11 @@ reducing twice changes nothing."""
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
 
 import numpy as np
+from scripts import bench_script
 
 from vmexplorer.session import load_session
 
@@ -16,11 +16,7 @@ SAMPLE = ROOT / "sample_sessions" / "vgg19-b64-uvm-50pct.measured.vms"  # a whol
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("reduce_passes", ROOT / "bench" / "reduce_passes.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_script("reduce_passes")
 
 
 def test_a_reduced_recording_keeps_its_timeline_and_every_unified_memory_figure(tmp_path: Path) -> None:
