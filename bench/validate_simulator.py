@@ -536,6 +536,9 @@ def evidence(gpu: Gpu, samples: Sequence[Path], calibrate_on: str) -> str:
         text += ("\n**The eviction rate, eviction by eviction.** The rate a calibration fits is an average over a run; "
                  "single evictions spread around it, within a run and between runs:\n\n" + "\n".join(states)
                  + "\n" + persistence(gpu))
+        if gpu.name == "H200":
+            text += ("\nWhat sets the two states, probed on six lease machines, and how the simulator does on a "
+                     "machine slow throughout: `bench/results/h200/eviction_states.md` (`bench/eviction_states.py`).\n")
     return text
 
 
