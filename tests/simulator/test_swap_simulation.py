@@ -13,6 +13,7 @@ from vmexplorer.config import Config, Mechanism
 from vmexplorer.graph import Graph, build_graph
 from vmexplorer.plan import Direction, MemOp, Mode, Origin, Plan
 from vmexplorer.plan.bound import min_traffic
+from vmexplorer.plan.stays import stays
 from vmexplorer.policies import POLICIES, compile_plan
 from vmexplorer.simulator import calibrate, simulate
 from vmexplorer.simulator.bound import COMPUTE, EVICTION, PREFETCH, lower_bound
@@ -123,3 +124,26 @@ def test_the_swap_view_of_a_cost_model_runs_both_ways_at_once_at_the_copy_rates_
     assert (swap.prefetch_bytes_per_ns, swap.evict_bytes_per_ns, swap.fault_bytes_per_ns) == (20.0, 15.0, 20.0)
     assert (swap.host_block, swap.serialises_directions, swap.fault_bytes_per_ns_by_kind) == (0.0, False, {})
     assert SLOW_COPIES.for_mechanism("uvm") is SLOW_COPIES
+
+
+def test_a_copy_in_taken_straight_back_out_before_any_op_moves_nothing_and_takes_no_time() -> None:
+    g = graph("vgg19", 64)
+    plan = compile_plan(g, g.footprint // 2, "vdnn", mechanism="swap")
+    elided = stays(g, plan)[1]
+    assert elided, "the repair should make room here while a copy in is still arriving"
+    tl = simulate(g, plan, SLOW_COPIES)
+    spans = tl.memop_end_ns - tl.memop_start_ns
+    assert all(spans[i] == 0 for i in elided)
+    assert all(spans[i] > 0 for i, m in enumerate(plan.memops) if m.nbytes and i not in elided)
+
+
+def test_calibrating_a_swap_run_fits_its_copy_rates_to_the_copies_that_moved_bytes() -> None:
+    g = graph("vgg19", 64)
+    truth = replace(SLOW_COPIES, swap_call_ns=20_000.0)
+    device = compile_plan(g, g.footprint, "device")
+    on_device = calibrate(g, device, simulate(g, device, truth))
+    plan = compile_plan(g, g.footprint // 2, "vdnn", mechanism="swap")  # with copies that move nothing
+    fitted = calibrate(g, plan, simulate(g, plan, truth), base=on_device)
+    assert fitted.swap_to_host_bytes_per_ns == pytest.approx(truth.swap_to_host_bytes_per_ns, rel=1e-3)
+    assert fitted.swap_to_device_bytes_per_ns == pytest.approx(truth.swap_to_device_bytes_per_ns, rel=1e-3)
+    assert fitted.swap_call_ns == pytest.approx(truth.swap_call_ns, rel=1e-2)

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..graph import Graph
 from ..plan import Direction, Mechanism, MemOp, Mode, Origin, Plan
+from ..plan.stays import elided
 from ..records.spans import Timeline, timed_only
 from .costmodel import H100_DEFAULT, CostModel
 from .simulate import simulate
@@ -63,7 +64,7 @@ def calibrate(graph: Graph, plan: Plan, timeline: Timeline, base: CostModel = H1
     duration = (tl.op_end_ns - tl.op_start_ns).astype(np.float64)
     op_ns, op_gap_ns = _op_times(graph, plan, tl, duration, base)
     swap = plan.mechanism is Mechanism.SWAP
-    rates = _transfer_rates(plan, tl, base.for_mechanism(plan.mechanism))
+    rates = _transfer_rates(graph, plan, tl, base.for_mechanism(plan.mechanism))
     if swap:
         rates = {_SWAP_NAMES[k]: v for k, v in rates.items()}
     fault_rate, by_kind = _fault_rates(graph, tl, duration, op_ns, base)
@@ -99,15 +100,17 @@ def _op_times(graph: Graph, plan: Plan, tl: Timeline, duration: np.ndarray,
     return op_ns, op_gap_ns
 
 
-def _transfer_rates(plan: Plan, tl: Timeline, base: CostModel) -> dict[str, float]:
+def _transfer_rates(graph: Graph, plan: Plan, tl: Timeline, base: CostModel) -> dict[str, float]:
     """The eviction bandwidth and the fixed cost of a memory call, then the prefetch bandwidth: only
-    those the timeline shows (others stay `base`'s)."""
+    those the timeline shows (others stay `base`'s). Under swap the copies that move nothing
+    (`plan.stays`) are left out: their bytes never crossed."""
     memops = plan.memops
     spans = (tl.memop_end_ns - tl.memop_start_ns).astype(np.float64)
+    skipped = elided(graph, plan)
 
     def rows_of(direction: Direction, modes: tuple[Mode, ...]) -> list[int]:
-        return [r for r, i in enumerate(tl.memop_index)
-                if memops[i].direction is direction and memops[i].mode in modes and memops[i].nbytes]
+        return [r for r, i in enumerate(tl.memop_index) if memops[i].direction is direction
+                and memops[i].mode in modes and memops[i].nbytes and int(i) not in skipped]
 
     rates: dict[str, float] = {}
     evictions = rows_of(Direction.TO_HOST, (Mode.ASYNC, Mode.SYNC))

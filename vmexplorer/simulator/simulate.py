@@ -20,7 +20,9 @@ A plan's mechanism picks the rates (`CostModel.for_mechanism`). Under `swap` the
 cudaMemcpyAsync: the two directions overlap, no call blocks the host, and what the replay forced (a
 tensor copied in on demand, room made by copying out) runs synchronously before its op: the op waits
 for it, and it takes its direction's copy engine in turn with the copies already queued there, so no
-direction ever moves faster than its rate.
+direction ever moves faster than its rate. A tensor copied in and straight back out before any op touches
+it (`plan.stays`: the repair making room while its copy in was still arriving) moves nothing, as in the
+engine: both copies take no time.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import numpy as np
 
 from ..graph import Graph
 from ..plan import Direction, Mechanism, MemOp, Mode, Plan, PlanError
+from ..plan.stays import elided
 from ..records.spans import MAX_NS, Timeline, resident_curve
 from .costmodel import H100_DEFAULT, CostModel
 
@@ -52,6 +55,7 @@ def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timelin
     mem_start, mem_end = np.zeros(len(memops)), np.zeros(len(memops))
     host = gpu = 0.0
     engine = _Engine(cost.serialises_directions)
+    skipped = elided(graph, plan)
 
     def copy(i: int, t: float, room_known: bool) -> float:
         """An asynchronous copy due before op k, on its direction's stream: when op k may start."""
@@ -59,6 +63,9 @@ def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timelin
         m = memops[i]
         to_device = m.direction is Direction.TO_DEVICE
         after = op_end[m.issue_after] if m.issue_after >= 0 else 0.0
+        if i in skipped:
+            mem_start[i] = mem_end[i] = max(after, host)
+            return t
         if to_device and room_known:  # a prefetch lands in the room made before the next op
             after = max(after, room[m.issue_after + 1])
         start, end = engine.run(max(after, host), cost.copy_ns(m.nbytes, to_device), m.direction)
@@ -73,8 +80,8 @@ def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timelin
         early = _landing_then_out(memops, due_async[k], due_sync[k]) if swap else []
         for i in early:
             t = copy(i, t, memops[i].issue_after + 1 < k)
-        t = room[k] = _sync(engine, cost, memops, due_sync[k], Direction.TO_HOST, t, swap, mem_start, mem_end)
-        t = _sync(engine, cost, memops, due_sync[k], Direction.TO_DEVICE, t, swap, mem_start, mem_end)
+        t = room[k] = _sync(engine, cost, memops, due_sync[k], Direction.TO_HOST, t, swap, mem_start, mem_end, skipped)
+        t = _sync(engine, cost, memops, due_sync[k], Direction.TO_DEVICE, t, swap, mem_start, mem_end, skipped)
         for i in sorted(set(due_async[k]) - set(early), key=lambda i: (memops[i].issue_after, i)):
             t = copy(i, t, True)
         if k == n:
@@ -113,13 +120,15 @@ def _landing_then_out(memops: tuple[MemOp, ...], due_async: list[int], due_sync:
 
 
 def _sync(engine: _Engine, cost: CostModel, memops: tuple[MemOp, ...], due: list[int], direction: Direction,
-          t: float, swap: bool, mem_start: np.ndarray, mem_end: np.ndarray) -> float:
+          t: float, swap: bool, mem_start: np.ndarray, mem_end: np.ndarray, skipped: frozenset[int]) -> float:
     """The synchronous transfers of one direction due before an op, one after another from `t` (copies
     out make the room, copies in on demand follow); when the last ends. Under swap each also takes its
     direction's copy engine in turn; the uvm driver's evictions order themselves."""
     for i in due:
         m = memops[i]
-        if m.direction is direction:
+        if i in skipped and m.direction is direction:
+            mem_start[i] = mem_end[i] = t
+        elif m.direction is direction:
             to_device = direction is Direction.TO_DEVICE
             mem_start[i], mem_end[i] = engine.run(t, cost.copy_ns(m.nbytes, to_device), direction if swap else None)
             t = mem_end[i]
