@@ -25,13 +25,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+# bench/ is this script's folder: the evictions that move at a rate, the calibration the samples get
+from validate_simulator import big_evictions, median_ms, pooled_on  # noqa: E402
+
 from vmexplorer.session import load_session  # noqa: E402
-from vmexplorer.simulator import calibrate, simulate  # noqa: E402
-from vmexplorer.simulator.calibrate import evictions  # noqa: E402
-from vmexplorer.simulator.costmodel import pooled  # noqa: E402
+from vmexplorer.simulator import simulate  # noqa: E402
 
 HERE = ROOT / "bench/results/h200/eviction_states"
-BIG = 16 << 20  # evictions this large move at a rate; smaller ones mostly pay a call's fixed cost
 SLOW = 14.0  # GB/s: below it an eviction is in the slow state (the rates cluster near 11 and near 17)
 MODELS = {"alexnet-b256": ("50",), "vgg19-b64": ("50", "60", "75", "90"), "resnet50-b64": ("50",)}
 PLANNED = ("autovm", "belady", "vdnn", "tuned")
@@ -43,8 +43,7 @@ def spread(xs: list[float]) -> str:
 
 def run_rate(path: Path) -> tuple[float, float]:
     """A run's evictions of 16 MiB or more: bytes over busy time (GB/s), and the share of bytes moved slowly."""
-    s = load_session(path)
-    ev = [e for e in evictions(s.graph, s.plan, s.timeline) if e.nbytes >= BIG]
+    ev = big_evictions(path)
     b = np.array([e.nbytes for e in ev], dtype=float)
     ns = np.array([e.span_ns for e in ev], dtype=float)
     return float(b.sum() / ns.sum()), float(b[b / ns < SLOW].sum() / b.sum())
@@ -156,13 +155,9 @@ def slow_passes() -> list[str]:
     def predict(with_probe: bool) -> tuple[int, int, float]:
         errors = []
         for model, pcts in MODELS.items():
-            fits = []
-            for p in passes:
-                dev, uvm = p / f"{model}-device.measured.vms", p / f"{model}-uvm-50pct.measured.vms"
-                if dev.exists() and uvm.exists():
-                    d, u = load_session(dev), load_session(uvm)
-                    fits.append(calibrate(u.graph, u.plan, u.timeline, base=calibrate(d.graph, d.plan, d.timeline)))
-            cost = pooled(fits, model)
+            fit = pooled_on(passes, f"{model}-device.measured.vms", f"{model}-uvm-50pct.measured.vms", model)
+            assert fit is not None, f"no pass holds {model}'s device and uvm runs"
+            cost = fit[0]
             planned_cost = replace(cost, evict_bytes_per_ns=st.median(probe_out),
                                    prefetch_bytes_per_ns=st.median(probe_in)) if with_probe else cost
             for pct in pcts:
@@ -174,7 +169,7 @@ def slow_passes() -> list[str]:
                     if not runs:
                         continue
                     c = cost if policy == "uvm" else planned_cost
-                    measured = st.median(float(np.median(s.timeline.timed_ns())) for s in runs)
+                    measured = st.median(median_ms(s) * 1e6 for s in runs)
                     predicted = st.median(float(np.median(simulate(s.graph, s.plan, c).iteration_ns())) for s in runs)
                     errors.append(predicted / measured - 1)
         return sum(abs(e) < 0.1 for e in errors), len(errors), max(errors, key=abs)
