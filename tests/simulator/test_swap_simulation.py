@@ -49,15 +49,15 @@ def test_the_swap_bound_is_the_slower_direction_at_the_copy_rates_over_the_same_
     g = graph("vgg19", 64)
     capacity = g.footprint // 2
     traffic = min_traffic(g, capacity)
-    swap = lower_bound(g, capacity, SLOW_COPIES, "swap")
+    swap = lower_bound(g, capacity, SLOW_COPIES, "swap", windows=False)
     assert (swap.min_bytes_to_host, swap.min_bytes_to_device) == (traffic.min_bytes_to_host,
                                                                   traffic.min_bytes_to_device)
     out_ns = traffic.min_bytes_to_host / SLOW_COPIES.swap_to_host_bytes_per_ns
     in_ns = traffic.min_bytes_to_device / SLOW_COPIES.swap_to_device_bytes_per_ns
     assert swap.lower_bound_ns == int(max(out_ns, in_ns)) and swap.set_by == (EVICTION if out_ns > in_ns else PREFETCH)
-    uvm = lower_bound(g, capacity, SLOW_COPIES)
+    uvm = lower_bound(g, capacity, SLOW_COPIES, windows=False)
     assert uvm.lower_bound_ns > swap.lower_bound_ns > 0  # the driver: one way at a time, evicting at 8.5 GB/s
-    assert lower_bound(g, capacity, H100_DEFAULT, "swap").set_by == COMPUTE  # 54 GB/s each way hides it
+    assert lower_bound(g, capacity, H100_DEFAULT, "swap", windows=False).set_by == COMPUTE  # 54 GB/s each way hides it
 
 
 def two_copies_at_once(mechanism: Mechanism) -> tuple[Graph, Plan, CostModel]:

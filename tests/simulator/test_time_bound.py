@@ -7,12 +7,16 @@ from functools import cache
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import manual_moves
 
 from vmexplorer.graph import Graph, build_graph
+from vmexplorer.plan import PlanError
 from vmexplorer.plan.bound import min_traffic
 from vmexplorer.policies import POLICIES, compile_plan
 from vmexplorer.simulator import simulate
-from vmexplorer.simulator.bound import COMPUTE, EVICTION, MIGRATION, PREFETCH, SET_BY, Bound, lower_bound
+from vmexplorer.simulator.bound import COMPUTE, EVICTION, MIGRATION, PREFETCH, SET_BY, WINDOWS, Bound, lower_bound
 from vmexplorer.simulator.costmodel import H100_DEFAULT, CostModel
 
 BOTH_WAYS = replace(H100_DEFAULT, serialises_directions=False)
@@ -44,6 +48,36 @@ def test_no_policys_plan_simulates_faster_than_the_bound(cost: CostModel, model:
         assert bound.lower_bound_ns <= simulated, (policy, bound, simulated)
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from([("vgg11", 4, 64), ("alexnet", 8, 96), ("resnet18", 2, 64)]), st.floats(0.0, 1.0),
+       st.sampled_from(["uvm", "swap"]), st.sampled_from(["autovm", "belady", "vdnn", "manual"]), st.data())
+def test_no_plan_of_any_moves_simulates_faster_than_the_bound_with_its_windows(setup, share, mechanism, policy,
+                                                                              data) -> None:
+    g = graph(*setup)
+    low = g.min_capacity[0]
+    capacity = low + int((g.footprint - low) * share)
+    moves = data.draw(manual_moves(g)) if policy == "manual" else []
+    for cost in (H100_DEFAULT, BOTH_WAYS, replace(BOTH_WAYS, swap_to_host_bytes_per_ns=9.0)):
+        try:
+            plan = compile_plan(g, capacity, policy, moves=moves, mechanism=mechanism)
+        except PlanError:
+            return  # vdnn refuses capacities its moves cannot fit
+        simulated = float(np.median(simulate(g, plan, cost).iteration_ns()))
+        bound = lower_bound(g, capacity, cost, mechanism)
+        assert bound.lower_bound_ns <= simulated, (cost.name, bound, simulated)
+        assert bound.lower_bound_ns >= lower_bound(g, capacity, cost, mechanism, windows=False).lower_bound_ns
+
+
+def test_what_the_forward_sends_out_and_the_backward_brings_back_cannot_share_time_through_copies() -> None:
+    g = graph("vgg19", 64)
+    capacity = g.footprint // 2
+    whole = lower_bound(g, capacity, H100_DEFAULT, "swap", windows=False)
+    windowed = lower_bound(g, capacity, H100_DEFAULT, "swap")
+    assert windowed.set_by == WINDOWS and windowed.lower_bound_ns > 1.2 * whole.lower_bound_ns
+    assert (windowed.min_bytes_to_host, windowed.min_bytes_to_device) == (whole.min_bytes_to_host,
+                                                                          whole.min_bytes_to_device)
+
+
 def test_at_the_footprint_compute_sets_the_bound_and_nothing_moves() -> None:
     g = graph("vgg19", 64)
     bound = lower_bound(g, g.footprint, H100_DEFAULT)
@@ -57,14 +91,14 @@ def test_through_uvm_the_two_directions_add_up_and_with_copies_each_way_the_slow
     out_ns = traffic.min_bytes_to_host / H100_DEFAULT.evict_bytes_per_ns
     in_ns = traffic.min_bytes_to_device / H100_DEFAULT.prefetch_bytes_per_ns
     assert compute_ns(g, H100_DEFAULT) < out_ns  # the default's eviction rate is the slow one
-    one_way = lower_bound(g, capacity, H100_DEFAULT)
+    one_way = lower_bound(g, capacity, H100_DEFAULT, windows=False)
     assert (one_way.lower_bound_ns, one_way.set_by) == (int(out_ns + in_ns), MIGRATION)
     assert (one_way.min_bytes_to_host, one_way.min_bytes_to_device) == (traffic.min_bytes_to_host,
                                                                         traffic.min_bytes_to_device)
-    both = lower_bound(g, capacity, BOTH_WAYS)
+    both = lower_bound(g, capacity, BOTH_WAYS, windows=False)
     assert (both.lower_bound_ns, both.set_by) == (int(out_ns), EVICTION)
     slow_in = replace(BOTH_WAYS, prefetch_bytes_per_ns=1.0, fault_bytes_per_ns=0.5)
-    assert lower_bound(g, capacity, slow_in).set_by == PREFETCH
+    assert lower_bound(g, capacity, slow_in, windows=False).set_by == PREFETCH
 
 
 def test_data_comes_in_at_the_fastest_rate_the_cost_model_knows() -> None:
@@ -73,7 +107,7 @@ def test_data_comes_in_at_the_fastest_rate_the_cost_model_knows() -> None:
     traffic = min_traffic(g, capacity)
     fast_faults = replace(H100_DEFAULT, fault_bytes_per_ns_by_kind={"conv2d_backward": 90.0})
     expected = traffic.min_bytes_to_host / H100_DEFAULT.evict_bytes_per_ns + traffic.min_bytes_to_device / 90.0
-    assert lower_bound(g, capacity, fast_faults).lower_bound_ns == int(expected)
+    assert lower_bound(g, capacity, fast_faults, windows=False).lower_bound_ns == int(expected)
 
 
 def test_a_faster_gpu_has_a_lower_bound_and_more_capacity_never_raises_it() -> None:
@@ -90,4 +124,4 @@ def test_the_wording_says_how_far_and_what_sets_it() -> None:
     assert bound.versus(420_000_000) == "1.4x the bound, set by migration bandwidth"
     assert Bound(0, 0, 0, COMPUTE).versus(5.0) == "the bound is 0, set by compute"
     assert set(bound.as_json()) == {"min_bytes_to_host", "min_bytes_to_device", "lower_bound_ns", "set_by"}
-    assert {COMPUTE, MIGRATION, EVICTION, PREFETCH} == set(SET_BY)
+    assert {COMPUTE, MIGRATION, EVICTION, PREFETCH, WINDOWS} == set(SET_BY)

@@ -26,12 +26,28 @@ moves each way. Why it is a bound, and not merely what one good policy achieves:
   schedule repeating each iteration (or any run of them) moves fewer per iteration.
 - **Residency only.** Timing is not modelled: transfers in flight take no room here (a prefetch that
   arrives early takes room in a real plan), so the bound can only be lower than what plans move.
+
+`window_traffic(graph, capacity, first)` says *when* some of those bytes must move: for every window of
+consecutive ops, the least bytes any schedule copies out and copies in while it runs, whatever the
+schedule did before it. Two counts, each a byte argument at one op boundary m inside the window [j, k):
+
+- **Out.** Contents made by ops j..m-1 and read at or after m did not exist when op j started; when op m
+  starts at most `capacity` bytes are on the device, so all but `capacity` of them were copied out in
+  between (a byte on its way out holds its room until it has left).
+- **In.** Contents made before op j and read by ops j..m: when op j starts at most `capacity` bytes are
+  on the device, and nothing can remake the others, so all but `capacity` of them are copied in before op
+  m starts (a byte counts once it has landed).
+
+Each window's count is the larger over its boundaries. The forward makes what the backward reads, so
+what goes out in one and comes back in the other cannot share time: the simulator's bound adds windows.
 """
 
 from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from ..graph import Graph
 from ..units import format_bytes
@@ -141,6 +157,91 @@ class _Min:
             if self.dev[t]:
                 heapq.heappush(self.heap, (nxt, t))
         return evicted
+
+
+@dataclass(frozen=True, eq=False)
+class Windows:
+    """The least bytes any schedule copies each way while a window of ops runs, the ops counted from
+    `first` around the repeating iteration: `to_host[j, k]` and `to_device[j, k]` (j < k <= n) for the
+    ops first+j .. first+k-1, from the start of the first to the start of the one after the last."""
+
+    first: int
+    to_host: np.ndarray
+    to_device: np.ndarray
+
+
+def window_traffic(graph: Graph, capacity: int, first: int = 0) -> Windows:
+    """Every window's least traffic at `capacity` bytes, the iteration cut before op `first`."""
+    n = len(graph.ops)
+    size, born, last, read_at, read_of = _contents(graph)
+    base = n + first  # windows lie in the middle one of three iterations, and what they see in the three
+    pos = np.arange(n + 1)
+    made = np.zeros((n + 1, n + 1))  # [j, m]: made by ops j..m-1 and read at or after m
+    for m in range(1, n + 1):
+        alive = (born >= base) & (born < base + m) & (last >= base + m)
+        by_op = np.bincount(born[alive] - base, weights=size[alive], minlength=n + 1)
+        made[:m, m] = np.cumsum(by_op[:m][::-1])[::-1]
+    carried = np.zeros((n + 1, n + 1))  # [j, m]: made before op j and read by ops j..m
+    starts = np.flatnonzero(np.r_[True, read_of[1:] != read_of[:-1]]) if len(read_of) else read_of
+    ids = read_of[starts]
+    for j in range(n if len(read_of) else 0):
+        later = np.where(read_at >= base + j, read_at, base + 2 * n)
+        next_read = np.minimum.reduceat(later, starts)
+        wanted = (born[ids] < base + j) & (next_read < base + n)
+        by_op = np.bincount(next_read[wanted] - base, weights=size[ids][wanted], minlength=n + 1)
+        carried[j, j:] = np.cumsum(by_op)[j:]
+    # Op m's other tensors hold their room while it runs: what it makes new, and what it reads that
+    # was made before op j (at m = j both counts are for the contents carried in)
+    order = (np.arange(n + 1) + first) % n
+    new = np.array([sum(graph.tensors[t].nbytes for t in op.writes if t not in op.reads) for op in graph.ops])[order]
+    near = (read_at >= base) & (read_at <= base + n)
+    at, older, nbytes = read_at[near] - base, born[read_of[near]], size[read_of[near]]
+    others = np.tile(new[None, :], (n + 1, 1))  # [j, m]
+    for j in range(n + 1):
+        np.add.at(others[j], at[older < base + j], nbytes[older < base + j])
+    after = pos[None, :] > pos[:, None]
+    to_host = np.maximum.accumulate(np.where(after, np.maximum(made - (capacity - others), 0), 0), axis=1)
+    to_device = np.zeros((n + 1, n + 1))  # a window of ops j..k-1 must have brought in what ops j..k-1 read
+    room = capacity - new[:, None]  # what op j makes new holds its room as it starts
+    from_j = pos[None, :-1] >= pos[:, None]
+    to_device[:, 1:] = np.maximum.accumulate(np.where(from_j, np.maximum(carried[:, :-1] - room, 0), 0), axis=1)
+    to_device[np.tril_indices(n + 1)] = 0
+    return Windows(first, to_host, to_device)
+
+
+def _contents(graph: Graph) -> tuple[np.ndarray, ...]:
+    """What tensors hold over three iterations, op positions counted from the first: each content that is
+    read (a write starts one, its reads follow until the next write), as its bytes, the position of the
+    op that made it (before the first: -1), its last read, and all its reads (position, content) sorted
+    by content. A persistent tensor's first content in the three was made in an earlier iteration."""
+    n = len(graph.ops)
+    size: list[int] = []
+    born: list[int] = []
+    last: list[int] = []
+    read_at: list[int] = []
+    read_of: list[int] = []
+
+    def close(nbytes: int, start: int, seen: list[int]) -> None:
+        size.append(nbytes)
+        born.append(start)
+        last.append(seen[-1])
+        read_at.extend(seen)
+        read_of.extend([len(size) - 1] * len(seen))
+
+    for t, uses in enumerate(graph.uses):
+        nbytes, start, seen = graph.tensors[t].nbytes, -1, []
+        for k in (u + i * n for i in range(3) for u in uses):
+            op = graph.ops[k % n]
+            if t in op.reads:
+                seen.append(k)
+            if t in op.writes:
+                if seen:
+                    close(nbytes, start, seen)
+                start, seen = k, []
+        if seen:
+            close(nbytes, start, seen)
+    i64 = lambda a: np.asarray(a, dtype=np.int64)  # noqa: E731
+    return np.asarray(size, dtype=float), i64(born), i64(last), i64(read_at), i64(read_of)
 
 
 def _next_reads(graph: Graph) -> list[list[tuple[int, int | None]]]:

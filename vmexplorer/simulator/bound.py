@@ -11,22 +11,34 @@ a launch's) and the host's falling behind are left out: they only make real iter
 The mechanism picks the rates (`CostModel.for_mechanism`): the same least traffic, through the UVM
 driver (one direction at a time) or as pinned copies under `swap` (both directions at once, each at its
 copy rate). So the two bounds of one graph and capacity say what the driver costs at best.
+
+That is the bound over the whole iteration. A tighter one cuts the iteration into windows of
+consecutive ops (`plan.bound.window_traffic`: the least bytes each way while a window runs) and adds
+the windows up, each as long as the longest of its compute, its copies out and its copies in (their sum
+where the directions take turns). Windows do not overlap in time, so no schedule beats the sum: what
+the forward must send out takes the forward's time, what the backward must bring back takes the
+backward's, whatever the directions could do together. The best cut is found by dynamic programming
+over op boundaries, for the iteration cut at its first op and at the first op of each phase; the bound
+is the larger of the two kinds, `set_by` "transfers each window must make" where the windows win.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..config import Mechanism
 from ..graph import Graph
-from ..plan.bound import min_traffic
+from ..plan.bound import Windows, min_traffic, window_traffic
 from .costmodel import CostModel
 
 COMPUTE = "compute"
 MIGRATION = "migration bandwidth"  # both directions, one at a time
 EVICTION = "eviction bandwidth"
 PREFETCH = "prefetch bandwidth"
-SET_BY = (COMPUTE, MIGRATION, EVICTION, PREFETCH)
+WINDOWS = "transfers each window must make"  # compute and copies window by window (window_traffic)
+SET_BY = (COMPUTE, MIGRATION, EVICTION, PREFETCH, WINDOWS)
 
 
 @dataclass(frozen=True)
@@ -49,9 +61,10 @@ class Bound:
                 "lower_bound_ns": self.lower_bound_ns, "set_by": self.set_by}
 
 
-def lower_bound(graph: Graph, capacity: int, cost: CostModel, mechanism: Mechanism | str = Mechanism.UVM) -> Bound:
+def lower_bound(graph: Graph, capacity: int, cost: CostModel, mechanism: Mechanism | str = Mechanism.UVM,
+                windows: bool = True) -> Bound:
     """The bound at `capacity` bytes under `cost` through `mechanism`; PlanError below the largest op's
-    working set."""
+    working set. `windows=False`: the whole-iteration bound alone (the least traffic at the best rates)."""
     cost = cost.for_mechanism(mechanism)
     traffic = min_traffic(graph, capacity)
     compute = sum(cost.compute_ns(op.name, op.flops, op.bytes_touched) for op in graph.ops)
@@ -63,4 +76,68 @@ def lower_bound(graph: Graph, capacity: int, cost: CostModel, mechanism: Mechani
     else:
         moving, what = (out_ns, EVICTION) if out_ns >= in_ns else (in_ns, PREFETCH)
     ns, set_by = (compute, COMPUTE) if compute >= moving else (moving, what)
+    if not windows:
+        return Bound(traffic.min_bytes_to_host, traffic.min_bytes_to_device, int(ns), set_by)
+    windowed = sum(w.ns for w in windows_of(graph, capacity, cost))
+    if windowed > ns * (1 + 1e-9):  # not where the windows only add up the same compute in another order
+        ns, set_by = windowed, WINDOWS
     return Bound(traffic.min_bytes_to_host, traffic.min_bytes_to_device, int(ns), set_by)
+
+
+@dataclass(frozen=True)
+class Window:
+    """One window of the windowed bound: ops `first`..`last` (positions in the iteration, wrapping past
+    its end), their compute and the least time their copies take each way."""
+
+    first: int
+    last: int
+    compute_ns: float
+    to_host_ns: float
+    to_device_ns: float
+    serialised: bool
+
+    @property
+    def ns(self) -> float:
+        moving = (self.to_host_ns + self.to_device_ns if self.serialised
+                  else max(self.to_host_ns, self.to_device_ns))
+        return max(self.compute_ns, moving)
+
+
+def windows_of(graph: Graph, capacity: int, cost: CostModel, mechanism: Mechanism | str = Mechanism.UVM
+               ) -> list[Window]:
+    """The windows whose times add up to the most, over every cut of the iteration from its first op or
+    a phase's first op: the windowed bound is their sum."""
+    cost = cost.for_mechanism(mechanism)
+    into = max(cost.prefetch_bytes_per_ns, cost.fault_bytes_per_ns, *cost.fault_bytes_per_ns_by_kind.values())
+    op_ns = np.array([cost.compute_ns(op.name, op.flops, op.bytes_touched) for op in graph.ops])
+    cuts = [_best_cut(window_traffic(graph, capacity, first), op_ns, cost.evict_bytes_per_ns, into,
+                      cost.serialises_directions) for first in _cuts(graph)]
+    return max(cuts, key=lambda ws: sum(w.ns for w in ws))
+
+
+def _cuts(graph: Graph) -> list[int]:
+    """Where the iteration is cut for the windows: its first op and the first op of each later phase."""
+    ops = graph.ops
+    return [0, *(k for k in range(1, len(ops)) if ops[k].phase != ops[k - 1].phase)]
+
+
+def _best_cut(windows: Windows, op_ns: np.ndarray, out_rate: float, in_rate: float, serialised: bool
+              ) -> list[Window]:
+    """The cut of the iteration (from `windows.first`) into consecutive windows whose times add up to
+    the most: best[k] is the most the ops before the k-th boundary must take, by dynamic programming."""
+    n = len(op_ns)
+    clock = np.r_[0.0, np.cumsum(np.roll(op_ns, -windows.first))]
+    out_ns, in_ns = windows.to_host / out_rate, windows.to_device / in_rate
+    moving = out_ns + in_ns if serialised else np.maximum(out_ns, in_ns)
+    best, came_from = np.zeros(n + 1), np.zeros(n + 1, dtype=np.int64)
+    for k in range(1, n + 1):
+        totals = best[:k] + np.maximum(clock[k] - clock[:k], moving[:k, k])
+        came_from[k] = int(np.argmax(totals))
+        best[k] = totals[came_from[k]]
+    cut, k = [], n
+    while k > 0:
+        j = int(came_from[k])
+        cut.append(Window((windows.first + j) % n, (windows.first + k - 1) % n, float(clock[k] - clock[j]),
+                          float(out_ns[j, k]), float(in_ns[j, k]), serialised))
+        k = j
+    return cut[::-1]
