@@ -32,11 +32,12 @@ consecutive ops, the least bytes any schedule copies out and copies in while it 
 schedule did before it. Two counts, each a byte argument at one op boundary m inside the window [j, k):
 
 - **Out.** Contents made by ops j..m-1 and read at or after m did not exist when op j started; when op m
-  starts at most `capacity` bytes are on the device, so all but `capacity` of them were copied out in
-  between (a byte on its way out holds its room until it has left).
+  starts at most `capacity` bytes are on the device, op m's other tensors among them (what it makes new,
+  what it reads that was made before op j), so all but the rest of the room were copied out in between
+  (a byte on its way out holds its room until it has left).
 - **In.** Contents made before op j and read by ops j..m: when op j starts at most `capacity` bytes are
-  on the device, and nothing can remake the others, so all but `capacity` of them are copied in before op
-  m starts (a byte counts once it has landed).
+  on the device, what op j makes new among them, and nothing can remake the others, so all but the rest
+  of the room are copied in before op m starts (a byte counts once it has landed).
 
 Each window's count is the larger over its boundaries. The forward makes what the backward reads, so
 what goes out in one and comes back in the other cannot share time: the simulator's bound adds windows.

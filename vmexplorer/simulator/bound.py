@@ -65,23 +65,31 @@ def lower_bound(graph: Graph, capacity: int, cost: CostModel, mechanism: Mechani
                 windows: bool = True) -> Bound:
     """The bound at `capacity` bytes under `cost` through `mechanism`; PlanError below the largest op's
     working set. `windows=False`: the whole-iteration bound alone (the least traffic at the best rates)."""
-    cost = cost.for_mechanism(mechanism)
+    rates = cost.for_mechanism(mechanism)
     traffic = min_traffic(graph, capacity)
-    compute = sum(cost.compute_ns(op.name, op.flops, op.bytes_touched) for op in graph.ops)
-    into = max(cost.prefetch_bytes_per_ns, cost.fault_bytes_per_ns, *cost.fault_bytes_per_ns_by_kind.values())
-    out_ns = traffic.min_bytes_to_host / cost.evict_bytes_per_ns
-    in_ns = traffic.min_bytes_to_device / into
-    if cost.serialises_directions:
+    compute = float(_op_ns(graph, rates).sum())
+    out_ns = traffic.min_bytes_to_host / rates.evict_bytes_per_ns
+    in_ns = traffic.min_bytes_to_device / _into(rates)
+    if rates.serialises_directions:
         moving, what = out_ns + in_ns, MIGRATION
     else:
         moving, what = (out_ns, EVICTION) if out_ns >= in_ns else (in_ns, PREFETCH)
     ns, set_by = (compute, COMPUTE) if compute >= moving else (moving, what)
-    if not windows:
-        return Bound(traffic.min_bytes_to_host, traffic.min_bytes_to_device, int(ns), set_by)
-    windowed = sum(w.ns for w in windows_of(graph, capacity, cost))
-    if windowed > ns * (1 + 1e-9):  # not where the windows only add up the same compute in another order
-        ns, set_by = windowed, WINDOWS
+    if windows:
+        windowed = sum(w.ns for w in windows_of(graph, capacity, cost, mechanism))
+        if windowed > ns * (1 + 1e-9):  # not where the windows only add up the same compute in another order
+            ns, set_by = windowed, WINDOWS
     return Bound(traffic.min_bytes_to_host, traffic.min_bytes_to_device, int(ns), set_by)
+
+
+def _into(cost: CostModel) -> float:
+    """The fastest rate the cost model brings data to the device at: prefetching or demand faults."""
+    return max(cost.prefetch_bytes_per_ns, cost.fault_bytes_per_ns, *cost.fault_bytes_per_ns_by_kind.values())
+
+
+def _op_ns(graph: Graph, cost: CostModel) -> np.ndarray:
+    """Each op's compute under the cost model: every schedule runs every op once on one stream."""
+    return np.array([cost.compute_ns(op.name, op.flops, op.bytes_touched) for op in graph.ops])
 
 
 @dataclass(frozen=True)
@@ -108,9 +116,8 @@ def windows_of(graph: Graph, capacity: int, cost: CostModel, mechanism: Mechanis
     """The windows whose times add up to the most, over every cut of the iteration from its first op or
     a phase's first op: the windowed bound is their sum."""
     cost = cost.for_mechanism(mechanism)
-    into = max(cost.prefetch_bytes_per_ns, cost.fault_bytes_per_ns, *cost.fault_bytes_per_ns_by_kind.values())
-    op_ns = np.array([cost.compute_ns(op.name, op.flops, op.bytes_touched) for op in graph.ops])
-    cuts = [_best_cut(window_traffic(graph, capacity, first), op_ns, cost.evict_bytes_per_ns, into,
+    op_ns = _op_ns(graph, cost)
+    cuts = [_best_cut(window_traffic(graph, capacity, first), op_ns, cost.evict_bytes_per_ns, _into(cost),
                       cost.serialises_directions) for first in _cuts(graph)]
     return max(cuts, key=lambda ws: sum(w.ns for w in ws))
 
