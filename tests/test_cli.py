@@ -376,6 +376,37 @@ def test_run_with_no_gpu_says_so_and_writes_nothing(capsys: pytest.CaptureFixtur
     assert "needs CuPy" in err and not (tmp_path / "run.vms").exists()
 
 
+def test_run_with_no_gpu_says_so_before_tuned_searches(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    try:
+        import cupy  # noqa: F401
+        pytest.skip("CuPy is installed here; the no-GPU path is for machines without it")
+    except ImportError:
+        pass
+    from vmexplorer.policies import tuned
+
+    def search(*args: object, **kwargs: object) -> None:
+        raise AssertionError("tuned searched for a run that cannot happen")
+
+    monkeypatch.setattr(tuned, "tune", search)
+    code, _, err = run(capsys, "run", *HALF, "--policy", "tuned", "--out", str(tmp_path / "run.vms"))
+    assert code == 2 and "needs CuPy" in err and not (tmp_path / "run.vms").exists()
+
+
+def test_a_run_longer_than_a_session_holds_is_refused_before_the_gpu_works(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from vmexplorer.engine import executor, gpu
+
+    def execute(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the run started")
+
+    monkeypatch.setattr(gpu, "cupy", lambda: None)  # a GPU, as far as the check goes
+    monkeypatch.setattr(executor, "execute", execute)
+    code, _, err = run(capsys, "run", "--model", "resnet152", "--batch", "8", "--capacity", "50%", "--policy", "uvm",
+                       "--iterations", "1000", "--out", str(tmp_path / "big.vms"))
+    assert code == 2 and "would not fit in one session" in err and not (tmp_path / "big.vms").exists()
+
+
 def test_calibrate_stores_a_fitted_model_in_a_copy_of_a_measured_session(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from vmexplorer.session import load_session

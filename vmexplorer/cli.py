@@ -281,12 +281,12 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError("--iterations must be at least 1, and --warmup and --counted at least 0")
     parts = _collector_parts(args.collectors)
     _refuse_existing(args.out, args.force)
+    cupy()  # says plainly when there is no GPU, before `tuned` searches for seconds or anything is allocated
     graph, plan, _, reports = _compile(args)
     fit = iterations_that_fit(graph, plan)
     if args.iterations + args.counted > fit:  # refused before the GPU works, not when its session is saved
         raise UsageError(f"{args.iterations} iterations (and {args.counted} counted) of this plan would not fit "
                          f"in one session: at most {fit} in all")
-    cupy()  # says plainly when there is no GPU, before anything is allocated
     settings = RunSettings(iterations=args.iterations, warmup=args.warmup, seed=args.seed,
                            allow_tf32=not args.no_tf32, autotune=args.autotune, collect=not args.no_collectors,
                            collectors=parts, counted=args.counted)
