@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vmexplorer.config import share_of_footprint  # noqa: E402
 from vmexplorer.plan import Direction, MemOp, Mode  # noqa: E402
+from vmexplorer.plan.stays import elided  # noqa: E402
 from vmexplorer.policies import non_default_options  # noqa: E402
 from vmexplorer.records.spans import Timeline, timed_only  # noqa: E402
 from vmexplorer.session import Session, load_session  # noqa: E402
@@ -225,7 +226,8 @@ def validate(samples: Sequence[Path], calibrate_on: str, pool: Sequence[Path] = 
                          "recorded_ms": spread.get(path.name, []),
                          "iteration_spread": float(s.timeline.timed_ns().max() / s.timeline.timed_ns().min()),
                          "role": "calibration" if calibration else "predicted",
-                         "demand_bytes": sum(m.nbytes for m in s.plan.memops if m.mode is Mode.SYNC),
+                         "demand_bytes": sum(m.nbytes for i, m in enumerate(s.plan.memops)  # those that move bytes
+                                             if m.mode is Mode.SYNC and i not in elided(s.graph, s.plan)),
                          "recordings": recorded,
                          "rates": {"prefetch": cost.prefetch_bytes_per_ns, "evict": cost.evict_bytes_per_ns,
                                    "fault": cost.fault_bytes_per_ns, "host_block": cost.host_block,

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from vmexplorer.session import bound_for, load_session
+from vmexplorer.simulator import simulate
 
 SAMPLES = sorted((Path(__file__).resolve().parents[2] / "sample_sessions").glob("*.vms"))
 
@@ -20,3 +21,20 @@ def test_a_sample_that_stores_a_bound_stores_the_one_its_cost_model_gives_now(pa
     if session.bound is None:
         pytest.skip("stores no bound: `info` and the app both work it out")
     assert session.bound == bound_for(session.graph, session.plan, session.cost_model)
+
+
+def test_a_swap_summary_counts_no_bytes_for_the_copies_that_move_nothing() -> None:
+    # vdnn through swap at 50% copies some tensors in and straight back out before any op (plan.stays):
+    # the engine and the simulator skip both copies, and the traffic people read must leave them out too
+    from vmexplorer.plan import Direction
+    from vmexplorer.plan.stays import elided
+    from vmexplorer.records.spans import summarize
+
+    session = load_session(next(p for p in SAMPLES if p.name == "h200-vgg19-b64-vdnn-swap-50pct.measured.vms"))
+    plan = session.plan
+    nothing = elided(session.graph, plan)
+    assert nothing, "the sample no longer has copies that move nothing: pick another"
+    summary = summarize(session.graph, plan, simulate(session.graph, plan, session.cost_model))
+    for direction, key in ((Direction.TO_HOST, "bytes_to_host"), (Direction.TO_DEVICE, "bytes_to_device")):
+        moving = sum(m.nbytes for i, m in enumerate(plan.memops) if m.direction is direction and i not in nothing)
+        assert summary[key] == moving

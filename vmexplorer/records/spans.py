@@ -8,6 +8,7 @@ import numpy as np
 
 from ..graph import Graph, Kind
 from ..plan import Direction, Mode, Plan
+from ..plan.stays import elided
 
 MAX_NS = 2**53  # the latest time, and the longest duration, a timeline holds: 104 days, exact as a float
 
@@ -87,9 +88,10 @@ def summarize(graph: Graph, plan: Plan, timeline: Timeline) -> dict[str, float |
     tl = timed_only(timeline)
     n = max(tl.iterations, 1)
     moved = {Direction.TO_HOST: 0, Direction.TO_DEVICE: 0}
+    nothing = elided(graph, plan)  # a swap copy of a tensor whose host copy is current moves no byte
     for i in tl.memop_index:
         m = plan.memops[int(i)]
-        if m.mode is not Mode.FAULT:
+        if m.mode is not Mode.FAULT and int(i) not in nothing:
             moved[m.direction] += m.nbytes
     fault_bytes = int(tl.op_fault_bytes.sum())
     return {
