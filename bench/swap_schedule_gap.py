@@ -27,6 +27,7 @@ GPU-free: the simulator and the samples only.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -116,10 +117,22 @@ def in_order(graph: Graph, plan: Plan, cost: CostModel, rank: dict[int, tuple]) 
 
 def earliest_deadline(graph: Graph, plan: Plan, cost: CostModel, passes: int = 4) -> tuple[float, float]:
     """(the executor's order, the best earliest-deadline order found): iteration times in ns."""
+    executor, best, _ = _orders(graph, plan, cost, passes)
+    return executor, best
+
+
+def best_rank(graph: Graph, plan: Plan, cost: CostModel, passes: int = 4) -> dict[int, tuple]:
+    """The asynchronous copies' order of the best earliest-deadline pass (bench/gpu/probe_copy_order.py
+    runs it on the GPU)."""
+    return _orders(graph, plan, cost, passes)[2]
+
+
+def _orders(graph: Graph, plan: Plan, cost: CostModel, passes: int) -> tuple[float, float, dict[int, tuple]]:
     memops = plan.memops
     rank: dict[int, tuple] = {i: (m.complete_before, m.issue_after, i) for i, m in enumerate(memops)}
     first = best = in_order(graph, plan, cost, rank)
     assert first is not None  # the executor's order: every copy an op waits for is issued before it
+    best_rank = rank
     for _ in range(passes):
         _, op_end, start, end = best
         rank = {}
@@ -135,8 +148,8 @@ def earliest_deadline(graph: Graph, plan: Plan, cost: CostModel, passes: int = 4
                 free = max(free, ready[i]) + (end[i] - start[i])
         again = in_order(graph, plan, cost, rank)
         if again is not None and again[0] < best[0]:
-            best = again
-    return first[0], best[0]
+            best, best_rank = again, rank
+    return first[0], best[0], best_rank
 
 
 def lp_bound(graph: Graph, capacity: int, cost: CostModel) -> float:
@@ -197,6 +210,16 @@ def findings(rows: list[dict], steps: int) -> list[str]:
                f"{met('executor')} in the executor's order. Taking it means the engine placing each copy's call "
                "by a simulated order instead of before the op that waits for it, and recording every swap sample "
                "again.")
+    for path in sorted((ROOT / "bench" / "results" / "h200").glob("probe_copy_order_*.json")):
+        probe = json.loads(path.read_text())
+        ms, name = probe["median_ms"], probe["session"].removesuffix(".measured.vms")
+        timed = sum("weights_sha256" not in r and "error" not in r for r in probe["runs"]) // 2
+        row = next((r for r in rows if f"h200-{r['key']}" == name), None)
+        ratio = f", {ms['earliest-deadline'] / row['bound']:.2f}x the bound" if row else ""
+        out.append(f"  - On the H200 (`bench/gpu/probe_copy_order.py`, `{path.name}`: the plan of {name}, "
+                   f"{timed} processes each, medians): the executor's order {ms['executor']:.1f} ms, earliest-deadline "
+                   f"{ms['earliest-deadline']:.1f} ms{ratio}; the two orders' weights after 5 iterations with "
+                   f"deterministic engines {'are the same bits' if ms['same_weights'] else 'DIFFER'}.")
     best = max(rows, key=lambda r: (r["default"] - r["longer"]) / r["default"])
     out.append(f"- **The search.** {steps} changes with no time cap take at most "
                f"{(best['default'] - best['longer']) / best['default']:.1%} off the default search's plan "
@@ -221,7 +244,7 @@ def main() -> int:
         executor, edf = (ns / 1e6 for ns in earliest_deadline(g, s.plan, cost))
         began = time.perf_counter()
         longer = tuned.tune(g, capacity, simulation, 0, args.steps, 1e9, Mechanism.SWAP)
-        row = {"name": name.replace("-swap", "").replace("-", " "),
+        row = {"name": name.replace("-swap", "").replace("-", " "), "key": name,
                "bound": lower_bound(g, capacity, cost, Mechanism.SWAP).lower_bound_ns / 1e6,
                "lp": lp_bound(g, capacity, cost) / 1e6 if args.lp else None,
                "measured": float(np.median(s.timeline.timed_ns())) / 1e6, "executor": executor, "edf": edf,
