@@ -219,6 +219,7 @@ def validate(samples: Sequence[Path], calibrate_on: str, pool: Sequence[Path] = 
             calibration = s is device or s is paging
             mine_cost = own(cost, s) if own is not None and not calibration else cost
             predicted = median_ms(simulate(s.graph, s.plan, mine_cost))
+            moves_nothing = elided(s.graph, s.plan)
             changed = non_default_options(s.plan.policy, s.plan.options)
             policy = " ".join([s.plan.policy, *(f"{k}={v}" for k, v in sorted(changed.items()))])
             rows.append({"model": label, "session": path.name, "policy": policy, "capacity_pct": share(s),
@@ -226,8 +227,8 @@ def validate(samples: Sequence[Path], calibrate_on: str, pool: Sequence[Path] = 
                          "recorded_ms": spread.get(path.name, []),
                          "iteration_spread": float(s.timeline.timed_ns().max() / s.timeline.timed_ns().min()),
                          "role": "calibration" if calibration else "predicted",
-                         "demand_bytes": sum(m.nbytes for i, m in enumerate(s.plan.memops)  # those that move bytes
-                                             if m.mode is Mode.SYNC and i not in elided(s.graph, s.plan)),
+                         "demand_bytes": sum(m.nbytes for i, m in enumerate(s.plan.memops)
+                                             if m.mode is Mode.SYNC and i not in moves_nothing),
                          "recordings": recorded,
                          "rates": {"prefetch": cost.prefetch_bytes_per_ns, "evict": cost.evict_bytes_per_ns,
                                    "fault": cost.fault_bytes_per_ns, "host_block": cost.host_block,
