@@ -8,13 +8,12 @@ For each configuration of issue 17's goals, its best recorded swap schedule (`sa
 each figure under that sample's own cost model (calibrated on itself, `bench/calibrate_samples.py`):
 
 - **the search**: `tuned` with its default options, and with `--steps` changes and no time cap;
-- **the copy streams' order**: the engine makes each copy call just before the op that waits for it
-  (DESIGN.md), so a copy stream runs its copies in the order of the ops that need them, and a copy that
-  can start (its issue op has run) waits behind one that cannot yet. The sample's plan is simulated again
-  with each stream's copies in earliest-deadline order among those ready when the stream frees (ready
-  times from the previous pass, four passes; the first is the executor's order), all else as
-  `simulator.simulate` under swap. An order the engine could take: it is fixed before the run, each copy
-  placed in host order after the op it is issued after;
+- **the copy streams' order**: the executor's own order calls each copy just before the op that waits
+  for it (DESIGN.md), so a copy stream runs its copies in the order of the ops that need them, and a copy
+  that can start (its issue op has run) waits behind one that cannot yet. The sample's plan is simulated
+  in that order and in the one `compile_plan` now picks under swap (`vmexplorer.plan.copies`: each
+  stream's copies in earliest-deadline order among those ready when it frees, where the simulator finds
+  that faster; `policies.order_copies`);
 - **the bound's slack** (`--lp`, needs scipy, not a dependency of vmexplorer): the windowed bound adds up
   windows of one cut, each window's least traffic counted alone. A linear programme over every op's slot
   (its time at least its compute and its copies each way at their rates), constrained by every window's
@@ -30,6 +29,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -39,117 +39,25 @@ sys.path.insert(0, str(ROOT))
 
 from vmexplorer.config import Mechanism  # noqa: E402
 from vmexplorer.graph import Graph  # noqa: E402
-from vmexplorer.plan import Direction, Mode, Plan  # noqa: E402
+from vmexplorer.plan import Plan  # noqa: E402
 from vmexplorer.plan.bound import min_traffic, window_traffic  # noqa: E402
-from vmexplorer.plan.stays import elided  # noqa: E402
-from vmexplorer.policies import tuned  # noqa: E402
+from vmexplorer.policies import order_copies, tuned  # noqa: E402
 from vmexplorer.policies.spec import Simulation  # noqa: E402
 from vmexplorer.session import load_session  # noqa: E402
 from vmexplorer.simulator import CostModel, simulate  # noqa: E402
 from vmexplorer.simulator.bound import _cuts, _into, _op_ns, lower_bound  # noqa: E402
-from vmexplorer.simulator.simulate import _Engine, _landing_then_out, _sync  # noqa: E402
 
 GOALS = ("alexnet-b256-tuned-swap-50pct", "vgg19-b64-tuned-swap-50pct", "vgg19-b64-tuned-swap-60pct",
          "vgg19-b64-tuned-swap-75pct", "vgg19-b64-tuned-swap-90pct", "resnet50-b64-belady-swap-50pct")
 GOAL = 1.25
 
 
-Ordered = tuple[float, np.ndarray, np.ndarray, np.ndarray]  # iteration, op ends, copy starts, copy ends (ns)
-
-
-def in_order(graph: Graph, plan: Plan, cost: CostModel, rank: dict[int, tuple]) -> Ordered | None:
-    """The swap plan's iteration with each copy stream running its asynchronous copies in `rank`'s order,
-    each once the op it is issued after has ended and the host has made its call; None where a copy an op
-    waits for sits behind one whose issue op comes later (no such order exists). Synchronous copies as
-    `simulate` runs them. The host makes a copy's call as it reaches the op the call is placed before: in
-    the executor's order the op that waits for it, in another right after the op the copy is issued after
-    (or after the call before it on its stream, which must come first); under swap no call blocks the
-    host, so it reaches op c at c launches."""
-    cost = cost.for_mechanism(Mechanism.SWAP)
-    ops, memops, n = graph.ops, plan.memops, len(graph.ops)
-    compute = [cost.compute_ns(op.name, op.flops, op.bytes_touched) for op in ops]
-    gaps = [cost.op_gap_ns.get(op.name, 0.0) for op in ops]
-    due_async: list[list[int]] = [[] for _ in range(n + 1)]
-    due_sync: list[list[int]] = [[] for _ in range(n + 1)]
-    for i, m in enumerate(memops):
-        (due_async if m.mode is Mode.ASYNC else due_sync)[m.complete_before].append(i)
-    queues = {d: sorted((i for i, m in enumerate(memops) if m.mode is Mode.ASYNC and m.direction is d),
-                        key=lambda i: rank[i]) for d in Direction}
-    executors = all(rank[i] == (m.complete_before, m.issue_after, i) for i, m in enumerate(memops) if i in rank)
-    call: dict[int, int] = {}
-    for queue in queues.values():
-        placed = 0
-        for i in queue:
-            placed = memops[i].complete_before if executors else max(placed, memops[i].issue_after + 1)
-            call[i] = placed
-    head = dict.fromkeys(Direction, 0)
-    op_end, room = np.zeros(n), np.zeros(n + 1)
-    mem_start, mem_end = np.full(len(memops), np.nan), np.full(len(memops), np.nan)
-    host = gpu = 0.0
-    engine, skipped = _Engine(False), elided(graph, plan)
-    for k in range(n + 1):
-        for d, queue in queues.items():  # ops before k have ended: the copies issued after them may go
-            while head[d] < len(queue) and memops[queue[head[d]]].issue_after < k:
-                i = queue[head[d]]
-                m = memops[i]
-                after = max(op_end[m.issue_after] if m.issue_after >= 0 else 0.0, call[i] * cost.launch_ns)
-                if i in skipped:
-                    mem_start[i] = mem_end[i] = after
-                else:
-                    if d is Direction.TO_DEVICE:
-                        after = max(after, room[m.issue_after + 1])
-                    mem_start[i], mem_end[i] = engine.run(after, cost.copy_ns(m.nbytes, d is Direction.TO_DEVICE), d)
-                head[d] += 1
-        arrived = max(gpu, host)
-        t = max([arrived, *(mem_end[i] for i in _landing_then_out(memops, due_async[k], due_sync[k]))])
-        t = room[k] = _sync(engine, cost, memops, due_sync[k], Direction.TO_HOST, t, True, mem_start, mem_end, skipped)
-        t = _sync(engine, cost, memops, due_sync[k], Direction.TO_DEVICE, t, True, mem_start, mem_end, skipped)
-        if any(np.isnan(mem_end[i]) for i in due_async[k]):
-            return None
-        t = max([t, *(mem_end[i] for i in due_async[k])])
-        if k == n:
-            break
-        t = max(t, host, arrived + gaps[k])
-        gpu = op_end[k] = t + compute[k]
-        host += cost.launch_ns
-    return max(gpu, float(np.nanmax(mem_end, initial=0.0))), op_end, mem_start, mem_end
-
-
-def earliest_deadline(graph: Graph, plan: Plan, cost: CostModel, passes: int = 4) -> tuple[float, float]:
-    """(the executor's order, the best earliest-deadline order found): iteration times in ns."""
-    executor, best, _ = _orders(graph, plan, cost, passes)
-    return executor, best
-
-
-def best_rank(graph: Graph, plan: Plan, cost: CostModel, passes: int = 4) -> dict[int, tuple]:
-    """The asynchronous copies' order of the best earliest-deadline pass (bench/gpu/probe_copy_order.py
-    runs it on the GPU)."""
-    return _orders(graph, plan, cost, passes)[2]
-
-
-def _orders(graph: Graph, plan: Plan, cost: CostModel, passes: int) -> tuple[float, float, dict[int, tuple]]:
-    memops = plan.memops
-    rank: dict[int, tuple] = {i: (m.complete_before, m.issue_after, i) for i, m in enumerate(memops)}
-    first = best = in_order(graph, plan, cost, rank)
-    assert first is not None  # the executor's order: every copy an op waits for is issued before it
-    best_rank = rank
-    for _ in range(passes):
-        _, op_end, start, end = best
-        rank = {}
-        for d in Direction:
-            left = {i for i, m in enumerate(memops) if m.mode is Mode.ASYNC and m.direction is d}
-            ready = {i: op_end[memops[i].issue_after] if memops[i].issue_after >= 0 else 0.0 for i in left}
-            free = 0.0
-            while left:
-                can = [i for i in left if ready[i] <= free] or [min(left, key=lambda i: ready[i])]
-                i = min(can, key=lambda i: (memops[i].complete_before, memops[i].issue_after, i))
-                rank[i] = (len(rank),)
-                left.remove(i)
-                free = max(free, ready[i]) + (end[i] - start[i])
-        again = in_order(graph, plan, cost, rank)
-        if again is not None and again[0] < best[0]:
-            best, best_rank = again, rank
-    return first[0], best[0], best_rank
+def copy_orders(graph: Graph, plan: Plan, cost: CostModel) -> tuple[float, float]:
+    """The plan's simulated iteration (ns) in the executor's copy order and in the one `compile_plan` picks
+    under swap (`policies.order_copies`: earliest-deadline, where the simulator finds that faster)."""
+    executor = replace(plan, copy_order=())
+    ordered = order_copies(graph, executor, Simulation(simulate, lower_bound, cost))
+    return tuple(float(simulate(graph, p, cost).iteration_ns().max()) for p in (executor, ordered))  # type: ignore[return-value]
 
 
 def lp_bound(graph: Graph, capacity: int, cost: CostModel) -> float:
@@ -204,12 +112,11 @@ def findings(rows: list[dict], steps: int) -> list[str]:
                    "given what the windows before it left on the device), not more windows.")
     met = lambda key: sum(r[key] <= GOAL * r["bound"] for r in rows)  # noqa: E731
     gain = max(rows, key=lambda r: r["executor"] - r["edf"])
-    out.append(f"- **The copy streams' order.** In earliest-deadline order the same plans would run up to "
-               f"{gain['executor'] - gain['edf']:.1f} ms faster ({gain['name']}: {gain['executor']:.1f} -> "
-               f"{gain['edf']:.1f} ms); {met('edf')} of {len(rows)} within {GOAL}x the bound, against "
-               f"{met('executor')} in the executor's order. Taking it means the engine placing each copy's call "
-               "by a simulated order instead of before the op that waits for it, and recording every swap sample "
-               "again.")
+    out.append(f"- **The copy streams' order.** In earliest-deadline order the same plans run up to "
+               f"{gain['executor'] - gain['edf']:.1f} ms faster in the simulator ({gain['name']}: "
+               f"{gain['executor']:.1f} -> {gain['edf']:.1f} ms); {met('edf')} of {len(rows)} within {GOAL}x the "
+               f"bound, against {met('executor')} in the executor's order. Plans carry this order now "
+               "(`plan.copy_order`, picked by `compile_plan` under swap with a simulation).")
     for path in sorted((ROOT / "bench" / "results" / "h200").glob("probe_copy_order_*.json")):
         probe = json.loads(path.read_text())
         ms, name = probe["median_ms"], probe["session"].removesuffix(".measured.vms")
@@ -241,7 +148,7 @@ def main() -> int:
         g, cost, capacity = s.graph, s.cost_model, s.plan.capacity
         assert cost is not None, f"{name} carries no cost model: bench/calibrate_samples.py fits one"
         simulation = Simulation(simulate, lower_bound, cost, None)
-        executor, edf = (ns / 1e6 for ns in earliest_deadline(g, s.plan, cost))
+        executor, edf = (ns / 1e6 for ns in copy_orders(g, s.plan, cost))
         began = time.perf_counter()
         longer = tuned.tune(g, capacity, simulation, 0, args.steps, 1e9, Mechanism.SWAP)
         row = {"name": name.replace("-swap", "").replace("-", " "), "key": name,

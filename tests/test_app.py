@@ -19,6 +19,7 @@ import param
 import pytest
 
 from vmexplorer.appstate import DEFAULT_SAMPLE, SAMPLES, AppState
+from vmexplorer.config import Mechanism
 from vmexplorer.plan.validate import validate_plan
 from vmexplorer.plots import SUMMARY_ROWS
 from vmexplorer.session import load_session
@@ -88,6 +89,23 @@ def test_dragging_a_prefetch_earlier_replans_manual_and_changes_the_iteration(st
     validate_plan(state.session.graph, state.session.plan)
     assert any(mv.tensor == move.tensor and mv.prefetch_after == lo for mv in state.session.plan.moves)
     assert [r["source"] for r in state.summary_rows()][0] == "simulated"
+
+
+def test_an_edit_of_a_swap_session_stays_swap_with_its_copies_in_the_order_its_simulation_runs_fastest() -> None:
+    from vmexplorer.policies import Simulation, order_copies
+    from vmexplorer.simulator import simulate
+    from vmexplorer.simulator.bound import lower_bound
+
+    state = AppState()
+    assert state.load(str(SAMPLES / "h200-vgg19-b64-tuned-swap-75pct.measured.vms")), state.message
+    move = state.moves[0]
+    assert state.drag("offload", move.tensor, move.offload_after + 1), state.message
+    s = state.session
+    assert s.plan.mechanism is Mechanism.SWAP and s.plan.policy == "manual"
+    validate_plan(s.graph, s.plan)
+    unordered = dataclasses.replace(s.plan, copy_order=())
+    again = order_copies(s.graph, unordered, Simulation(simulate, lower_bound, state.cost_model))
+    assert s.plan.copy_order == again.copy_order
 
 
 @pytest.mark.parametrize("kind", ["offload", "prefetch"])

@@ -1,12 +1,12 @@
-"""bench/swap_schedule_gap.py: its copy-order simulation is the simulator's when it keeps the executor's order,
-so what it says another order saves is measured against the same model."""
+"""bench/swap_schedule_gap.py: what it says the copy order saves is the simulator's own figure for the same
+plan in the executor's order and in the one `compile_plan` picks."""
 
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,9 +19,9 @@ from vmexplorer.simulator import simulate  # noqa: E402
 
 
 @pytest.mark.parametrize("name", swap_schedule_gap.GOALS)
-def test_in_the_executors_order_the_copy_order_simulation_is_the_simulators(name: str) -> None:
+def test_the_copy_orders_are_the_simulators_figures_and_the_picked_one_is_never_slower(name: str) -> None:
     s = load_session(ROOT / "sample_sessions" / f"h200-{name}.measured.vms")
-    executor, earliest = swap_schedule_gap.earliest_deadline(s.graph, s.plan, s.cost_model)
-    assert executor == pytest.approx(float(simulate(s.graph, s.plan, s.cost_model).op_end_ns.max()), abs=1.0)
+    executor, earliest = swap_schedule_gap.copy_orders(s.graph, s.plan, s.cost_model)
+    unordered = replace(s.plan, copy_order=())
+    assert executor == float(simulate(s.graph, unordered, s.cost_model).iteration_ns().max())
     assert earliest <= executor
-    assert np.isfinite(earliest)

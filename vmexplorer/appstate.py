@@ -288,7 +288,8 @@ class AppState(param.Parameterized):
             return self.fail("nothing shown to compare")
         g, cost = s.graph, self.cost_model or H100_DEFAULT
         try:
-            plan = compile_plan(g, s.plan.capacity, "manual", moves=list(self.moves), mechanism=other)
+            plan = compile_plan(g, s.plan.capacity, "manual", moves=list(self.moves), mechanism=other,
+                                simulation=Simulation(simulate, lower_bound, cost))
             session = new_session(g, plan, simulate(g, plan, cost), cost,
                                   notes=[f"the moves of {self.origin} through {other}, simulated with {cost.name}"])
         except (PlanError, SessionError, ValueError) as e:
@@ -515,9 +516,10 @@ class AppState(param.Parameterized):
         """Compile the moves as a manual plan and simulate; raises PlanError and changes nothing then."""
         s = self.session
         assert s is not None
-        graph = s.graph
-        plan = compile_plan(graph, s.plan.capacity, "manual", moves=list(moves))
-        cost = self.cost_model or H100_DEFAULT
+        graph, cost = s.graph, self.cost_model or H100_DEFAULT
+        # the shown mechanism's; under swap the copy streams take the order its simulation runs fastest in
+        plan = compile_plan(graph, s.plan.capacity, "manual", moves=list(moves), mechanism=s.plan.mechanism,
+                            simulation=Simulation(simulate, lower_bound, cost))
         session = new_session(graph, plan, simulate(graph, plan, cost), cost,
                               notes=[f"a manual plan edited in the app from {self.origin}, simulated with {cost.name}"])
         with param.parameterized.batch_call_watchers(self):
@@ -605,11 +607,12 @@ def _sweep(g: Graph, cost: CostModel, points: int) -> list[dict[str, Any]]:
 
 def plan_in(graph: Graph, capacity: int, policy: str, cost: CostModel, options: Mapping[str, Any] | None = None,
             moves: Sequence[Move] = (), mechanism: Mechanism | str = Mechanism.UVM) -> tuple[Plan, tuple[str, ...]]:
-    """`compile_plan`, with the simulator and `cost` for a policy that searches schedules in it (`tuned`),
-    and what the search reported. A search is deterministic for its options and takes a second or more,
-    so each is done once per server process, whichever page asks."""
+    """`compile_plan`, with the simulator and `cost` for a policy that searches schedules in it (`tuned`)
+    and for the copy order of a swap plan, and what the search reported. A search is deterministic for its
+    options and takes a second or more, so each is done once per server process, whichever page asks."""
     if POLICIES.get(policy) is None or POLICIES[policy].search is None:
-        return compile_plan(graph, capacity, policy, options, moves, mechanism=mechanism), ()
+        return compile_plan(graph, capacity, policy, options, moves, mechanism=mechanism,
+                            simulation=Simulation(simulate, lower_bound, cost)), ()
     cost_json = json.dumps(dataclasses.asdict(cost), sort_keys=True)
     return _searched(graph.model, graph.batch, graph.image_size, capacity, policy,
                      json.dumps(dict(options or {}), sort_keys=True), cost_json, str(mechanism))

@@ -443,7 +443,7 @@ def _drag_costliest_prefetch_late(state: AppState) -> bool:
             continue
         moves = [*state.moves[:i], replace(mv, prefetch_after=latest), *state.moves[i + 1:]]
         try:
-            plan = compile_plan(s.graph, s.plan.capacity, "manual", moves=moves)
+            plan = compile_plan(s.graph, s.plan.capacity, "manual", moves=moves, mechanism=s.plan.mechanism)
         except PlanError:
             continue
         took = int(simulate(s.graph, plan, state.cost_model).iteration_ns().max())

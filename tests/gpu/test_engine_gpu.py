@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from vmexplorer.graph import build_graph
+from vmexplorer.plan.validate import validate_plan
 from vmexplorer.policies import compile_plan
 
 cp = pytest.importorskip("cupy")
@@ -140,7 +141,9 @@ def test_discarding_dead_pages_or_not_never_changes_the_math(model, batch, size)
 # --- swap: a device pool of the capacity, pinned host memory, cudaMemcpyAsync each way --------------------
 def _swap_plans(graph, capacity):
     """Every moving policy's plan under swap: autovm moving weights too, tuned searched in the simulator,
-    and a manual plan with the prefetches moved earlier."""
+    a manual plan with the prefetches moved earlier, each in the executor's copy order; and each again
+    with its copy streams in earliest-deadline order (whether or not the simulator finds that faster)."""
+    from vmexplorer.plan.copies import earliest_deadline
     from vmexplorer.policies import Simulation
     from vmexplorer.simulator import H100_DEFAULT, simulate
     from vmexplorer.simulator.bound import lower_bound
@@ -148,11 +151,16 @@ def _swap_plans(graph, capacity):
     autovm = compile_plan(graph, capacity, "autovm", {"tensors": "all"}, mechanism="swap")
     earlier = [replace(mv, prefetch_after=max(mv.offload_after, (mv.prefetch_after or 0) - 2))
                if mv.prefetch_after is not None and mv.prefetch_after > mv.offload_after else mv for mv in autovm.moves]
-    return {"autovm": autovm, "belady": compile_plan(graph, capacity, "belady", mechanism="swap"),
-            "vdnn": compile_plan(graph, capacity, "vdnn", mechanism="swap"),
-            "tuned": compile_plan(graph, capacity, "tuned", mechanism="swap",
-                                  simulation=Simulation(simulate, lower_bound, H100_DEFAULT)),
-            "manual": compile_plan(graph, capacity, "manual", moves=earlier, mechanism="swap")}
+    plans = {"autovm": autovm, "belady": compile_plan(graph, capacity, "belady", mechanism="swap"),
+             "vdnn": compile_plan(graph, capacity, "vdnn", mechanism="swap"),
+             "tuned": replace(compile_plan(graph, capacity, "tuned", mechanism="swap",
+                                           simulation=Simulation(simulate, lower_bound, H100_DEFAULT)), copy_order=()),
+             "manual": compile_plan(graph, capacity, "manual", moves=earlier, mechanism="swap")}
+    for policy, plan in list(plans.items()):
+        timeline = simulate(graph, plan, H100_DEFAULT)
+        order = earliest_deadline(plan, timeline.op_end_ns, timeline.memop_end_ns - timeline.memop_start_ns)
+        plans[f"{policy} in earliest-deadline order"] = replace(plan, copy_order=order)
+    return plans
 
 
 @pytest.mark.parametrize("model,batch,size", SMALL)
@@ -162,6 +170,7 @@ def test_swapping_never_changes_the_math(model, batch, size):
     reference = _run(graph, "device", **kw).weights
     for policy, plan in _swap_plans(graph, max(graph.footprint // 2, graph.min_capacity[0])).items():
         assert any(m.nbytes for m in plan.memops), f"{policy}: the case must move something"
+        validate_plan(graph, plan)
         result = execute(graph, plan, RunSettings(**kw))
         assert result.environment["mechanism"] == "swap"
         memory = result.memory

@@ -22,6 +22,7 @@ from vmexplorer.cli import main
 from vmexplorer.config import Mechanism
 from vmexplorer.fileio import OutputError, atomic_write
 from vmexplorer.graph import build_graph
+from vmexplorer.plan.copies import earliest_deadline
 from vmexplorer.policies import POLICIES, compile_plan
 from vmexplorer.records import Timeline
 from vmexplorer.records.collected import MEMCPY_KINDS, UM_KINDS, Collected, CollectorStatus, thin
@@ -194,8 +195,10 @@ def set_in(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
 
 
 def without_mechanism(doc: dict[str, Any]) -> dict[str, Any]:
-    """The document without schema 8's fields: `config.mechanism` and the cost model's swap rates."""
+    """The document without schema 8's fields (`config.mechanism`, the cost model's swap rates) and schema
+    9's (`plan.copy_order`)."""
     del doc["config"]["mechanism"]
+    doc["plan"].pop("copy_order", None)
     for rate in SWAP_RATES:
         if doc["cost_model"] is not None:
             del doc["cost_model"][rate]
@@ -223,6 +226,8 @@ def as_version(version: int) -> Callable[[dict[str, Any]], None]:
             relabel(version)(doc)
         elif version < 8:
             without_mechanism(doc)
+        elif version < 9:
+            del doc["plan"]["copy_order"]
         doc["schema_version"] = version
         if version < 6 and doc["cost_model"] is not None:
             del doc["cost_model"]["fault_bytes_per_ns_by_kind"]
@@ -275,8 +280,15 @@ BAD_FILES: list[tuple[str, Callable[[bytes], bytes], str]] = [
      'unexpected field "serialises_directions"'),
     ("a mechanism in a schema 7 file", rewrite(set_in("schema_version", 7)), 'unexpected field "mechanism"'),
     ("swap rates in a schema 7 cost model",
-     rewrite(lambda doc: (doc["config"].pop("mechanism"), doc.update(schema_version=7))),
+     rewrite(lambda doc: (doc["config"].pop("mechanism"), doc["plan"].pop("copy_order"),
+                          doc.update(schema_version=7))),
      'unexpected field "swap_'),
+    ("a copy order in a schema 8 file", rewrite(set_in("schema_version", 8)),
+     'plan has an unexpected field "copy_order"'),
+    ("a copy order in a uvm plan", rewrite(set_in("plan.copy_order", [0])),
+     "plan: the plan is uvm but has a copy order"),
+    ("a copy order of text", rewrite(set_in("plan.copy_order", ["<b>1</b>"])),
+     "plan.copy_order row 0 should be a whole number"),
     ("an unknown mechanism", rewrite(set_in("config.mechanism", "<i>magic</i>")),
      'config.mechanism is "<i>magic</i>", expected one of "uvm", "swap"'),
     ("swap for the uvm policy", rewrite(lambda doc: doc["config"].update(policy="uvm", options={}, mechanism="swap")),
@@ -656,7 +668,7 @@ def test_a_bound_and_one_way_migrations_are_saved_and_a_schema_6_file_loads_with
     assert old.bound is None and old.cost_model.serialises_directions is True  # managed memory's driver
 
 
-def test_a_swap_session_keeps_its_mechanism_and_swap_rates_through_a_file(session: Session) -> None:
+def test_a_swap_session_keeps_its_mechanism_copy_order_and_swap_rates_through_a_file(session: Session) -> None:
     graph = session.graph
     plan = compile_plan(graph, graph.footprint // 2, "belady", mechanism="swap")
     cost = dataclasses.replace(H100_DEFAULT, swap_to_device_bytes_per_ns=55.0, swap_to_host_bytes_per_ns=53.0,
@@ -665,6 +677,10 @@ def test_a_swap_session_keeps_its_mechanism_and_swap_rates_through_a_file(sessio
                     bound=lower_bound(graph, plan.capacity, cost, plan.mechanism))
     back = session_from_bytes(session_to_bytes(s))
     assert back.plan.mechanism is Mechanism.SWAP and back.plan.memops == plan.memops
+    timeline = simulate(graph, plan, cost)
+    order = earliest_deadline(plan, timeline.op_end_ns, timeline.memop_end_ns - timeline.memop_start_ns)
+    ordered = dataclasses.replace(s, plan=dataclasses.replace(plan, copy_order=order))
+    assert order and session_from_bytes(session_to_bytes(ordered)).plan.copy_order == order
     assert (back.cost_model.swap_to_device_bytes_per_ns, back.cost_model.swap_to_host_bytes_per_ns,
             back.cost_model.swap_call_ns) == (55.0, 53.0, 7_000.0)
     assert json.loads(gzip.decompress(session_to_bytes(s)))["config"]["mechanism"] == "swap"

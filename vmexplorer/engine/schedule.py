@@ -4,7 +4,9 @@ The executor is a loop over these steps; everything about ordering is decided he
 it is tested on a CPU. Each step runs on one stream, first waits for events recorded by earlier
 steps, then records its own `done` event. Following DESIGN.md, an asynchronous memory call comes as
 late in host order as it can (right before the op that waits for it): the call blocks the host for
-about its transfer, and by then the GPU has every op up to that one queued.
+about its transfer, and by then the GPU has every op up to that one queued. A swap plan with a copy
+order (`plan.copies`; a pinned copy's call does not block) has each copy called as early as that order
+lets it instead.
 
 Under managed memory the dead bytes get steps of their own (`memory.dead_bytes` says which): a discard
 after the op a tensor dies at, on a stream of its own so compute never waits for it, and a populate
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from ..graph import Graph
-from ..plan import Direction, Mechanism, MemOp, Mode, Plan
+from ..plan import Direction, Mechanism, MemOp, Mode, Plan, copies
 from .memory import DeadBytes, Range
 
 PAGE = 64 << 10  # evict partial ranges on page-group boundaries
@@ -70,6 +72,8 @@ def schedule(graph: Graph, plan: Plan, dead: DeadBytes | None = None,
     (`swap.SwapPool.waits`); those its stream's order does not already imply become waits."""
     n = len(graph.ops)
     swap = plan.mechanism is Mechanism.SWAP
+    if swap and plan.copy_order:
+        return _ordered(graph, plan, pool or {})
     due: list[list[int]] = [[] for _ in range(n + 1)]
     for i, m in enumerate(plan.memops):
         due[m.complete_before].append(i)
@@ -108,6 +112,58 @@ def schedule(graph: Graph, plan: Plan, dead: DeadBytes | None = None,
             if dead is not None:
                 for step in _discard(dead, k, last_move):
                     program.append(step)
+    return tuple(program.steps)
+
+
+def _ordered(graph: Graph, plan: Plan, pool: Mapping[Event, tuple[Event, ...]]) -> tuple[Step, ...]:
+    """A swap plan's steps with its copy order (`plan.copies`): each stream's copies called in that order,
+    each as soon as the op it is issued after is enqueued, the copy before it on its stream is called and
+    the steps it waits for (the same tensor's copy before it, the ends of the stays whose pool bytes it
+    takes) are placed; a copy waiting for a step not yet placed holds back the copies behind it on its
+    stream. The synchronous copies and the ops keep the executor's places."""
+    n, memops = len(graph.ops), plan.memops
+    program = _Program(pool)
+    due_sync: list[list[int]] = [[] for _ in range(n + 1)]
+    due_async: list[list[Event]] = [[] for _ in range(n + 1)]
+    for i, m in enumerate(memops):
+        if m.mode is Mode.SYNC:
+            due_sync[m.complete_before].append(i)
+        else:
+            due_async[m.complete_before].append(("memop", i))
+    queues = {Stream.TO_HOST: copies.asynchronous(plan, Direction.TO_HOST),
+              Stream.TO_DEVICE: copies.asynchronous(plan, Direction.TO_DEVICE)}
+    previous: dict[int, Event] = {}  # each memory operation -> the one before it on its tensor
+    last: dict[int, Event] = {}
+    for i in sorted(range(len(memops)), key=lambda i: (memops[i].issue_after, memops[i].complete_before,
+                                                       memops[i].mode is Mode.SYNC, i)):
+        if memops[i].tensor in last:
+            previous[i] = last[memops[i].tensor]
+        last[memops[i].tensor] = ("memop", i)
+
+    def call(k: int) -> None:  # every copy whose turn has come by op k
+        called = True
+        while called:
+            called = False
+            for stream, queue in queues.items():
+                while queue and memops[queue[0]].issue_after < k and all(
+                        e in program.where for e in (*pool.get(("memop", queue[0]), ()),
+                                                     *([previous[queue[0]]] if queue[0] in previous else []))):
+                    i = queue.pop(0)
+                    waits = [("op", memops[i].issue_after)] if memops[i].issue_after >= 0 else []
+                    program.add(StepKind.COPY, i, stream, waits + ([previous[i]] if i in previous else []))
+                    called = True
+
+    for k in range(n + 1):
+        call(k)
+        for i in _swap_order(plan, due_sync[k], k):
+            kind = StepKind.COPY_IN if memops[i].direction is Direction.TO_DEVICE else StepKind.EVICT
+            program.add(kind, i, Stream.COMPUTE, [previous[i]] if i in previous else [])
+            call(k)
+        if k < n:
+            late = [e for e in due_async[k] if e not in program.where]
+            if late:  # validate_plan refuses an order calling a copy after the op waiting for it
+                raise ValueError(f"op {k} waits for {late[0]}, which the copy order has not called yet")
+            program.add(StepKind.OP, k, Stream.COMPUTE, due_async[k])
     return tuple(program.steps)
 
 

@@ -67,6 +67,9 @@ class Plan:
     memops: tuple[MemOp, ...]
     resident_at_start: tuple[tuple[int, int], ...]  # (tensor, bytes on the device) as an iteration begins
     peak_resident: int  # the most bytes occupying the device at any op
+    # under swap, the asynchronous copies (memop indices) in the order the host calls them, each stream
+    # taking its own in turn (`copies.py`); empty: each called just before the op that waits for it
+    copy_order: tuple[int, ...] = ()
 
     @property
     def model(self) -> str:

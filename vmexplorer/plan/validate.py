@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..config import Mechanism
 from ..graph import Graph
+from .copies import check_copy_order
 from .plan import Direction, MemOp, Mode, Plan, PlanError
 from .residency import check
 
@@ -31,6 +32,7 @@ def validate_plan(graph: Graph, plan: Plan) -> None:
         if swap and nbytes != graph.tensors[t].nbytes:
             raise PlanError(f"resident_at_start has {nbytes} of the {graph.tensors[t].nbytes} bytes of tensor {t}; "
                             "under swap a tensor is on the device whole or not at all")
+    check_copy_order(graph, plan)
     problems = check(graph, plan.capacity, plan.memops, plan.resident_at_start, plan.mechanism).problems
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""

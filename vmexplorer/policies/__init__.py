@@ -28,7 +28,7 @@ from ..graph import Graph
 from ..plan import Move, Plan, PlanError
 from ..plan.residency import repair, transfers_for_moves
 from . import autovm, belady, device, manual, tuned, uvm, vdnn
-from .common import check_capacity
+from .common import check_capacity, order_copies
 from .spec import OptionSpec, PlanMoves, PolicySpec, SearchMoves, Simulation
 
 POLICIES: dict[str, PolicySpec] = {spec.name: spec for spec in (
@@ -49,7 +49,8 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
     is forced to add; PlanError naming the problem and the fix for an unknown policy, option or
     mechanism, a capacity no plan fits, moves the policy cannot take, or swap for a uvm-only policy.
     `simulation` (the simulator and the cost model the plan will be simulated with) is for a policy
-    that searches in it (`tuned`); the others ignore it."""
+    that searches in it (`tuned`) and, under swap, picks the order the copy streams take their copies in
+    (`order_copies`); without one a swap plan keeps the executor's order."""
     spec = POLICIES.get(policy)
     if spec is None:
         raise PlanError(f"unknown policy {policy!r}; choose one of: {', '.join(POLICIES)}")
@@ -65,7 +66,8 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
         raise PlanError(f"moves are a manual plan; the {policy} policy makes its own")
     replay = repair(graph, capacity, transfers_for_moves(graph, list(planned)), mech)
     config = Config(graph.model, graph.batch, graph.image_size, capacity, policy, opts, mech)
-    return Plan(config, replay.memops, replay.resident_at_start, replay.peak)
+    plan = Plan(config, replay.memops, replay.resident_at_start, replay.peak)
+    return order_copies(graph, plan, simulation) if mech is Mechanism.SWAP and simulation is not None else plan
 
 
 def check_mechanism(spec: PolicySpec, mechanism: Mechanism | str) -> Mechanism:
@@ -110,4 +112,4 @@ def _check_options(spec: PolicySpec, options: Mapping[str, Any]) -> dict[str, An
 
 
 __all__ = ["POLICIES", "Mechanism", "OptionSpec", "PlanMoves", "PolicySpec", "SearchMoves", "Simulation",
-           "check_capacity", "check_mechanism", "compile_plan", "non_default_options"]
+           "check_capacity", "check_mechanism", "compile_plan", "non_default_options", "order_copies"]

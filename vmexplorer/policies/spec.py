@@ -31,8 +31,17 @@ class PlanMoves(Protocol):
         ...
 
 
-class _Timed(Protocol):
-    def iteration_ns(self) -> Any: ...  # the simulated iterations' times (records.spans.Timeline)
+class _Timed(Protocol):  # records.spans.Timeline
+    @property
+    def op_end_ns(self) -> Any: ...  # per op
+
+    @property
+    def memop_start_ns(self) -> Any: ...  # per memory operation
+
+    @property
+    def memop_end_ns(self) -> Any: ...
+
+    def iteration_ns(self) -> Any: ...  # the simulated iterations' times
 
 
 class _Bounded(Protocol):

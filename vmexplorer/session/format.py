@@ -82,6 +82,7 @@ def encode(s: Session) -> dict[str, Any]:
             "resident_at_start": _table({"tensor": [t for t, _ in p.resident_at_start],
                                          "nbytes": [b for _, b in p.resident_at_start]}),
             "peak_resident_bytes": int(p.peak_resident),
+            "copy_order": list(p.copy_order),
         },
         "timeline": {
             "source": tl.source,
@@ -190,7 +191,7 @@ def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
     _same_graph(r, _graph(r, r.fields(doc["graph"], "graph", ("tensors", "ops")), model, batch, size), expected)
     graph = expected  # equal, and it carries what the engine needs beyond the file (op attributes)
     plan = _plan(r, doc["plan"], graph, Config(graph.model, graph.batch, graph.image_size, capacity, policy,
-                                               dict(options), mechanism))
+                                               dict(options), mechanism), version)
     timeline = _timeline(r, doc["timeline"], graph, plan, version)
     cost = None if doc["cost_model"] is None else _read_cost_model(r, doc["cost_model"], version)
     raw = doc.get("collected")
@@ -278,8 +279,9 @@ def _graph(r: Reader, d: dict[str, Any], model: str, batch: int, size: int) -> G
     return Graph(model, batch, size, tensors, ops)
 
 
-def _plan(r: Reader, value: Any, graph: Graph, config: Config) -> Plan:
-    d = r.fields(value, "plan", ("memops", "resident_at_start", "peak_resident_bytes"))
+def _plan(r: Reader, value: Any, graph: Graph, config: Config, version: int) -> Plan:
+    d = r.fields(value, "plan", ("memops", "resident_at_start", "peak_resident_bytes")
+                 + (("copy_order",) if version >= 9 else ()))
     m = r.table(d["memops"], "plan.memops",
                 {"tensor": INT, "direction": Direction, "mode": Mode, "origin": Origin,
                  "issue_after_op": INT, "complete_before_op": INT, "nbytes": INT})
@@ -301,7 +303,8 @@ def _plan(r: Reader, value: Any, graph: Graph, config: Config) -> Plan:
         m["tensor"].tolist(), m["direction"], m["mode"], m["origin"], m["issue_after_op"].tolist(),
         m["complete_before_op"].tolist(), m["nbytes"].tolist()))
     resident = tuple(zip(start["tensor"].tolist(), start["nbytes"].tolist()))
-    plan = Plan(config, memops, resident, peak)
+    order = r.column(d.get("copy_order", []), "plan.copy_order", INT, None)
+    plan = Plan(config, memops, resident, peak, tuple(int(i) for i in order))
     try:
         validate_plan(graph, plan)  # what `vmexplorer plan` and the executor hold every plan to
     except PlanError as e:

@@ -22,7 +22,7 @@ FORMAT = "vmexplorer-session"
 # 2 added "collected" (the GPU collectors' records), 3 the cost model's "op_gap_ns" and "call_ns", 4
 # "collected.memcpy", 7 the "bound" and the cost model's "serialises_directions", 8 "config.mechanism" and
 # the cost model's swap rates; older files still load
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 class SessionError(ValueError):
     """A session that cannot be saved or loaded; the message names the file and the problem."""

@@ -22,7 +22,10 @@ tensor copied in on demand, room made by copying out) runs synchronously before 
 for it, and it takes its direction's copy engine in turn with the copies already queued there, so no
 direction ever moves faster than its rate. A tensor copied in and straight back out before any op touches
 it (`plan.stays`: the repair making room while its copy in was still arriving) moves nothing, as in the
-engine: both copies take no time.
+engine: both copies take no time. A swap plan with a copy order (`plan.copies`) has its copies called
+in that order instead, each as soon as the host has enqueued the op it is issued after (and the copy
+before it on its stream): a copy then starts once that op has ended, its stream is free and, for a copy
+in, the room made before the next op is there.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import numpy as np
 
 from ..graph import Graph
 from ..plan import Direction, Mechanism, MemOp, Mode, Plan, PlanError
+from ..plan.copies import asynchronous, call_before
 from ..plan.stays import elided
 from ..records.spans import MAX_NS, Timeline, resident_curve
 from .costmodel import H100_DEFAULT, CostModel
@@ -56,6 +60,10 @@ def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timelin
     host = gpu = 0.0
     engine = _Engine(cost.serialises_directions)
     skipped = elided(graph, plan)
+    # a stored copy order (swap): each stream's queue of copies, each called before op `calls[i]`
+    queues = {d: asynchronous(plan, d) for d in Direction} if plan.copy_order else {}
+    calls = call_before(plan) if plan.copy_order else {}
+    placed = np.zeros(len(memops), dtype=bool)
 
     def copy(i: int, t: float, room_known: bool) -> float:
         """An asynchronous copy due before op k, on its direction's stream: when op k may start."""
@@ -73,17 +81,40 @@ def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timelin
         host += cost.host_block * max(0.0, end - host)
         return max(t, end)
 
+    def call(k: int, early: list[int], room_known: bool) -> None:
+        """In a stored order, the copies each stream's queue calls before op k: the host is there, and
+        their issue ops have ended. Until op k's room is known, a copy in issued right before op k waits
+        (it lands in that room) unless the replay takes it straight back out."""
+        for d, queue in queues.items():
+            while queue and calls[queue[0]] <= k:
+                i = queue[0]
+                if d is Direction.TO_DEVICE and not room_known and memops[i].issue_after == k - 1 and i not in early:
+                    break
+                copy(i, 0.0, memops[i].issue_after + 1 < k or room_known)
+                placed[i] = True
+                queue.pop(0)
+
     for k in range(n + 1):
         arrived = max(gpu, host)  # op k-1 is done and the host has reached op k
         t = arrived
         # under swap a tensor the replay copies out as its copy in lands goes out only once it is in
         early = _landing_then_out(memops, due_async[k], due_sync[k]) if swap else []
-        for i in early:
-            t = copy(i, t, memops[i].issue_after + 1 < k)
+        if queues:
+            call(k, early, False)
+            t = max([t, *(mem_end[i] for i in early)])
+        else:
+            for i in early:
+                t = copy(i, t, memops[i].issue_after + 1 < k)
         t = room[k] = _sync(engine, cost, memops, due_sync[k], Direction.TO_HOST, t, swap, mem_start, mem_end, skipped)
         t = _sync(engine, cost, memops, due_sync[k], Direction.TO_DEVICE, t, swap, mem_start, mem_end, skipped)
-        for i in sorted(set(due_async[k]) - set(early), key=lambda i: (memops[i].issue_after, i)):
-            t = copy(i, t, True)
+        if queues:
+            call(k, early, True)
+            if not placed[due_async[k]].all():  # validate_plan refuses such an order
+                raise PlanError(f"the copy order has not called every copy op {k} waits for")
+            t = max([t, *(mem_end[i] for i in due_async[k])])
+        else:
+            for i in sorted(set(due_async[k]) - set(early), key=lambda i: (memops[i].issue_after, i)):
+                t = copy(i, t, True)
         if k == n:
             break
         t = max(t, host, arrived + gaps[k])
