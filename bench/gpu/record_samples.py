@@ -20,7 +20,8 @@ session, so a pass cut short keeps what it recorded.
 capacity, pinned copies; `vmexplorer run --mechanism swap`), named `<model>-b<batch>-<policy>-swap-<pct>pct
 .measured.vms`; `uvm`, which only runs through the driver, is left out. With `--set h200` each model's `device`
 comes first as before, then `belady` at its first capacity, which is calibrated on it (the swap copy rates
-of this GPU, `vmexplorer calibrate`), then the rest, `tuned` searching with that calibration.
+of this GPU, `vmexplorer calibrate`), then the rest with that calibration (`vmexplorer run --cost-model`):
+`tuned` searches with it, and every plan's copy order (`plan.copies`) is picked with it.
 
 `--collectors PARTS` is passed to `vmexplorer run`. Each run times its iterations without CUPTI's
 unified-memory counters and counts one more iteration after them (`vmexplorer run --counted`), so the
@@ -147,7 +148,8 @@ def h200(out: Path, iterations: int, collectors: str | None, log: str) -> list[d
 
 def h200_swap(out: Path, iterations: int, collectors: str | None, log: str) -> list[dict]:
     """The `h200` set through swap, model by model: `device`, `belady` at the first capacity, the latter
-    calibrated on the former (the swap copy rates), then the rest, `tuned` searching with that calibration."""
+    calibrated on the former (the swap copy rates), then the rest with that calibration: `tuned` searches
+    with it and every plan's copy order is picked with it (the first `belady`'s with the default model)."""
     rows: list[dict] = []
     calibrations: list[dict] = []
     for model, batch, pcts in H200_MODELS:
@@ -167,8 +169,8 @@ def h200_swap(out: Path, iterations: int, collectors: str | None, log: str) -> l
                 if policy == "tuned" and fit["exit"] != 0:
                     rows.append({"session": name(model, batch, policy, pct, "swap"), "command": "", "exit": 1,
                                  "wall_s": 0.0, "message": "not recorded: no calibrated cost model to search with"})
-                else:
-                    cost = out / str(fit["cost_model"]) if policy == "tuned" else None
+                else:  # the calibration also picks each swap plan's copy order (`plan.copies`)
+                    cost = out / str(fit["cost_model"]) if fit["exit"] == 0 else None
                     rows.append(record(model, batch, policy, pct, out=out, iterations=iterations,
                                        collectors=collectors, cost_model=cost, mechanism="swap"))
                 write_log(out, rows, log)
