@@ -176,3 +176,22 @@ def test_an_op_row_or_iteration_the_session_lacks_is_refused_with_what_it_has(uv
         op_span_ms(uvm, 0, 99)
     with pytest.raises(ValueError, match="no memory operation at row -1"):
         memop_details(uvm, -1)
+
+
+def test_a_copy_says_where_the_host_calls_it_in_the_executors_order_or_in_the_plans_copy_order(
+        autovm: Session) -> None:
+    import dataclasses
+
+    from vmexplorer.plan.copies import asynchronous, earliest_deadline
+
+    i, m = next((i, m) for i, m in enumerate(autovm.plan.memops) if m.mode is Mode.ASYNC)
+    called = dict(memop_details(autovm, memop_row(autovm, i, 0)))["called"]
+    assert called.startswith(f"before {autovm.graph.ops[m.complete_before].name} (op {m.complete_before})")
+    assert "the executor's order" in called
+    swap = load_session(SAMPLES / "h200-vgg19-b64-vdnn-swap-50pct.measured.vms")
+    tl = swap.timeline
+    order = earliest_deadline(swap.plan, tl.op_end_ns, tl.memop_end_ns - tl.memop_start_ns)
+    ordered = dataclasses.replace(swap, plan=dataclasses.replace(swap.plan, copy_order=order))
+    stream = asynchronous(ordered.plan, Direction.TO_DEVICE)
+    called = dict(memop_details(ordered, memop_row(ordered, stream[1], 0)))["called"]
+    assert f"as copy 2 of {len(stream)} on its stream in the plan's copy order" in called

@@ -17,6 +17,7 @@ import numpy as np
 from .config import Mechanism
 from .graph import Graph, Op
 from .plan import Direction, MemOp, Mode, Origin, transfer_kind
+from .plan.copies import asynchronous, call_before
 from .records.spans import one_iteration
 from .session import Session
 from .units import format_bytes, format_ns
@@ -208,6 +209,8 @@ def memop_details(session: Session, row: int) -> Details:
     nvtx = ("none of its own: it runs inside the range of the op that faults" if m.mode is Mode.FAULT
             else memop_range_name(g, m))
     when = [("faulted in by", before)] if m.mode is Mode.FAULT else [("issued after", after), ("needed by", before)]
+    if m.mode is Mode.ASYNC:
+        when.append(("called", _called(session, int(tl.memop_index[row]))))
     return [("tensor", g.tensors[m.tensor].name), ("bytes", format_bytes(m.nbytes)),
             ("direction", direction_words(m.direction)),
             ("what", memop_what(m, session.plan.mechanism) + (
@@ -235,6 +238,18 @@ def tensor_details(session: Session, tensor: int) -> Details:
             ("transfers", _list([f"{memop_what(m, mech)} {direction_words(m.direction)} ({format_bytes(m.nbytes)}) "
                                  f"after {_op_words(g, m.issue_after) if m.issue_after >= 0 else 'the start'}"
                                  for m in moves]) or "none: it stays where it is")]
+
+
+def _called(session: Session, memop: int) -> str:
+    """Where the host calls an asynchronous copy, and why there: its stream runs copies in call order."""
+    g, plan = session.graph, session.plan
+    at = call_before(plan)[memop]
+    where = "at the end of the iteration" if at >= len(g.ops) else f"before {_op_words(g, at)} is enqueued"
+    if not plan.copy_order:
+        return f"{where}, the op that waits for it (the executor's order: its stream runs copies in order of need)"
+    stream = asynchronous(plan, plan.memops[memop].direction)
+    return (f"{where}, as copy {stream.index(memop) + 1} of {len(stream)} on its stream in the plan's copy order "
+            "(each called as early as that order lets it)")
 
 
 def _issued_after(session: Session, op: int) -> str:
