@@ -123,7 +123,9 @@ def findings(rows: list[dict], steps: int) -> list[str]:
         timed = sum("weights_sha256" not in r and "error" not in r for r in probe["runs"]) // 2
         row = next((r for r in rows if f"h200-{r['key']}" == name), None)
         ratio = f", {ms['earliest-deadline'] / row['bound']:.2f}x the bound" if row else ""
-        out.append(f"  - On the H200 (`bench/gpu/probe_copy_order.py`, `{path.name}`: the plan of {name}, "
+        how = ("the engine's own copy order, `plan.copy_order`" if "_engine_" in path.name else
+               "before plans carried an order: the executor's program rebuilt by the probe")
+        out.append(f"  - On the H200 (`bench/gpu/probe_copy_order.py`, {how}; `{path.name}`: the plan of {name}, "
                    f"{timed} processes each, medians): the executor's order {ms['executor']:.1f} ms, earliest-deadline "
                    f"{ms['earliest-deadline']:.1f} ms{ratio}; the two orders' weights after 5 iterations with "
                    f"deterministic engines {'are the same bits' if ms['same_weights'] else 'DIFFER'}.")
