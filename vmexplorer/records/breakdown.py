@@ -54,9 +54,12 @@ def time_split(graph: Graph, plan: Plan, timeline: Timeline, own_ns: np.ndarray,
     awaited = _awaited_ends(plan, tl, len(graph.ops))
     compute = fault = wait = idle = 0
     # the iteration runs from where its first op began to wait (`Timeline.iteration_ns`)
-    first = int(start[0] - tl.op_stall_ns[order][0]) if len(start) else 0
+    first = int((tl.op_start_ns - tl.op_stall_ns).min()) if len(start) else 0
     edge = first  # where the compute stream became free
-    for k, s, e, f in zip(ops.tolist(), start.tolist(), end.tolist(), faulted.tolist()):
+    # the parts add up to the iteration: an op's end past the next iteration's start (the measured times'
+    # rounding puts one a nanosecond over) counts up to that start
+    for k, s, e, f in zip(ops.tolist(), np.minimum(start, first + length).tolist(),
+                          np.minimum(end, first + length).tolist(), faulted.tolist()):
         w, i = _split_gap(edge, s, awaited.get(k))
         wait, idle = wait + w, idle + i
         span = max(0, e - max(s, edge))
