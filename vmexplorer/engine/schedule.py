@@ -204,6 +204,9 @@ class _Program:
         self.steps.append(step)
 
     def add(self, kind: StepKind, index: int, stream: Stream, waits: list[Event]) -> None:
+        early = [e for e in waits if e not in self.where]
+        if early:  # its event would be last iteration's, or none: the step would not wait at all
+            raise ValueError(f"a step waits for {early[0]}, which comes after it in host order")
         done = Step(kind, index, stream, ()).done
         if done in self.pool:
             waits = waits + self._not_implied(self.pool[done], stream, waits)

@@ -101,7 +101,10 @@ def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timelin
         early = _landing_then_out(memops, due_async[k], due_sync[k]) if swap else []
         if queues:
             call(k, early, False)
-            t = max([t, *(mem_end[i] for i in early)])
+            # one held back on its stream behind a copy in that waits for this room is not waited for: its
+            # copy out goes ahead, optimistic (no recorded order has such a case; `schedule` refuses one whose
+            # steps would wait for a later step)
+            t = max([t, *(mem_end[i] for i in early if placed[i])])
         else:
             for i in early:
                 t = copy(i, t, memops[i].issue_after + 1 < k)
