@@ -812,7 +812,27 @@ def close_bound17(c: Config, name: str, s: Session, rec: list[float]) -> str:
             f"of {to_host + to_device:.0f} ({apart(c, s)}). Closing it takes copies out that keep pace with the "
             "forward and copies in that run ahead of the backward, each beside the other direction where a window "
             "has both; a copy in needs its room while the bytes going out still hold theirs (the placement already "
-            f"takes {_pool_text(s, c.capacity)}){least}.")
+            f"takes {_pool_text(s, c.capacity)}){least}.{in_backward17(c, target)}")
+
+
+def in_backward17(c: Config, target: float) -> str:
+    """What `bench/gpu/probe_optimizer_in_backward.py` measured for the configuration, where it ran: the
+    same schedule search with each layer's SGD step inside the backward."""
+    name = f"probe_optimizer_in_backward_{c.model}-b{c.batch}-tuned-swap-{c.pct}pct.json"
+    path = ROOT / "bench" / "results" / "h200" / name
+    if not path.is_file():
+        return ""
+    probe = json.loads(path.read_text())
+    ms_ = probe["median_ms"]
+    verdict = ("within the goal's figure" if ms_["in_backward"] <= target
+               else f"{ms_['in_backward'] - target:.1f} ms short of the goal's figure")
+    return (f" Part of what it loses is the update: every SGD step waits after the backward for its weights, gradients "
+            "and momenta to come back (`bench/results/h200/optimizer_in_backward.md` says how long). With each "
+            "step right after the backward op completing its gradient "
+            f"(`bench/optimizer_in_backward.py`), `tuned` through swap measured {ms_['in_backward']:.1f} ms against "
+            f"{ms_['as_is']:.1f} ms for the graph as it is ({probe['processes']} processes each, medians; "
+            f"{'the same weights bit for bit' if ms_['same_weights'] else 'DIFFERENT weights'} as the `device` run "
+            f"after 5 iterations), {verdict}: an order the graph does not offer yet.")
 
 
 def window_spans_ms(c: Config, s: Session) -> list[tuple[str, float, float]]:
