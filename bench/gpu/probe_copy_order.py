@@ -45,15 +45,21 @@ def ordered(session: Path, order: str):  # noqa: ANN201
 def one(session: Path, order: str, check: bool = False) -> dict:
     """Run the session's plan once in this process; with `check`, with deterministic engines and no TF32,
     keeping the weights, and say their digest (two orders of one plan must give the same bits)."""
+    graph, plan = ordered(session, order)
+    return {"order": order, **run_once(graph, plan, check)}
+
+
+def run_once(graph, plan, check: bool) -> dict:  # noqa: ANN001
+    """Five iterations of `plan` in this process: the median iteration and the losses; with `check`, with
+    deterministic engines and no TF32, and the digest of the weights they leave."""
     import numpy as np
 
     from vmexplorer.engine.executor import RunSettings, execute
 
-    graph, plan = ordered(session, order)
     settings = (RunSettings(iterations=5, warmup=0, allow_tf32=False, deterministic=True, keep_weights=True,
                             collect=False) if check else RunSettings(iterations=5, warmup=1, collect=False))
     result = execute(graph, plan, settings)
-    row = {"order": order, "iteration_ms": float(np.median(result.timeline.timed_ns())) / 1e6,
+    row = {"iteration_ms": float(np.median(result.timeline.timed_ns())) / 1e6,
            "losses": [float(x) for x in result.losses]}
     if check:
         digest = hashlib.sha256()

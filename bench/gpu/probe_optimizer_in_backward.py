@@ -15,7 +15,6 @@ it is, and checks that the three give the same weights bit for bit (the same ste
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import statistics
 import subprocess
@@ -25,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 ORDERS = ("as_is", "in_backward")
 
@@ -45,25 +45,12 @@ def planned(session: Path, order: str):  # noqa: ANN201
 
 
 def one(session: Path, order: str, check: bool = False) -> dict:
-    """Run the order's plan once in this process; with `check`, with deterministic engines and no TF32,
-    keeping the weights, and say their digest."""
-    import numpy as np
-
-    from vmexplorer.engine.executor import RunSettings, execute
+    """Run the order's plan once in this process (`probe_copy_order.run_once`), with what it moves out."""
+    from probe_copy_order import run_once
 
     graph, plan = planned(session, order)
-    settings = (RunSettings(iterations=5, warmup=0, allow_tf32=False, deterministic=True, keep_weights=True,
-                            collect=False) if check else RunSettings(iterations=5, warmup=1, collect=False))
-    result = execute(graph, plan, settings)
-    row = {"order": order, "iteration_ms": float(np.median(result.timeline.timed_ns())) / 1e6,
-           "moved_to_host": sum(m.nbytes for m in plan.memops if m.direction.value == "to_host"),
-           "losses": [float(x) for x in result.losses]}
-    if check:
-        digest = hashlib.sha256()
-        for name in sorted(result.weights):
-            digest.update(name.encode() + np.ascontiguousarray(result.weights[name]).tobytes())
-        row["weights_sha256"] = digest.hexdigest()
-    return row
+    return {"order": order, "moved_to_host": sum(m.nbytes for m in plan.memops if m.direction.value == "to_host"),
+            **run_once(graph, plan, check)}
 
 
 def main() -> int:
