@@ -4,14 +4,15 @@ Written to bench/results/h200/optimizer_in_backward.md.
 
     python bench/optimizer_in_backward.py [--out bench/results/h200/optimizer_in_backward.md]
 
-The graph runs the update as a training loop does, `optimizer.step()` after `loss.backward()`: every
-layer's step after the whole backward. Through swap the best schedules lose most where that update needs
-its weights, gradients and momenta on the device at once, just after the backward's largest activations
-have left: in VGG-19 b64 at 50% the classifier's first layer brings its weight, gradient and momentum in
-while the copy stream out stands idle. Running each layer's step right after the backward op that completes its gradient (PyTorch's
-"optimizer in backward", a post-accumulate-grad hook per parameter; LOMO, Lv et al. 2023) computes the same
-weights bit for bit: the step reads the same weight, gradient and momentum, and no later op of the
-iteration reads what it writes. `in_backward` builds that order from the graph; nothing else changes.
+The graph runs the update as a training loop does, `optimizer.step()` after `loss.backward()`: every layer's
+step after the whole backward. Through swap the best schedules lose most where that update needs its
+weights, gradients and momenta on the device at once, just after the backward's largest activations have
+left: in VGG-19 b64 at 50% the classifier's first layer brings its weight, gradient and momentum in while
+the copy stream out stands idle. Running each layer's step right after the backward op that completes its
+gradient (PyTorch's "optimizer in backward", a post-accumulate-grad hook per parameter; LOMO, Lv et al.
+2023) computes the same weights bit for bit: the step reads the same weight, gradient and momentum, and no
+later op of the iteration reads what it writes. `in_backward` builds that order from the graph; nothing else
+changes.
 
 For each configuration of issue 17's goals, under its best recorded swap schedule's own cost model
 (`sample_sessions/h200-*`, calibrated on itself): the bound through swap and `tuned` (its default search,
