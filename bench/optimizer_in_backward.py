@@ -35,21 +35,18 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from pool_within import swap_plan  # noqa: E402
+from swap_schedule_gap import GOAL, GOALS  # noqa: E402
 
 from vmexplorer.config import Mechanism  # noqa: E402
 from vmexplorer.graph import Graph  # noqa: E402
 from vmexplorer.graph.graph import Phase  # noqa: E402
 from vmexplorer.plan import Direction, Plan  # noqa: E402
-from vmexplorer.policies import compile_plan  # noqa: E402
-from vmexplorer.policies.spec import Simulation  # noqa: E402
 from vmexplorer.session import load_session  # noqa: E402
 from vmexplorer.simulator import CostModel, simulate  # noqa: E402
 from vmexplorer.simulator.bound import lower_bound  # noqa: E402
-
-GOALS = ("alexnet-b256-tuned-swap-50pct", "vgg19-b64-tuned-swap-50pct", "vgg19-b64-tuned-swap-60pct",
-         "vgg19-b64-tuned-swap-75pct", "vgg19-b64-tuned-swap-90pct", "resnet50-b64-belady-swap-50pct")
-GOAL = 1.25
-UNCAPPED = {"search_seconds": 1e9}  # the default steps, with no wall-clock cap: one seed, one plan anywhere
 
 
 def in_backward(graph: Graph) -> Graph:
@@ -73,8 +70,7 @@ def in_backward(graph: Graph) -> Graph:
 
 def tuned_plan(graph: Graph, capacity: int, cost: CostModel) -> Plan:
     """`tuned` through swap with its default search, uncapped in time, under `cost`."""
-    return compile_plan(graph, capacity, "tuned", UNCAPPED, simulation=Simulation(simulate, lower_bound, cost),
-                        mechanism=Mechanism.SWAP)
+    return swap_plan(graph, capacity, "tuned", cost)
 
 
 def after_backward_ns(graph: Graph, plan: Plan, cost: CostModel) -> float:

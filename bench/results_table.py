@@ -865,8 +865,8 @@ def _pool_text(s: Session, capacity: int) -> str:
 def against_save_on_cpu17(swap: list[Config]) -> list[str]:
     if not SAVE_ON_CPU.is_file():
         return []
-    theirs = {(r["model"], r["batch"]): r for r in json.loads(SAVE_ON_CPU.read_text())["rows"]
-              if r["config"].startswith("pytorch save_on_cpu")}
+    rows = json.loads(SAVE_ON_CPU.read_text())["rows"]
+    theirs = {(r["model"], r["batch"]): r for r in rows if r["config"].startswith("pytorch save_on_cpu")}
     out = ["", "## Against PyTorch's save_on_cpu(pin_memory=True)", "",
            "PyTorch's figures are `bench/results/h200/bench_save_on_cpu.json` (medians over its processes; peak: "
            "`torch.cuda.max_memory_allocated`, every tensor through its allocator; taken: what `cudaMemGetInfo` saw "
@@ -898,7 +898,7 @@ def against_save_on_cpu17(swap: list[Config]) -> list[str]:
         if mem and not small:
             notes.append(close_pool17(c, pool, peak, r["iteration_ms"]))
     return (out + (["", "What would close each missed goal at 50%:", "", *notes] if notes else [])
-            + within_half17(json.loads(SAVE_ON_CPU.read_text())["rows"]))
+            + within_half17(rows))
 
 
 def within_half17(rows: list[dict]) -> list[str]:

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+ORDERS = ("executor", "earliest-deadline")
 sys.path.insert(0, str(ROOT))
 
 
@@ -69,33 +70,40 @@ def run_once(graph, plan, check: bool) -> dict:  # noqa: ANN001
     return row
 
 
+def in_processes(script: Path, session: Path, orders: tuple[str, ...], processes: int,
+                 checked: tuple[str, ...]) -> tuple[list[dict], dict]:
+    """`script --one ORDER` for each of `orders` in turn, `processes` times, each in a process of its own,
+    then each of `checked` once with `--check` (deterministic engines): every row, and the median iteration
+    of each order with whether the checked runs left the same weights, bit for bit."""
+    import statistics
+
+    rows = []
+    for order, check in [*((o, False) for _ in range(processes) for o in orders), *((o, True) for o in checked)]:
+        cmd = [sys.executable, str(script), str(session), "--one", order, *(["--check"] if check else [])]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        row = json.loads(done.stdout) if done.returncode == 0 else {"order": order, "error": done.stderr[-2000:]}
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    timed = [r for r in rows if "error" not in r and "weights_sha256" not in r]
+    summary: dict = {o: statistics.median(r["iteration_ms"] for r in timed if r["order"] == o)
+                     for o in orders if any(r["order"] == o for r in timed)}
+    digests = [r.get("weights_sha256") for r in rows[len(rows) - len(checked):]]
+    summary["same_weights"] = None not in digests and len(set(digests)) == 1
+    return rows, summary
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("session", type=Path)
     ap.add_argument("--processes", type=int, default=3)
-    ap.add_argument("--one", choices=("executor", "earliest-deadline"), help=argparse.SUPPRESS)
+    ap.add_argument("--one", choices=ORDERS, help=argparse.SUPPRESS)
     ap.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     if args.one:
         print(json.dumps(one(args.session, args.one, args.check)))
         return 0
-    rows = []
-    for run in range(args.processes + 1):  # the last pass checks the bits, with deterministic engines
-        for order in ("executor", "earliest-deadline"):
-            check = ["--check"] if run == args.processes else []
-            cmd = [sys.executable, __file__, str(args.session), "--one", order, *check]
-            done = subprocess.run(cmd, capture_output=True, text=True)
-            row = json.loads(done.stdout) if done.returncode == 0 else {"order": order, "error": done.stderr[-2000:]}
-            print(json.dumps(row), flush=True)
-            rows.append(row)
-    import statistics as st
-
-    timed = [r for r in rows if "error" not in r and "weights_sha256" not in r]
-    summary = {order: st.median(r["iteration_ms"] for r in timed if r["order"] == order)
-               for order in ("executor", "earliest-deadline") if any(r["order"] == order for r in timed)}
-    checked = [r.get("weights_sha256") for r in rows[-2:]]
-    summary["same_weights"] = None not in checked and len(set(checked)) == 1
+    rows, summary = in_processes(Path(__file__), args.session, ORDERS, args.processes, ORDERS)
     print(json.dumps({"session": args.session.name, "median_ms": summary}), flush=True)
     if args.out:
         args.out.write_text(json.dumps({"session": args.session.name, "median_ms": summary, "runs": rows},

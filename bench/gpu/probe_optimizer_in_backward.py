@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -64,19 +62,9 @@ def main() -> int:
     if args.one:
         print(json.dumps(one(args.session, args.one, args.check)))
         return 0
-    rows = []
-    runs = [(order, False) for _ in range(args.processes) for order in ORDERS]
-    for order, check in [*runs, ("device", True), *((order, True) for order in ORDERS)]:
-        cmd = [sys.executable, __file__, str(args.session), "--one", order, *(["--check"] if check else [])]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        row = json.loads(done.stdout) if done.returncode == 0 else {"order": order, "error": done.stderr[-2000:]}
-        print(json.dumps(row), flush=True)
-        rows.append(row)
-    timed = [r for r in rows if "error" not in r and "weights_sha256" not in r]
-    summary: dict = {order: statistics.median(r["iteration_ms"] for r in timed if r["order"] == order)
-                     for order in ORDERS if any(r["order"] == order for r in timed)}
-    checked = [r.get("weights_sha256") for r in rows[-3:]]
-    summary["same_weights"] = None not in checked and len(set(checked)) == 1
+    from probe_copy_order import in_processes
+
+    rows, summary = in_processes(Path(__file__), args.session, ORDERS, args.processes, ("device", *ORDERS))
     result = {"session": args.session.name, "processes": args.processes, "median_ms": summary}
     print(json.dumps(result), flush=True)
     if args.out:
