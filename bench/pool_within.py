@@ -31,15 +31,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from vmexplorer.config import Mechanism  # noqa: E402
+from vmexplorer.config import Config, Mechanism  # noqa: E402
 from vmexplorer.engine.executor import kept_tensors  # noqa: E402
 from vmexplorer.engine.swap import plan_pool  # noqa: E402
 from vmexplorer.graph import Graph, build_graph  # noqa: E402
 from vmexplorer.plan import Plan  # noqa: E402
 from vmexplorer.plan.plan import PlanError  # noqa: E402
-from vmexplorer.policies import compile_plan  # noqa: E402
-from vmexplorer.policies.spec import Simulation  # noqa: E402
 from vmexplorer.session import load_session  # noqa: E402
+from vmexplorer.session.planned import plan_for  # noqa: E402
 from vmexplorer.simulator import CostModel, simulate  # noqa: E402
 from vmexplorer.simulator.bound import lower_bound  # noqa: E402
 
@@ -62,8 +61,9 @@ class Choice:
 
 def swap_plan(graph: Graph, capacity: int, policy: str, cost: CostModel) -> Plan:
     """The plan a `Choice` names, made again: the same on every machine."""
-    return compile_plan(graph, capacity, policy, UNCAPPED if policy == "tuned" else {},
-                        simulation=Simulation(simulate, lower_bound, cost), mechanism=Mechanism.SWAP)
+    options = UNCAPPED if policy == "tuned" else {}
+    config = Config(graph.model, graph.batch, graph.image_size, capacity, policy, options, Mechanism.SWAP)
+    return plan_for(config, cost, graph=graph).plan
 
 
 def pool_bytes(graph: Graph, plan: Plan) -> int:

@@ -22,10 +22,12 @@ import sys
 import time
 from pathlib import Path
 
+from vmexplorer.config import Config, Mechanism
 from vmexplorer.graph import build_graph
 from vmexplorer.plan.validate import validate_plan
-from vmexplorer.policies import POLICIES, Simulation, compile_plan
+from vmexplorer.policies import POLICIES
 from vmexplorer.records import summarize
+from vmexplorer.session.planned import plan_for
 from vmexplorer.simulator import H100_DEFAULT, simulate
 from vmexplorer.simulator.bound import lower_bound
 from vmexplorer.units import format_bytes, format_ns, parse_bytes
@@ -47,7 +49,6 @@ CASES = [("vgg19", 64, "50%"), ("resnet50", 64, "50%"), ("alexnet", 256, "50%")]
 def rows(model: str, batch: int, capacity_text: str, reports: list[str]) -> list[dict]:
     g = build_graph(model, batch)
     capacity = parse_bytes(capacity_text, g.footprint)
-    simulation = Simulation(simulate, lower_bound, H100_DEFAULT, reports.append)  # only `tuned` searches in it
     out = []
     for mechanism in ("uvm", "swap"):
         for policy, options in VARIANTS:
@@ -55,7 +56,10 @@ def rows(model: str, batch: int, capacity_text: str, reports: list[str]) -> list
                 continue
             cap = max(capacity, g.footprint) if policy == "device" else capacity
             t0 = time.perf_counter()
-            plan = compile_plan(g, cap, policy, options, simulation=simulation, mechanism=mechanism)
+            planned = plan_for(Config(model, batch, g.image_size, cap, policy, options, Mechanism(mechanism)),
+                               H100_DEFAULT, graph=g)
+            plan = planned.plan
+            reports.extend(planned.reports)
             validate_plan(g, plan)
             s = summarize(g, plan, simulate(g, plan))
             s["wall_ms"] = (time.perf_counter() - t0) * 1e3

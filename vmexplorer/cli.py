@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from .graph import Graph
     from .plan import Plan
+    from .session.planned import Planned
     from .simulator import CostModel
 
 EXIT_OK, EXIT_PIPE_CLOSED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -86,28 +87,31 @@ def cmd_graph(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
     from .records import summarize
     from .simulator import simulate
-    from .simulator.bound import lower_bound
 
-    graph, plan, cost, reports = _compile(args)
-    timeline = simulate(graph, plan, cost)
-    doc = plan_doc(graph, plan, summarize(graph, plan, timeline), cost.name)
-    return {**doc, "bound": lower_bound(graph, plan.capacity, cost, plan.mechanism).as_json(),
-            "notes": list(reports)}
+    planned = _compile(args)
+    graph, plan = planned.graph, planned.plan
+    timeline = simulate(graph, plan, planned.cost_model)
+    doc = plan_doc(graph, plan, summarize(graph, plan, timeline), planned.cost_model.name)
+    return {**doc, "bound": _bound_json(planned), "notes": list(planned.reports)}
 
 
 def cmd_simulate(args: argparse.Namespace) -> dict[str, Any]:
-    from .session import new_session, save_session
-    from .simulator import simulate
-    from .simulator.bound import lower_bound
+    from .session import save_session
 
     _refuse_existing(args.out, args.force)  # before the work, not after it
-    graph, plan, cost, reports = _compile(args)
-    timeline = simulate(graph, plan, cost)
-    bound = lower_bound(graph, plan.capacity, cost, plan.mechanism)
-    session = new_session(graph, plan, timeline, cost_model=cost, notes=(*reports, *args.note), bound=bound)
+    planned = _compile(args)
+    session = planned.simulated(notes=args.note)
     save_session(session, args.out, force=args.force)
-    return {"path": str(args.out), "config": _config(session.plan), "cost_model": cost.name,
-            "summary": session.summary, "bound": bound.as_json(), "notes": list(reports)}
+    return {"path": str(args.out), "config": _config(session.plan), "cost_model": planned.cost_model.name,
+            "summary": session.summary, "bound": _bound_json(planned), "notes": list(planned.reports)}
+
+
+def _bound_json(planned: Any) -> dict[str, Any]:
+    # a plan was made, so the capacity holds the largest op's working set: there is a bound
+    bound = planned.bound
+    assert bound is not None
+    result: dict[str, Any] = bound.as_json()
+    return result
 
 
 def _cost_session(path: Path | None) -> Any:
@@ -282,7 +286,8 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     parts = _collector_parts(args.collectors)
     _refuse_existing(args.out, args.force)
     cupy()  # says plainly when there is no GPU, before `tuned` searches for seconds or anything is allocated
-    graph, plan, _, reports = _compile(args)
+    planned = _compile(args)
+    graph, plan, reports = planned.graph, planned.plan, planned.reports
     fit = iterations_that_fit(graph, plan)
     if args.iterations + args.counted > fit:  # refused before the GPU works, not when its session is saved
         raise UsageError(f"{args.iterations} iterations (and {args.counted} counted) of this plan would not fit "
@@ -434,14 +439,13 @@ def table_serve(doc: dict[str, Any]) -> str:
 
 
 # --- shared steps ---------------------------------------------------------------------------------
-def _compile(args: argparse.Namespace) -> tuple[Graph, Plan, CostModel, tuple[str, ...]]:
-    """The graph, the policy's plan, the cost model it is simulated with (`--cost-model`'s, or the
-    default), and what a policy that searches in the simulator (`tuned`) reports of its search: it
-    searches with that same cost model, so the plan it keeps is the one the simulation shows best."""
+def _compile(args: argparse.Namespace) -> Planned:
+    """The policy's plan of the arguments' configuration (`session.planned.plan_for`) under the cost model
+    it is simulated with (`--cost-model`'s, or the default): a policy that searches in the simulator
+    (`tuned`) searches with that same model, so the plan it keeps is the one the simulation shows best."""
+    from .config import Config, Mechanism
     from .graph import build_graph
-    from .policies import Simulation, compile_plan
-    from .simulator import simulate
-    from .simulator.bound import lower_bound
+    from .session.planned import plan_for
     from .units import format_bytes, parse_bytes
 
     path = getattr(args, "cost_model", None)
@@ -451,19 +455,17 @@ def _compile(args: argparse.Namespace) -> tuple[Graph, Plan, CostModel, tuple[st
         capacity = parse_bytes(args.capacity, graph.footprint)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    options = _policy_options(args)
     moves = _read_moves(graph, args.moves) if args.moves is not None else ()
-    cost = _cost_model(measured, graph, path)
-    reports: list[str] = []
-    plan = compile_plan(graph, capacity, args.policy, options, moves,
-                        simulation=Simulation(simulate, lower_bound, cost, reports.append), mechanism=args.mechanism)
+    config = Config(graph.model, graph.batch, graph.image_size, capacity, args.policy, _policy_options(args),
+                    Mechanism(args.mechanism))
+    planned = plan_for(config, _cost_model(measured, graph, path), moves, graph=graph)
     if args.policy == "manual" and args.moves is None:
         _note("--policy manual without --moves has no moves to plan: the plan is what uvm gives (demand "
               "faults, LRU eviction); give your moves with --moves FILE")
     if capacity >= graph.footprint:
         _note(f"capacity {format_bytes(capacity)} holds the whole footprint of "
               f"{format_bytes(graph.footprint)}: nothing will page")
-    return graph, plan, cost, tuple(reports)
+    return planned
 
 
 def _policy_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -63,13 +63,12 @@ CONFIGS = (("alexnet", 256, (50,)), ("vgg19", 64, (50, 60, 75, 90)), ("resnet50"
 
 def placements(cost_model: Path) -> list[dict]:
     """The pool of every recorded configuration's swap plan, against its capacity (no GPU)."""
+    from vmexplorer.config import Config, Mechanism
     from vmexplorer.engine.executor import kept_tensors
     from vmexplorer.engine.swap import plan_pool
     from vmexplorer.graph import build_graph
-    from vmexplorer.policies import Simulation, compile_plan
     from vmexplorer.session import load_session
-    from vmexplorer.simulator import simulate
-    from vmexplorer.simulator.bound import lower_bound
+    from vmexplorer.session.planned import plan_for
 
     cost = load_session(cost_model).cost_model
     rows = []
@@ -78,8 +77,8 @@ def placements(cost_model: Path) -> list[dict]:
         for pct in pcts:
             capacity = graph.footprint * pct // 100
             for policy in ("autovm", "belady", "vdnn", "tuned", "manual"):
-                sim = Simulation(simulate, lower_bound, cost) if policy == "tuned" else None
-                plan = compile_plan(graph, capacity, policy, simulation=sim, mechanism="swap")
+                config = Config(model, batch, graph.image_size, capacity, policy, {}, Mechanism.SWAP)
+                plan = plan_for(config, cost, graph=graph).plan
                 t = time.monotonic()
                 pool = plan_pool(graph, plan, kept_tensors(graph, False))
                 rows.append({"config": f"{model} b{batch} {pct}%", "policy": policy, "capacity": capacity,

@@ -1,0 +1,102 @@
+"""The one door from a configuration to a plan: `plan_for(config, cost_model, edits)`.
+
+The command line, the app, the GPU worker's callers and the bench scripts all plan here, so a policy
+that searches in the simulator (`tuned`) and a swap plan's copy order are always worked out with the
+cost model the plan is then simulated with, and the same configuration gives the same plan wherever it
+is asked for. The result carries what the planning said (a search's report) and the bound the plan is
+held against, under the same cost model.
+
+A search and a bound each take up to seconds (the window bound of ResNet-152) and are deterministic for
+what they are given, so their results are kept for the life of the process (`_searched`, `_bound`): a
+class's pages asking for the same `tuned` plan search once, and an edit, which keeps the graph, the
+capacity and the cost model, reuses its bound. Plans of the other policies are not kept: they take
+milliseconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+from ..config import Config
+from ..graph import Graph, build_graph
+from ..plan import Move, Plan, PlanError
+from ..policies import POLICIES, Simulation, check_mechanism, compile_plan
+from ..simulator import CostModel, simulate
+from ..simulator.bound import Bound, lower_bound
+from .session import Session, new_session
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A configuration's plan under a cost model, with what its planning reported."""
+
+    graph: Graph
+    plan: Plan
+    cost_model: CostModel
+    reports: tuple[str, ...]  # what a search (`tuned`) or the copy order said of itself, for people
+
+    @cached_property
+    def bound(self) -> Bound | None:
+        """The least time any schedule takes at this graph, capacity and mechanism under the same cost
+        model; None below the least capacity the graph runs in."""
+        return bound_at(self.graph, self.plan.capacity, self.cost_model, self.plan.mechanism)
+
+    def simulated(self, notes: Sequence[str] = ()) -> Session:
+        """The plan simulated with its cost model, as a session holding its bound and reports."""
+        timeline = simulate(self.graph, self.plan, self.cost_model)
+        return new_session(self.graph, self.plan, timeline, self.cost_model, notes=[*self.reports, *notes],
+                           bound=self.bound)
+
+
+def plan_for(config: Config, cost_model: CostModel, edits: Sequence[Move] = (),
+             graph: Graph | None = None) -> Planned:
+    """`config`'s plan, searched (`tuned`) and copy-ordered (`swap`) in the simulator under `cost_model`.
+    `edits` are a person's moves, for a policy that plans them (`manual`). `graph` is `config`'s graph
+    where the caller has it (built from the config otherwise). PlanError (or GraphError) says what
+    cannot be planned and why."""
+    graph = graph if graph is not None else build_graph(*config.key)
+    if graph.key != config.key:
+        raise PlanError(f"the graph is {graph.key} but the configuration is for {config.key}")
+    spec = POLICIES.get(config.policy)
+    if spec is not None and spec.search is not None:
+        config = dataclasses.replace(config, mechanism=check_mechanism(spec, config.mechanism))
+        plan, reports = _searched(_json(config), _json(cost_model))
+        return Planned(graph, plan, cost_model, reports)
+    said: list[str] = []
+    plan = compile_plan(graph, config.capacity, config.policy, config.options, edits,
+                        simulation=Simulation(simulate, lower_bound, cost_model, said.append),
+                        mechanism=config.mechanism)
+    return Planned(graph, plan, cost_model, tuple(said))
+
+
+def bound_at(graph: Graph, capacity: int, cost_model: CostModel, mechanism: str) -> Bound | None:
+    """The bound at a capacity through a mechanism under a cost model (`simulator.bound.lower_bound`), or
+    None below the least capacity the graph runs in."""
+    return _bound(graph.key, capacity, _json(cost_model), str(mechanism))
+
+
+def _json(value: Config | CostModel) -> str:
+    return json.dumps(value.as_json() if isinstance(value, Config) else dataclasses.asdict(value), sort_keys=True)
+
+
+@functools.lru_cache(maxsize=64)
+def _bound(key: tuple[str, int, int], capacity: int, cost_json: str, mechanism: str) -> Bound | None:
+    try:
+        return lower_bound(build_graph(*key), capacity, CostModel(**json.loads(cost_json)), mechanism)
+    except PlanError:
+        return None
+
+
+@functools.lru_cache(maxsize=32)  # one per configuration a server's pages searched; each plan is small
+def _searched(config_json: str, cost_json: str) -> tuple[Plan, tuple[str, ...]]:
+    c, cost = json.loads(config_json), CostModel(**json.loads(cost_json))
+    graph = build_graph(c["model"], c["batch"], c["image_size"])
+    said: list[str] = []
+    plan = compile_plan(graph, c["capacity_bytes"], c["policy"], c["options"],
+                        simulation=Simulation(simulate, lower_bound, cost, said.append), mechanism=c["mechanism"])
+    return plan, tuple(said)
