@@ -26,7 +26,7 @@ from vmexplorer.details import (
 )
 from vmexplorer.plan import Direction, Mode, Origin
 from vmexplorer.session import Session, load_session
-from vmexplorer.timeline import iteration_view
+from vmexplorer.session.iterations import iteration_view
 from vmexplorer.units import format_bytes
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_sessions"

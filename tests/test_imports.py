@@ -12,8 +12,9 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "vmexplorer"
 
-# The contract, Graph -> Plan -> (Executor | Simulator) -> Session -> Timeline/App, as the order in which
-# the top-level modules and packages may import each other: each may import only those before it.
+# The contract, Graph -> Plan -> (Executor | Simulator) -> Session -> Plots -> UI, as the order in which the
+# top-level modules and packages may import each other: each may import only those before it. The app's
+# panels (ui/) sit on top of everything but the entry points.
 STAGES = (
     ("units", "fileio", "config"),
     ("graph",),
@@ -26,9 +27,8 @@ STAGES = (
     ("collectors",),
     ("engine",),
     ("plots",),
-    ("timeline",),
-    ("appstate", "worker"),
-    ("views",),
+    ("worker",),
+    ("ui",),
     ("app", "cli", "__main__"),
 )
 
@@ -162,7 +162,7 @@ def test_every_module_imports_only_its_own_stage_or_earlier_ones() -> None:
 
 
 def test_stages_do_not_import_each_other_both_ways() -> None:
-    # within a stage of several members (units and fileio; appstate and worker; app and cli) one may
+    # within a stage of several members (units and fileio; app and cli) one may
     # use another, never both ways round
     tops: dict[str, set[str]] = {}
     for name in MODULES:

@@ -269,8 +269,8 @@ def test_the_default_runner_runs_the_plan_it_is_sent_compiling_nothing_and_readi
     import vmexplorer.engine.executor as executor
     import vmexplorer.policies as policies
     import vmexplorer.session.format as session_format
-    from vmexplorer.appstate import AppState
     from vmexplorer.simulator import H100_DEFAULT, simulate
+    from vmexplorer.ui.state import AppState
     from vmexplorer.worker import run_on_gpu
 
     graph = build_graph("vgg11", 2, 32)

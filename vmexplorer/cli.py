@@ -266,8 +266,8 @@ def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_export(args: argparse.Namespace) -> dict[str, Any]:
+    from .plots.export import export_html
     from .session.trace import export_chrome_trace
-    from .timeline import export_html
 
     kind, out = ("html", args.html) if args.html is not None else ("chrome_trace", args.chrome_trace)
     _refuse_existing(out, args.force)
@@ -409,10 +409,10 @@ def _app_server(args: argparse.Namespace, procs: int = 1) -> Any:
         # own threads (the GPU check, the run queue, the spare page) when its first page asks for them
         import signal
 
-        import vmexplorer.app  # noqa: F401
-        from vmexplorer.appstate import samples_by_gpu
+        import vmexplorer.ui.serving  # noqa: F401
+        from vmexplorer.session.samples import sample_index
 
-        samples_by_gpu()
+        sample_index()
         os.register_at_fork(after_in_child=_forked_server_process)
         # the first process only waits for the others: Ctrl-C stops them, each on its own, and once all
         # have stopped it ends too, quietly (a SIGTERM to it stops them through the parent-death signal)

@@ -89,5 +89,5 @@ def format_ns(ns: float) -> str:
     if abs(ns) >= 1e6:
         return f"{ns / 1e6:.2f} ms"
     if abs(ns) >= 1e3:
-        return f"{ns / 1e3:.1f} us"
+        return f"{ns / 1e3:.1f} µs"
     return f"{int(ns)} ns"

@@ -40,7 +40,7 @@ def hold_the_gpu(request: Any, progress: Callable[[int, int, float], None], shou
 @pytest.fixture(scope="module")
 def served(app_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """The app under `panel serve` with `hold_the_gpu` for a GPU: its URL and its log."""
-    from vmexplorer.views import FAKE_RUNNER_ENV
+    from vmexplorer.ui.gpu import FAKE_RUNNER_ENV
 
     log = tmp_path_factory.mktemp("panel-queue") / "serve.log"
     path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)

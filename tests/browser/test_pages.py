@@ -178,7 +178,7 @@ def test_dragging_a_prefetch_marker_with_the_mouse_changes_the_iteration_time(ap
 def test_each_lesson_step_has_its_own_link_which_opens_its_view(app_url: str, watched_page: Any, step: int) -> None:
     from playwright.sync_api import expect
 
-    from vmexplorer.views import LESSON
+    from vmexplorer.ui.lesson import LESSON
 
     page = watched_page.page
     page.goto(f"{app_url}?step={step}")
@@ -344,7 +344,7 @@ def test_a_link_holds_the_edits_and_opens_them_again(app_url: str, watched_page:
 
 
 def test_the_arrow_keys_step_through_the_lesson_and_the_link_follows(app_url: str, watched_page: Any) -> None:
-    from vmexplorer.views import LESSON
+    from vmexplorer.ui.lesson import LESSON
 
     page = watched_page.page
     page.goto(f"{app_url}?step=2")

@@ -163,8 +163,8 @@ def test_markup_typed_into_the_page_shows_as_text(app_url: str, hostile: Hostile
 
 
 def test_an_exported_page_shows_a_sessions_markup_as_text(hostile: Hostile, tmp_path: Path) -> None:
+    from vmexplorer.plots.export import export_html
     from vmexplorer.session import session_from_bytes
-    from vmexplorer.timeline import export_html
 
     out = tmp_path / "session.html"
     export_html(session_from_bytes(loadable(), FILE_NAME), out)

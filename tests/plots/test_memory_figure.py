@@ -16,8 +16,8 @@ from vmexplorer.plots.axis import make_axis
 from vmexplorer.plots.memory import KIND_LABELS, KINDS, highlight_tensor, resident_figure, update_resident
 from vmexplorer.policies import compile_plan
 from vmexplorer.session import Session, load_session, new_session
+from vmexplorer.session.iterations import iteration_view
 from vmexplorer.simulator import H100_DEFAULT, simulate
-from vmexplorer.timeline import iteration_view
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_sessions"
 

@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 
 import vmexplorer.policies
-from vmexplorer.appstate import DEFAULT_SAMPLE, SAMPLES
 from vmexplorer.cli import main
 from vmexplorer.graph import Graph, Kind, build_graph
 from vmexplorer.plan import Move, PlanError
 from vmexplorer.plan.validate import validate_plan
 from vmexplorer.policies import POLICIES, OptionSpec, PolicySpec, compile_plan
 from vmexplorer.policies.common import reuse_gaps
+from vmexplorer.session.samples import DEFAULT_SAMPLE, SAMPLES
 
 SHIPPED = ("device", "uvm", "autovm", "belady", "vdnn", "tuned", "manual")
 SMALL = ["--model", "resnet18", "--batch", "8", "--image-size", "64"]
@@ -97,21 +97,21 @@ def test_plan_runs_a_registered_policy_with_its_option_from_the_command_line(
 
 @pytest.mark.skipif(not (SAMPLES / DEFAULT_SAMPLE).is_file(), reason="sample sessions are missing")
 def test_the_app_offers_a_registered_policy_with_a_knob_and_its_session_file_loads(registered: PolicySpec) -> None:
-    from vmexplorer.app import AppView
     from vmexplorer.session import session_from_bytes
+    from vmexplorer.ui.page import Page
 
-    view = AppView()
-    assert list(view.config.policy.options) == list(POLICIES)
-    view.config.policy.value = "offload_weights"
-    assert list(view.config.knob_widgets) == ["count"] and view.config.knob_widgets["count"].value == 1
-    assert THROWAWAY.summary in view.config.policy_help.object
-    view.config.model.value, view.config.batch.value, view.config.capacity.value = "resnet18", 8, "60%"
-    view.config.knob_widgets["count"].value = 2
-    view.config.simulate.clicks += 1
+    view = Page()
+    assert list(view.configure.policy.options) == list(POLICIES)
+    view.configure.policy.value = "offload_weights"
+    assert list(view.configure.knob_widgets) == ["count"] and view.configure.knob_widgets["count"].value == 1
+    assert THROWAWAY.summary in view.configure.policy_help.object
+    view.configure.model.value, view.configure.batch.value, view.configure.capacity.value = "resnet18", 8, "60%"
+    view.configure.knob_widgets["count"].value = 2
+    view.configure.simulate.clicks += 1
     shown = view.state.session
     assert not view.alert.visible, view.alert.object
     assert (shown.plan.policy, shown.plan.options) == ("offload_weights", {"count": 2})
-    saved = view._session_bytes()
+    saved = view.files._session_bytes()
     assert saved is not None  # the loader holds a file's policy and options to the registry
     assert session_from_bytes(saved.getvalue(), "saved.vms").plan.options == {"count": 2}
 

@@ -13,11 +13,11 @@ import pytest
 from vmexplorer.fileio import OutputError
 from vmexplorer.graph import build_graph
 from vmexplorer.plan import Direction, Mode
+from vmexplorer.plots.export import export_html
 from vmexplorer.policies import compile_plan
 from vmexplorer.session import Session, new_session
 from vmexplorer.session.trace import COMPUTE, FAULTS, TO_DEVICE, TO_HOST, chrome_trace, export_chrome_trace
 from vmexplorer.simulator import H100_DEFAULT, simulate
-from vmexplorer.timeline import export_html
 
 
 @pytest.fixture(scope="module")

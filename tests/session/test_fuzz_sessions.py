@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
-from vmexplorer.appstate import SAMPLES, AppState
 from vmexplorer.cli import main
 from vmexplorer.graph import build_graph
+from vmexplorer.plots.timeline import timeline_figure
 from vmexplorer.policies import compile_plan
 from vmexplorer.session import (
     Session,
@@ -33,9 +33,12 @@ from vmexplorer.session import (
     session_to_bytes,
 )
 from vmexplorer.session.compare import align_op_times
+from vmexplorer.session.iterations import iteration_view
+from vmexplorer.session.samples import SAMPLES
 from vmexplorer.session.trace import chrome_trace_chunks
 from vmexplorer.simulator import H100_DEFAULT, simulate
-from vmexplorer.timeline import iteration_view, timeline_figure
+from vmexplorer.ui import numbers
+from vmexplorer.ui.state import AppState
 
 EXAMPLE_PEAK_BYTES = 64 * 2**20  # what one example may allocate; the base files are tens of KB
 FUZZ = settings(max_examples=100, deadline=5000, derandomize=True, database=None,
@@ -180,8 +183,8 @@ def _every_tool_shows(session: Session, data: bytes, tmp: Path) -> None:
         assert main(argv) == 0, argv
     state = AppState()
     assert state.load(data, "fuzzed.vms"), state.message
-    state.summary_rows()
-    state.tensor_rows()
+    numbers.summary_rows(state)
+    numbers.tensor_rows(state.session, list(state.moves))
 
 
 @pytest.fixture(scope="module")

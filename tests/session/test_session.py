@@ -821,12 +821,12 @@ _, status, usage = os.wait4(p.pid, 0)
 print(json.dumps({"rss_kib": usage.ru_maxrss, "status": os.waitstatus_to_exitcode(status), "stderr": err}))
 """
 _UPLOAD = """
-import sys, types
+import sys
 from pathlib import Path
-import vmexplorer.app as app
-view = app.AppView()
-view.upload.filename = Path(sys.argv[1]).name
-view._on_upload(types.SimpleNamespace(new=Path(sys.argv[1]).read_bytes()))
+from vmexplorer.ui.page import Page
+view = Page()
+view.files.upload.filename = Path(sys.argv[1]).name
+view.files._on_upload(Path(sys.argv[1]).read_bytes())
 sys.exit(2 if view.state.message else 0)
 """
 _HEAD = b'{"format":"vmexplorer-session","schema_version":6,"created":"2026-01-01T00:00:00Z","x":['

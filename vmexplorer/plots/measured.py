@@ -19,30 +19,36 @@ from bokeh.plotting import figure
 from ..records.collected import migration_shares, per_op
 from ..session import Session
 from ..units import format_bytes, format_ns
-from .axis import MEMOP_COLORS, Axis, add_renderer, byte_unit, op_columns, plain_title, texts
+from .axis import MEMOP_COLORS, Axis, add_renderer, byte_unit, op_columns, plain_title, refill, texts
 
 
-def measured_lanes(session: Session, axis: Axis, lanes: Any) -> list[Any]:
-    """What the collectors recorded, below the modelled lanes; a note in place of a lane whose
-    collector did not run (an empty lane would read as "nothing happened")."""
+def measured_figures(lanes: Any) -> list[Any]:
+    """The parts under the modelled lanes that show what the collectors recorded, empty and hidden
+    until `update_measured` fills them: a note naming any collector that did not run (an empty lane
+    would read as "nothing happened"), CUPTI's migrations per op, NVML's PCIe throughput. Built once,
+    so another session goes into the same figures."""
+    notes = Div(text="", name="collector_notes", disable_math=True, visible=False, sizing_mode="stretch_width")
+    return [notes, _migrations_figure(lanes), _pcie_figure(lanes)]
+
+
+def update_measured(parts: list[Any], session: Session, axis: Axis) -> None:
+    """Show what the collectors recorded of `session` in `measured_figures`' parts; a simulated session
+    (an edit's) recorded nothing: they are hidden."""
+    notes, migrations, pcie = parts
     c = session.collected
-    if session.timeline.source != "measured":
-        return []
-    if c is None:
-        return [Div(text="<i>Recorded without collectors: no CUPTI or NVML lanes.</i>", name="collector_notes",
-                    disable_math=True)]
-    out: list[Any] = []
+    measured = session.timeline.source == "measured"
     # a status's name and reason come from the file: escaped, and no TeX (a Div renders both)
-    missing = [f"<b>{escape(COLLECTOR_LABELS.get(st.name, st.name))}</b>: {escape(st.reason)}"
-               for st in c.status if not st.available]
-    if missing:
-        out.append(Div(text="<i>Not recorded here</i> " + "; ".join(missing), name="collector_notes",
-                       disable_math=True))
-    if c.available("um"):
-        out.append(_migrations(session, axis, lanes))
-    if c.available("nvml") and len(c.nvml_t_ns):
-        out.append(_pcie(session, axis, lanes))
-    return out
+    missing = [] if c is None else [f"<b>{escape(COLLECTOR_LABELS.get(st.name, st.name))}</b>: {escape(st.reason)}"
+                                    for st in c.status if not st.available]
+    notes.text = ("<i>Recorded without collectors: no CUPTI or NVML lanes.</i>" if c is None else
+                  "<i>Not recorded here</i> " + "; ".join(missing))
+    notes.visible = measured and (c is None or bool(missing))
+    migrations.visible = measured and c is not None and c.available("um")
+    if migrations.visible:
+        _fill_migrations(migrations, session, axis)
+    pcie.visible = measured and c is not None and c.available("nvml") and bool(len(c.nvml_t_ns))
+    if pcie.visible:
+        _fill_pcie(pcie, session, axis)
 
 
 # what a collector status names, in words for the page (the names are the session file's)
@@ -66,18 +72,37 @@ def _coverage(session: Session) -> str:
             "to the GPU, and of the faults that brought them: its fault counts are a lower bound)")
 
 
-def _migrations(session: Session, axis: Axis, lanes: Any) -> Any:
-    """CUPTI's bytes each way per op, each transfer shared among the ops it ran under: to the device
-    up, to the host down."""
+_MIGRATION_COLUMNS = ("left", "right", "top", "bottom", "name", "htod", "dtoh", "groups", "pages", "kernels")
+_MIGRATION_TIPS = [("op", "@name"), ("to device", "@htod"), ("to host", "@dtoh"), ("fault groups", "@groups"),
+                   ("faulted pages", "@pages"), ("kernel time", "@kernels")]
+
+
+def _migrations_figure(lanes: Any) -> Any:
+    """CUPTI's bytes each way per op: to the device up, to the host down."""
+    fig = figure(height=140, x_range=lanes.x_range, sizing_mode="stretch_width", tools="", toolbar_location=None,
+                 y_axis_label="CUPTI", title=plain_title(""), name="migrations", visible=False)
+    renderers = [add_renderer(fig, Quad(left="left", right="right", bottom="bottom", top="top", fill_color=color,
+                                        line_color=color),
+                               ColumnDataSource({k: [] for k in _MIGRATION_COLUMNS}, name=name), name=name)
+                 for name, color in (("measured_htod", MEMOP_COLORS["prefetch"]),
+                                     ("measured_dtoh", MEMOP_COLORS["offload"]))]
+    fig.add_tools(HoverTool(renderers=renderers, tooltips=_MIGRATION_TIPS))
+    fig.xaxis.visible = False
+    fig.yaxis.ticker = BasicTicker(desired_num_ticks=3)
+    return fig
+
+
+def _fill_migrations(fig: Any, session: Session, axis: Axis) -> None:
+    """Each transfer CUPTI recorded, shared among the ops it ran under."""
     tl, c = session.timeline, session.collected
     assert c is not None
     f = per_op(session.graph, tl, c)
     cols = op_columns(session, axis)
     htod, dtoh = f["window_bytes_htod"], f["window_bytes_dtoh"]
     scale, unit = byte_unit(int(max(htod.max(initial=0), dtoh.max(initial=0))))
-    title = "CUPTI's migrations per op, to device up, to host down" + _coverage(session)
-    fig = figure(height=140, x_range=lanes.x_range, sizing_mode="stretch_width", tools="", toolbar_location=None,
-                 y_axis_label=f"CUPTI ({unit})", title=plain_title(title))
+    fig.title.text.text = "CUPTI's migrations per op, to device up, to host down" + _coverage(session)
+    fig.yaxis.axis_label = f"CUPTI ({unit})"
+
     def shown(table: str, texts: Any) -> Any:  # a column, or "not recorded" where its collector was off
         return texts() if c.available(table) else np.full(len(htod), "not recorded", dtype=object)
 
@@ -87,33 +112,31 @@ def _migrations(session: Session, axis: Axis, lanes: Any) -> Any:
             "groups": shown("faults", lambda: f["fault_groups"].astype(str)),
             "pages": shown("faults", lambda: f["faulted_pages"].astype(str)),
             "kernels": shown("kernel", lambda: texts(format_ns, f["kernel_ns"]))}
-    tips = [("op", "@name"), ("to device", "@htod"), ("to host", "@dtoh"), ("fault groups", "@groups"),
-            ("faulted pages", "@pages"), ("kernel time", "@kernels")]
-    renderers: list[Any] = []
-    for name, top, bottom, color in (("measured_htod", htod / scale, 0 * htod, MEMOP_COLORS["prefetch"]),
-                                     ("measured_dtoh", 0 * dtoh, -dtoh / scale, MEMOP_COLORS["offload"])):
+    for name, top, bottom in (("measured_htod", htod / scale, 0 * htod), ("measured_dtoh", 0 * dtoh, -dtoh / scale)):
         keep = top > bottom
-        source = ColumnDataSource({**{k: v[keep] for k, v in base.items()}, "top": top[keep], "bottom": bottom[keep]})
-        renderers.append(add_renderer(fig, Quad(left="left", right="right", bottom="bottom", top="top",
-                                                fill_color=color, line_color=color), source, name=name))
-    fig.add_tools(HoverTool(renderers=renderers, tooltips=tips))
-    fig.xaxis.visible = False
-    fig.yaxis.ticker = BasicTicker(desired_num_ticks=3)
-    return fig
+        source = next(r.data_source for r in fig.renderers if r.name == name)
+        refill(source, {**{k: v[keep] for k, v in base.items()}, "top": top[keep], "bottom": bottom[keep]})
 
 
-def _pcie(session: Session, axis: Axis, lanes: Any) -> Any:
-    c = session.collected
-    assert c is not None
-    x = axis.x(c.nvml_t_ns)
+def _pcie_figure(lanes: Any) -> Any:
     fig = figure(height=120, x_range=lanes.x_range, sizing_mode="stretch_width", tools="", toolbar_location=None,
-                 y_axis_label="PCIe (GB/s)", title=plain_title("PCIe throughput (NVML samples)"))
-    for name, values, color, label in (("nvml_rx", c.nvml_pcie_rx_bytes_per_s, MEMOP_COLORS["prefetch"], "to device"),
-                                       ("nvml_tx", c.nvml_pcie_tx_bytes_per_s, MEMOP_COLORS["offload"], "to host")):
-        fig.step(x=x, y=np.asarray(values, dtype=np.float64) / 1e9, mode="after", color=color, name=name,
-                 legend_label=label)
+                 y_axis_label="PCIe (GB/s)", title=plain_title("PCIe throughput (NVML samples)"), name="pcie",
+                 visible=False)
+    for name, color, label in (("nvml_rx", MEMOP_COLORS["prefetch"], "to device"),
+                               ("nvml_tx", MEMOP_COLORS["offload"], "to host")):
+        fig.step(x="x", y="y", mode="after", color=color, name=name, legend_label=label,
+                 source=ColumnDataSource({"x": [], "y": []}, name=name))
     fig.legend.location = "top_left"
     fig.legend.label_text_font_size = "8pt"
     fig.xaxis.visible = False
     fig.yaxis.ticker = BasicTicker(desired_num_ticks=3)
     return fig
+
+
+def _fill_pcie(fig: Any, session: Session, axis: Axis) -> None:
+    c = session.collected
+    assert c is not None
+    x = axis.x(c.nvml_t_ns)
+    for name, values in (("nvml_rx", c.nvml_pcie_rx_bytes_per_s), ("nvml_tx", c.nvml_pcie_tx_bytes_per_s)):
+        source = next(r.data_source for r in fig.renderers if r.name == name)
+        refill(source, {"x": x, "y": np.asarray(values, dtype=np.float64) / 1e9})

@@ -49,7 +49,7 @@ def resident_figure(session: Session, axis: Axis, x_range: Any) -> Any:
     """Resident bytes stacked by tensor kind, the capacity as a dashed line, x linked to `x_range`.
     Hovering names the bytes per kind and the largest resident tensors at that instant; clicking a
     legend entry hides its kind."""
-    f = figure(height=250, x_range=x_range, y_range=Range1d(start=0, end=1), x_axis_label=axis.label,
+    f = figure(height=165, x_range=x_range, y_range=Range1d(start=0, end=1), x_axis_label=axis.label,
                sizing_mode="stretch_width", tools="xpan,xwheel_zoom,box_zoom,reset")
     kinds = ColumnDataSource(name="resident_kinds")
     items = []

@@ -9,8 +9,9 @@ held against, under the same cost model.
 A search and a bound each take up to seconds (the window bound of ResNet-152) and are deterministic for
 what they are given, so their results are kept for the life of the process (`_searched`, `_bound`): a
 class's pages asking for the same `tuned` plan search once, and an edit, which keeps the graph, the
-capacity and the cost model, reuses its bound. Plans of the other policies are not kept: they take
-milliseconds.
+capacity and the cost model, reuses its bound. So is where a configuration's time goes (`simulated_split`),
+which the app sets beside every session it shows (the baselines, the paging cliff). Plans of the other
+policies are not kept: they take milliseconds.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..config import Config
+from ..config import Config, Mechanism
 from ..graph import Graph, build_graph
 from ..plan import Move, Plan, PlanError
 from ..policies import POLICIES, Simulation, check_mechanism, compile_plan
+from ..records.breakdown import TimeSplit
 from ..simulator import CostModel, simulate
 from ..simulator.bound import Bound, lower_bound
 from .session import Session, new_session
@@ -78,6 +80,26 @@ def bound_at(graph: Graph, capacity: int, cost_model: CostModel, mechanism: str)
     """The bound at a capacity through a mechanism under a cost model (`simulator.bound.lower_bound`), or
     None below the least capacity the graph runs in."""
     return _bound(graph.key, capacity, _json(cost_model), str(mechanism))
+
+
+def simulated_split(config: Config, cost_model: CostModel) -> TimeSplit | None:
+    """Where the typical iteration of `config`'s plan, simulated with `cost_model`, spends its time; None
+    where the configuration cannot be planned (a capacity below what the policy needs)."""
+    return _split(_json(config), _json(cost_model))
+
+
+@functools.lru_cache(maxsize=1024)  # a paging cliff holds dozens; each is four numbers
+def _split(config_json: str, cost_json: str) -> TimeSplit | None:
+    c = json.loads(config_json)
+    config = Config(c["model"], c["batch"], c["image_size"], c["capacity_bytes"], c["policy"], c["options"],
+                    Mechanism(c["mechanism"]))
+    cost = CostModel(**json.loads(cost_json))
+    try:
+        planned = plan_for(config, cost)
+    except PlanError:
+        return None
+    # where the time goes, without the bound: a paging cliff asks this at dozens of capacities
+    return new_session(planned.graph, planned.plan, simulate(planned.graph, planned.plan, cost), cost).time_split()
 
 
 def _json(value: Config | CostModel) -> str:

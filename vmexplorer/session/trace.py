@@ -1,5 +1,5 @@
 """A session as Chrome trace events, the file Perfetto and chrome://tracing open (the standalone HTML
-page is the timeline's: `vmexplorer.timeline.export_html`)."""
+page is the timeline's: `vmexplorer.plots.export.export_html`)."""
 
 from __future__ import annotations
 

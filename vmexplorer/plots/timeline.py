@@ -1,19 +1,19 @@
-"""The timeline of a session as Bokeh figures: op lanes, copy-stream lanes, fault bursts, resident bytes.
+"""The timeline of a session as Bokeh figures: op lanes, copy-stream lanes, fault bursts, resident bytes,
+and under them what the GPU's collectors recorded.
 
 Every glyph kind is one ColumnDataSource of numpy columns, so a session of thousands of ops draws as
 fast as one of ten; a renderer per phase or kind of transfer views its rows, so the legend hides each.
 The sources are named ("ops", "memops", "offload_markers", "prefetch_markers", "ghost_markers", "faults",
-"resident", ...; `timeline_source` finds one) and `update_timeline` refills them for another session, so
-a person's zoom and the browser's models survive an edit. A measured session with collector records
-adds what the GPU itself reported ("measured_htod", "measured_dtoh": CUPTI's migrations per op, with
-fault groups and kernel time on hover; "nvml_rx", "nvml_tx": NVML's PCIe throughput), and a note
-naming any collector that did not run, in their place.
+"resident", ...; `timeline_source` finds one) and `update_timeline` refills them with any other session,
+on either axis, so the browser keeps its models and a new session arrives as data. The figures share one
+x range that the server sets: a new session is shown whole, an edit keeps a person's zoom. A measured
+session with collector records adds what the GPU itself reported ("measured_htod", "measured_dtoh":
+CUPTI's migrations per op, with fault groups and kernel time on hover; "nvml_rx", "nvml_tx": NVML's PCIe
+throughput), and a note naming any collector that did not run; they are hidden for a simulated one.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -33,15 +33,16 @@ from bokeh.models import (
 )
 from bokeh.models.annotations import Label, Legend, LegendItem
 from bokeh.plotting import figure
-from bokeh.resources import Resources
 
-from .config import Mechanism
-from .details import memop_what, memop_words
-from .fileio import atomic_write
-from .graph import Graph
-from .plan import Direction, Origin, Plan
-from .plots import memory
-from .plots.axis import (
+from ..config import Mechanism
+from ..details import memop_what, memop_words
+from ..graph import Graph
+from ..plan import Direction, Origin, Plan
+from ..session import Session
+from ..session.iterations import typical_iteration
+from ..units import format_bytes, format_ns
+from . import memory
+from .axis import (
     BAR,
     LANES,
     MEMOP_COLORS,
@@ -55,61 +56,101 @@ from .plots.axis import (
     refill,
     texts,
 )
-from .plots.measured import measured_lanes
-from .plots.summary import summary_table
-from .records.collected import CollectorStatus
-from .records.collected import one_iteration as collected_iteration
-from .session import Session
-from .units import format_bytes, format_ns
+from .measured import measured_figures, update_measured
+
+AXES = ("time", "op")
+_PAD = 0.01  # of the drawn span, either side: the first and last ops clear of the frame
 
 
 def timeline_figure(session: Session, x_axis: str = "time", editable: bool = False, x_range: Any = None,
                     title: str | None = None, before: Plan | None = None) -> Any:
-    """A column of linked figures: lanes with markers, fault bytes per op, resident bytes.
+    """A column of linked figures: lanes with markers, fault bytes per op, resident bytes, and the parts
+    that show what the collectors recorded (`plots.measured`).
 
     editable: the planned offload/prefetch markers get a PointDrawTool (drag only: it adds nothing),
     and a browser-side callback keeps a dragged marker on its row and snaps it to the nearest op
     boundary, on either axis, so a drag moves it along x only. The markers' sources carry the
     `tensor_id`, `iteration` and `issue_after` of each marker; `issue_after_at` turns a dragged x
-    back into the op it is issued after. x_range: share one (e.g. a comparison's other figure's).
-    before: the plan as it was before edits; a hollow ghost marks where each moved marker was.
-    `update_timeline` puts another session into the same figures."""
-    if x_axis not in ("time", "op"):
-        raise ValueError(f"x_axis has to be 'time' or 'op', not {x_axis!r}")
+    back into the op it is issued after. x_range: share one (a comparison's other figure's), which the
+    caller then sets. before: the plan as it was before edits; a hollow ghost marks where each moved
+    marker was. `update_timeline` puts another session into the same figures."""
+    _check_axis(x_axis)
     axis = make_axis(session, x_axis)
-    lanes = figure(height=230, x_axis_label=axis.label, tools="xpan,xwheel_zoom,box_zoom,reset,save",
-                   **({"x_range": x_range} if x_range is not None else {}),
+    lanes = _lanes_figure(axis, x_range if x_range is not None else Range1d(start=0, end=1))
+    sources = {name: ColumnDataSource(name=name) for name in _SOURCES}
+    ops = _add_ops(lanes, sources["ops"])
+    memops = _add_memops(lanes, sources["memops"])
+    markers, ghosts = _add_markers(lanes, sources, editable)
+    lanes.add_layout(_legend(ops, memops, markers, ghosts), "above")
+    layout = column(lanes, _faults(sources["faults"], lanes), memory.resident_figure(session, axis, lanes.x_range),
+                    *measured_figures(lanes), sizing_mode="stretch_width")
+    _fill(layout, session, axis, title, before, keep_zoom=x_range is not None)
+    return layout
+
+
+def update_timeline(layout: Any, session: Session, x_axis: str, title: str | None = None,
+                    before: Plan | None = None, keep_zoom: bool = False) -> None:
+    """Put `session` into figures `timeline_figure` drew, on `x_axis`, through their data sources: the
+    browser keeps its models. `keep_zoom` (an edit of the session shown, on the same axis) keeps the x
+    range a person zoomed to; otherwise the new session is shown whole."""
+    _check_axis(x_axis)
+    axis = make_axis(session, x_axis)
+    lanes = _lanes(layout)
+    if lanes.tags != [x_axis]:
+        lanes.tags, keep_zoom = [x_axis], False
+        for fig in (lanes, layout.children[2]):
+            fig.xaxis.axis_label = axis.label
+    _fill(layout, session, axis, title, before, keep_zoom)
+    memory.update_resident(layout.children[2], session, axis)
+
+
+def _check_axis(x_axis: str) -> None:
+    if x_axis not in AXES:
+        raise ValueError(f"x_axis has to be 'time' or 'op', not {x_axis!r}")
+
+
+def _lanes_figure(axis: Axis, x_range: Any) -> Any:
+    lanes = figure(height=190, x_axis_label=axis.label, tools="xpan,xwheel_zoom,box_zoom,reset,save", x_range=x_range,
                    # the wheel scrolls the page until a person picks the zoom tool: a lecture hall scrolls
                    active_scroll=None, sizing_mode="stretch_width", y_range=Range1d(start=-0.2, end=3.2),
                    title=plain_title("", text_font_style="normal", text_font_size="10pt"), name="lanes",
-                   tags=[x_axis])
+                   tags=[axis.mode])
     lanes.yaxis.ticker = [v + BAR / 2 for v in LANES.values()]
     lanes.yaxis.major_label_overrides = {v + BAR / 2: k for k, v in LANES.items()}
     lanes.ygrid.grid_line_color = None
-    sources = {name: ColumnDataSource(name=name) for name in _SOURCES}
-    # one source per glyph kind keeps a large session fast; a view per phase or kind of transfer gives
-    # the legend one renderer to hide each
-    ops: list[Any] = [add_renderer(lanes, Quad(left="left", right="right", bottom=LANES["compute"],
-                                               top=LANES["compute"] + BAR, fill_color=field("color"),
-                                               line_color=field("color")),
-                                   sources["ops"], name=f"ops_{phase}", view=_only("phase", phase))
-                      for phase in PHASE_COLORS]
+    return lanes
+
+
+def _add_ops(lanes: Any, source: ColumnDataSource) -> list[Any]:
+    """One renderer per phase over the one "ops" source: the legend hides each."""
+    ops = [add_renderer(lanes, Quad(left="left", right="right", bottom=LANES["compute"], top=LANES["compute"] + BAR,
+                                    fill_color=field("color"), line_color=field("color")),
+                        source, name=f"ops_{phase}", view=_only("phase", phase)) for phase in PHASE_COLORS]
     lanes.add_tools(HoverTool(renderers=ops, tooltips=[
         ("op", "@name"), ("what it does", "@kind, @phase pass"), ("ran for", "@duration"),
         ("waited before it", "@stall"), ("faulted in while it ran", "@fault")]))
-    memops: list[Any] = [add_renderer(lanes, Quad(left="left", right="right", bottom="bottom", top="top",
-                                                  fill_color=field("color"), line_color=field("color"),
-                                                  fill_alpha=field("alpha"), line_alpha=field("alpha")),
-                                      sources["memops"], view=_only("kind", kind),
-                                      name=f"memops_{kind.replace(' ', '_')}")
-                         for kind in MEMOP_COLORS]
+    return ops
+
+
+def _add_memops(lanes: Any, source: ColumnDataSource) -> list[Any]:
+    """One renderer per kind of transfer over the one "memops" source."""
+    memops = [add_renderer(lanes, Quad(left="left", right="right", bottom="bottom", top="top",
+                                       fill_color=field("color"), line_color=field("color"),
+                                       fill_alpha=field("alpha"), line_alpha=field("alpha")),
+                           source, view=_only("kind", kind), name=f"memops_{kind.replace(' ', '_')}")
+              for kind in MEMOP_COLORS]
     lanes.add_tools(HoverTool(renderers=memops, tooltips=[
         ("tensor", "@tensor"), ("bytes", "@size"), ("what", "@what"), ("took", "@duration")]))
-    markers: list[Any] = [add_renderer(lanes, Scatter(x="x", y="y", marker=shape, size=12 if editable else 9,
-                                                      fill_color=MEMOP_COLORS[kind], line_color=MEMOP_COLORS[kind],
-                                                      fill_alpha=field("alpha"), line_alpha=field("alpha")),
-                                       sources[f"{kind}_markers"], name=f"{kind}_marker_glyphs")
-                          for kind, shape in (("offload", "inverted_triangle"), ("prefetch", "triangle"))]
+    return memops
+
+
+def _add_markers(lanes: Any, sources: dict[str, ColumnDataSource], editable: bool) -> tuple[list[Any], Any]:
+    """The plan's offload and prefetch markers (draggable when `editable`) and the ghosts of edited ones."""
+    markers = [add_renderer(lanes, Scatter(x="x", y="y", marker=shape, size=12 if editable else 9,
+                                           fill_color=MEMOP_COLORS[kind], line_color=MEMOP_COLORS[kind],
+                                           fill_alpha=field("alpha"), line_alpha=field("alpha")),
+                            sources[f"{kind}_markers"], name=f"{kind}_marker_glyphs")
+               for kind, shape in (("offload", "inverted_triangle"), ("prefetch", "triangle"))]
     ghosts = add_renderer(lanes, Scatter(x="x", y="y", marker=field("marker"), size=12, fill_alpha=0,
                                          line_color=field("color"), line_width=1.5, line_dash="dotted"),
                           sources["ghost_markers"], name="ghost_marker_glyphs")
@@ -124,11 +165,7 @@ def timeline_figure(session: Session, x_axis: str = "time", editable: bool = Fal
         for m in markers:
             m.data_source.js_on_change("data", CustomJS(
                 args={"src": m.data_source, "bounds": sources["boundaries"]}, code=_SNAP_JS))
-    lanes.add_layout(_legend(ops, memops, markers, ghosts), "above")
-    layout = column(lanes, _faults(sources["faults"], lanes), memory.resident_figure(session, axis, lanes.x_range),
-                    *measured_lanes(session, axis, lanes), sizing_mode="stretch_width")
-    _fill(layout, session, axis, title, before)
-    return layout
+    return markers, ghosts
 
 
 _SWAP_WORDS = {"demand fault": "copied in on demand", "driver eviction": "copied out to make room"}
@@ -136,28 +173,6 @@ _SWAP_WORDS = {"demand fault": "copied in on demand", "driver eviction": "copied
 _SOURCES = ("ops", "memops", "offload_markers", "prefetch_markers", "ghost_markers", "boundaries", "faults")
 _MEMOP_ALPHA = 0.75  # a transfer's bar, over the lane's grid
 _FADED = 0.12  # everything but a picked tensor
-
-
-def update_timeline(layout: Any, session: Session, x_axis: str, title: str | None = None,
-                    before: Plan | None = None) -> bool:
-    """Put `session` into figures `timeline_figure` drew, through their data sources, keeping their
-    ranges (a person's zoom) and the models the browser holds. False, changing nothing, where that
-    cannot show it as `timeline_figure` would: on another x axis, or a measured session (the
-    collectors' lanes are drawn once, with the figure; an edit's simulation has none: they are hidden)."""
-    if not can_update(layout, session, x_axis):
-        return False
-    axis = make_axis(session, x_axis)
-    for child in layout.children[3:]:  # what the collectors recorded: not what the edit simulates
-        child.visible = False
-    _fill(layout, session, axis, title, before)
-    memory.update_resident(layout.children[2], session, axis)
-    return True
-
-
-def can_update(layout: Any, session: Session, x_axis: str) -> bool:
-    """Whether `update_timeline` can put `session` into `layout` on `x_axis`."""
-    lanes = _lanes(layout)
-    return session.timeline.source != "measured" and lanes is not None and lanes.tags[0] == x_axis
 
 
 def highlight_tensor(layout: Any, session: Session, x_axis: str, tensor: int | None) -> None:
@@ -222,11 +237,11 @@ def _named_sources(layout: Any) -> dict[str, ColumnDataSource]:
 
 
 def _lanes(layout: Any) -> Any:
-    lanes: Any = layout.children[0] if getattr(layout, "children", None) else None
-    return lanes if getattr(lanes, "name", None) == "lanes" and lanes.tags else None
+    return layout.children[0]
 
 
-def _fill(layout: Any, session: Session, axis: Axis, title: str | None, before: Plan | None) -> None:
+def _fill(layout: Any, session: Session, axis: Axis, title: str | None, before: Plan | None,
+          keep_zoom: bool) -> None:
     lanes = _lanes(layout)
     lanes.title.text.text = title or f"{session.plan.policy} on {session.graph.model}: {session.timeline.source}"
     # "boundaries" is in the document only where the snapping reads it (an editable figure)
@@ -242,22 +257,39 @@ def _fill(layout: Any, session: Session, axis: Axis, title: str | None, before: 
         refill(sources[f"{kind}_markers"], _marker_columns(mem, axis, kind, direction))
     ghosts = _ghost_columns(session, axis, before)
     refill(sources["ghost_markers"], ghosts)
-    # the transfers nobody planned are the driver's under uvm, the executor's copies under swap
+    _label_legend(lanes, session, bool(ghosts["x"]))
+    faults, unit = _fault_columns(session, ops)
+    refill(sources["faults"], faults)
+    figure_of_faults = layout.children[1]
+    figure_of_faults.yaxis.axis_label = f"faults ({unit})"
+    none = next(a for a in figure_of_faults.center if a.name == "no_faults")
+    none.visible = len(faults["left"]) == 0
+    update_measured(layout.children[3:6], session, axis)
+    _fit_x(lanes.x_range, ops, mem, keep_zoom)
+
+
+def _label_legend(lanes: Any, session: Session, ghosts: bool) -> None:
+    """The transfers nobody planned are the driver's under uvm, the executor's copies under swap; an
+    entry with nothing to show reads as a bug."""
     words = _SWAP_WORDS if session.plan.mechanism is Mechanism.SWAP else {}
-    for legend in lanes.above:  # an entry with nothing to show reads as a bug
+    for legend in lanes.above:
         if legend.name == "lanes_legend":
-            legend.items[-1].visible = bool(ghosts["x"])
+            legend.items[-1].visible = ghosts
             for item in legend.items:
                 name = item.renderers[0].name if item.renderers else ""
                 if name.startswith("memops_"):
                     kind = name.removeprefix("memops_").replace("_", " ")
                     item.label = value(words.get(kind, kind))
-    faults, unit = _fault_columns(session, ops)
-    refill(sources["faults"], faults)
-    figure_of_faults = layout.children[1]
-    figure_of_faults.yaxis.axis_label = f"faulted ({unit})"
-    none = next(a for a in figure_of_faults.center if a.name == "no_faults")
-    none.visible = len(faults["left"]) == 0
+
+
+def _fit_x(x_range: Any, ops: dict[str, Any], mem: dict[str, Any], keep_zoom: bool) -> None:
+    """Where the reset tool goes back to: the whole session drawn; and there too unless `keep_zoom`."""
+    ends = [np.asarray(c[k], dtype=np.float64) for c in (ops, mem) for k in ("left", "right")]
+    values = np.concatenate([np.zeros(0), *ends])
+    lo, hi = (float(values.min()), float(values.max())) if len(values) else (0.0, 1.0)
+    pad = max(hi - lo, 1e-9) * _PAD
+    whole = {"reset_start": lo - pad, "reset_end": hi + pad}
+    x_range.update(**whole, **({} if keep_zoom else {"start": lo - pad, "end": hi + pad}))
 
 
 def _only(column_name: str, value: str) -> CDSView:
@@ -302,45 +334,38 @@ def issue_after_at(session: Session, x: float, x_axis: str, iteration: int = 0) 
     return int(round(position)) - 1 - iteration * len(session.graph.ops)
 
 
-def iteration_view(session: Session, iteration: int) -> Session:
-    """One recorded iteration of a session as a session of its own (iteration 0, times from its start),
-    so a long measured session can be drawn an iteration at a time."""
-    from dataclasses import replace
-
-    from .records.spans import one_iteration
-
-    timeline, origin, end = one_iteration(session.timeline, iteration)
-    collected = None if session.collected is None else collected_iteration(session.collected, iteration, origin, end)
-    tl = session.timeline
-    if collected is not None and tl.counted and iteration < tl.timed_iterations and collected.available("um"):
-        # a timed iteration ran without the unified-memory counters: its lane would read as no migration
-        first, last = tl.timed_iterations + 1, tl.iterations
-        which = f"iteration {first}" if first == last else f"iterations {first} to {last}"
-        why = (f"CUPTI counted unified memory in {which} only, after the timed ones, because counting slows "
-               f"paging: choose {which} to see its migrations and faults per op")
-        collected = replace(collected, status=(*collected.status, CollectorStatus("cupti_um", False, why, 0, 0)))
-    return replace(session, timeline=timeline, collected=collected)
-
-
-def typical_iteration(session: Session) -> Session:
-    """The session's typical (median) iteration as a session of its own, or the session itself when it
-    holds one iteration."""
-    tl = session.timeline
-    return iteration_view(session, tl.typical_iteration()) if tl.iterations > 1 else session
-
-
 def comparison_figure(a: Session, b: Session, titles: tuple[str, str] = ("A", "B")) -> Any:
     """Two sessions one above the other on one time scale: the typical iteration of each, from its
     start, so the longer one is visibly longer; panning or zooming one moves both."""
     shown = [typical_iteration(s) for s in (a, b)]
-    end_ms = max(float(max(s.timeline.op_end_ns.max(initial=0), s.timeline.memop_end_ns.max(initial=0))) / 1e6
-                 for s in shown)
-    x_range = Range1d(start=0, end=1.02 * end_ms if end_ms > 0 else 1.0)
-    figures = [timeline_figure(s, "time", x_range=x_range,
-                               title=f"{label}: {s.plan.policy} on {s.graph.model}, {s.timeline.source}, "
-                                     f"its typical iteration ({format_ns(int(s.timeline.iteration_ns()[0]))})")
+    x_range = Range1d(start=0, end=1)
+    figures = [timeline_figure(s, "time", x_range=x_range, title=_compared_title(s, label))
                for s, label in zip(shown, titles)]
+    fit_both(x_range, *shown)
     return column(*figures, sizing_mode="stretch_width")
+
+
+def update_comparison(layout: Any, a: Session, b: Session, titles: tuple[str, str] = ("A", "B"),
+                      keep_zoom: bool = False) -> None:
+    """Put A and B into a `comparison_figure`: both through their data sources, on one time scale."""
+    shown = [typical_iteration(s) for s in (a, b)]
+    for part, s, label in zip(layout.children, shown, titles):
+        update_timeline(part, s, "time", _compared_title(s, label), keep_zoom=True)
+    if not keep_zoom:
+        fit_both(_lanes(layout.children[0]).x_range, *shown)
+
+
+def fit_both(x_range: Any, *sessions: Session) -> None:
+    """Show the longest of `sessions` whole, from 0: the longer one is visibly longer."""
+    end_ms = max(float(max(s.timeline.op_end_ns.max(initial=0), s.timeline.memop_end_ns.max(initial=0))) / 1e6
+                 for s in sessions)
+    end = 1.02 * end_ms if end_ms > 0 else 1.0
+    x_range.update(start=0, end=end, reset_start=0, reset_end=end)
+
+
+def _compared_title(s: Session, label: str) -> str:
+    return (f"{label}: {s.plan.policy} on {s.graph.model}, {s.timeline.source}, its typical iteration "
+            f"({format_ns(int(s.timeline.iteration_ns()[0]))})")
 
 
 def _legend(ops: list[Any], memops: list[Any], markers: list[Any], ghosts: Any) -> Legend:
@@ -466,7 +491,7 @@ def _fault_columns(session: Session, ops: dict[str, Any]) -> tuple[dict[str, Any
 
 
 def _faults(source: ColumnDataSource, lanes: Any) -> Any:
-    f = figure(height=110, x_range=lanes.x_range, sizing_mode="stretch_width", tools="", toolbar_location=None)
+    f = figure(height=90, x_range=lanes.x_range, sizing_mode="stretch_width", tools="", toolbar_location=None)
     red = MEMOP_COLORS["demand fault"]
     bars = add_renderer(f, Quad(left="left", right="right", bottom=0, top="top", fill_color=red, line_color=red),
                         source, name="fault_bars")
@@ -477,47 +502,3 @@ def _faults(source: ColumnDataSource, lanes: Any) -> Any:
     f.xaxis.visible = False
     f.yaxis.ticker = BasicTicker(desired_num_ticks=3)
     return f
-
-
-
-def export_html(session: Session, path: str | os.PathLike[str], force: bool = False) -> None:
-    """One HTML file with Bokeh's JavaScript inline, so it opens offline and can be mailed around."""
-    atomic_write(path, standalone_html(session), force=force)
-
-
-def standalone_html(session: Session, story: Sequence[Any] = ()) -> bytes:
-    """`export_html`'s page: the summary, the `story` (Bokeh models the app adds: its headline, where
-    the time goes, the paging cliff) and the timeline, all Bokeh needs inline and nothing else."""
-    from bokeh.embed import file_html
-
-    p = session.plan
-    title = f"vmexplorer: {p.model} batch {p.batch}, {p.policy} ({session.timeline.source})"
-    layout = column(summary_table(session), *story, timeline_figure(session), sizing_mode="stretch_width")
-    return file_html(layout, _PageResources(frozenset(type(m) for m in layout.references())), title).encode()
-
-
-class _PageResources(Resources):
-    """Bokeh's INLINE resources, less the files of models the page does not hold. Bokeh links the
-    `__javascript__` and `__css__` of every model class the process has imported: in the app's server,
-    Panel's (its tables' stylesheet on a CDN, scripts under the server's static/) would be linked from a
-    page that has to open offline, and fail there."""
-
-    # every bundle, for `file_html` to drop those the page does not use (it removes them by name): the
-    # app's server starts its own Resources from fewer (app.py), and an export must not depend on that
-    EVERY_COMPONENT: tuple[Any, ...] = ("bokeh", "bokeh-gl", "bokeh-widgets", "bokeh-tables", "bokeh-mathjax")
-
-    def __init__(self, classes: frozenset[type], components: list[Any] | None = None) -> None:
-        super().__init__(mode="inline", components=list(self.EVERY_COMPONENT if components is None else components))
-        self.classes = classes
-
-    def clone(self, *, components: list[Any] | None = None) -> _PageResources:
-        return _PageResources(self.classes, components=list(self.components if components is None else components))
-
-    def _collect_external_resources(self, resource_attr: Any) -> list[str]:
-        found: list[str] = []
-        for cls in sorted(self.classes, key=lambda c: f"{c.__module__}.{c.__qualname__}"):
-            files = getattr(cls, resource_attr, None)
-            for f in [files] if isinstance(files, str) else files or []:
-                if f not in found:
-                    found.append(f)
-        return found

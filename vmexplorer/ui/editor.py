@@ -1,0 +1,108 @@
+"""Edit the plan without the mouse: move a tensor's offload or prefetch marker to an op, undo every edit, add
+or drop a tensor's round trip from the table of tensors. Every edit goes through `AppState.drag` or
+`toggle_offload`, as a drag on the timeline does; a tensor picked in the table is lit up."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import panel as pn
+import param
+
+from . import numbers
+from .state import AppState, store_param
+from .widgets import Text, widget
+
+pd: Any = importlib.import_module("pandas")  # Panel's own dependency (its tables take DataFrames); no stubs
+
+
+def _now(method: Callable[..., Any], *args: Any) -> None:
+    method(*args)
+
+
+class Editor(pn.viewable.Viewer):
+    state: AppState = store_param()
+    act = param.Callable(default=_now, doc="runs a store method as the page's actions run")
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self.marker_kind = widget(pn.widgets.Select, "Marker", options=["prefetch", "offload"], width=110)
+        self.marker_tensor = widget(pn.widgets.Select, "Tensor", options={}, width=220)
+        self.marker_op = widget(pn.widgets.IntInput, "Issue after op", start=-1, width=120)
+        self.marker_range = Text(styles={"font-size": "0.85em"})
+        self.move = widget(pn.widgets.Button, "Move marker", button_type="primary", align="end")
+        self.reset = widget(pn.widgets.Button, "Undo all edits", align="end")
+        self.tensors = pn.widgets.Tabulator(disabled=True, show_index=False, selectable=1, height=300,
+                                            sizing_mode="stretch_width", pagination=None)
+        self.toggle = widget(pn.widgets.Button, "Add / remove the selected tensor's offload")
+        self._tensor_rows: list[dict[str, Any]] = []  # what the tensor table shows
+        self.move.on_click(lambda _: self._move())
+        self.reset.on_click(lambda _: self.act(self.state.reset_edits))
+        self.toggle.on_click(lambda _: self._toggle())
+        pn.bind(self._draw_range, self.marker_kind, self.marker_tensor, watch=True)
+        pn.bind(self._pick, self.tensors.param.selection, watch=True)
+
+    def _move(self) -> None:
+        if self.marker_tensor.value is None:
+            self.state.fail("pick a tensor with a planned round trip (the tensor table adds one)")
+            return
+        self.act(self.state.drag, self.marker_kind.value, self.marker_tensor.value, self.marker_op.value)
+
+    def _toggle(self) -> None:
+        tensor = self._selected()
+        if tensor is None:
+            self.state.fail("select a tensor in the table first")
+            return
+        self.act(self.state.toggle_offload, tensor)
+
+    def _pick(self, _rows: list[int]) -> None:
+        tensor = self._selected()
+        if tensor is not None:
+            self.state.picked = tensor
+
+    def _selected(self) -> int | None:
+        """The tensor picked in the tensor table, if a row is picked."""
+        rows, frame = self.tensors.selection, self.tensors.value
+        if not rows or frame is None or "id" not in frame or rows[0] >= len(frame):
+            return None
+        return int(frame["id"].iloc[rows[0]])
+
+    def draw(self) -> None:
+        """The shown session's tensors and round trips."""
+        s = self.state.session
+        if s is None:
+            return
+        rows = numbers.tensor_rows(s, list(self.state.moves))
+        if rows != self._tensor_rows:  # an edit often moves no tensor in or out of the table's columns
+            self._tensor_rows = rows
+            self.tensors.value = pd.DataFrame(rows)
+        g = s.graph
+        moving = sorted({mv.tensor for mv in self.state.moves})
+        self.marker_tensor.options = {f"{g.tensors[t].name} ({t})": t for t in moving}
+        if self.marker_tensor.value not in moving:
+            self.marker_tensor.value = moving[0] if moving else None
+        self._draw_range()
+
+    def _draw_range(self, *_: Any) -> None:
+        t = self.marker_tensor.value
+        if t is None or self.state.session is None:
+            self.marker_range.object = ""
+            return
+        kind = self.marker_kind.value
+        mv = next((mv for mv in self.state.moves if mv.tensor == t), None)
+        now = None if mv is None else mv.offload_after if kind == "offload" else mv.prefetch_after
+        if now is None:
+            self.marker_range.object = "this tensor is never prefetched"
+            return
+        lo, hi = self.state.marker_range(kind, t)
+        self.marker_op.value = now
+        self.marker_range.object = f"now after op {now}; it may go from {lo} to {hi}"
+
+    def __panel__(self) -> Any:
+        return pn.Column(
+            pn.pane.Markdown("Drag a ▼ offload or ▲ prefetch marker along the x axis (the drag tool is "
+                             "active), or move one here; each edit re-plans as a `manual` plan and re-simulates."),
+            pn.Row(self.marker_kind, self.marker_tensor, self.marker_op, self.move, self.reset),
+            self.marker_range, self.tensors, self.toggle, sizing_mode="stretch_width")
