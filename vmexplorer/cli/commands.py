@@ -179,7 +179,6 @@ def _not_fitted(plan: Plan, cost: Any, base: Any) -> list[str]:
     return kept + ([] if any(m.mode is Mode.ASYNC for m in plan.memops) else ["host_block"])
 
 
-
 def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
     if args.top < 0:
         raise UsageError(f"--top takes how many rows to show, 0 for all, not {args.top}")

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, NoReturn
 
+
 def _parser_class() -> type[argparse.ArgumentParser]:
     import argparse
 

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     import argparse
     from typing import Any
 
+
 def cmd_serve(args: argparse.Namespace) -> dict[str, Any]:
     """Serve vmexplorer/app.py as `panel serve` does, with gzip, until Ctrl-C or SIGTERM stops it.
 

@@ -243,4 +243,3 @@ def _json_default(value: Any) -> Any:
     if hasattr(value, "isoformat"):
         return value.isoformat()
     return str(value)
-

@@ -153,7 +153,6 @@ def _is(value: Any, kind: str) -> bool:
     return kind == NUM and type(value) is float and math.isfinite(value)
 
 
-
 def _describe(value: Any) -> str:
     if value is None:
         return "null"

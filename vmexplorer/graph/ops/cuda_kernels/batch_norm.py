@@ -321,7 +321,6 @@ BN_ELEMENTWISE(float4, unsigned long long, v4_i64)
 """
 
 
-
 declare("bn", lambda: _BN)
 
 

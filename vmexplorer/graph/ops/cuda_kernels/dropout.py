@@ -37,7 +37,6 @@ extern "C" __global__ void dropout_bwd(const unsigned char* __restrict__ mask, c
 """
 
 
-
 declare("dropout", lambda: _DROPOUT)
 
 
