@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from vmexplorer import cli
-from vmexplorer.cli import main
+from vmexplorer.cli import main, tables
 from vmexplorer.fileio import OutputError, atomic_write, refuse_unless_replaceable
 from vmexplorer.graph import MODELS, build_graph
 from vmexplorer.units import MAX_BYTES, parse_bytes
@@ -328,7 +328,7 @@ def test_every_table_shows_control_characters_escaped(case: str, capsys: pytest.
     command, doc = _hostile_docs()[case]
     table = {"info": cli.table_info, "simulate": cli.table_simulate, "calibrate": cli.table_calibrate,
              "export": cli.table_export, "compare": None}[command]
-    cli._emit(argparse.Namespace(format="table", command=command, table=table, top=0), doc)
+    tables._emit(argparse.Namespace(format="table", command=command, table=table, top=0), doc)
     out = capsys.readouterr().out
     assert not _unsafe(out), _unsafe(out)
     assert ESCAPED in out or ESCAPED.replace("\\x0a", " ") in out

@@ -60,7 +60,8 @@ def test_each_table_is_fed_by_the_collector_and_the_status_entry_of_its_part() -
 
 
 def test_the_executor_and_the_command_line_offer_exactly_the_tables_parts(capsys: pytest.CaptureFixture) -> None:
-    from vmexplorer.cli import UsageError, _collector_parts, main
+    from vmexplorer.cli import UsageError, main
+    from vmexplorer.cli.commands import _collector_parts
     from vmexplorer.engine.executor import COLLECTOR_PARTS, RunSettings
 
     names = tuple(p.name for p in PARTS)

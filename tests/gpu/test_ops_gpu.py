@@ -243,7 +243,7 @@ def test_sgd_momentum_two_steps_equal_torch_optim_sgd() -> None:
     close(mw, opt.state[tw]["momentum_buffer"], 1e-6, "momentum")
 
 
-# --- the CUDA fast paths (graph/ops/cuda_kernels.py) against the numpy path, and their determinism ---
+# --- the CUDA fast paths (graph/ops/cuda_kernels/) against the numpy path, and their determinism ---
 # On cupy with float32 operands relu, add, sgd_momentum, max_pool2d and batch_norm2d (and backwards) run
 # hand-written kernels; numpy runs the generic bodies. Where the numpy body fixes every rounding (all but
 # the batch-norm sums) the kernels must give the same values exactly.

@@ -159,27 +159,9 @@ def execute(graph: Graph, plan: Plan, settings: RunSettings = RunSettings(),
 def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena | SwapArena, settings: RunSettings,
          progress: Callable[[int, int, float], None] | None, should_stop: Callable[[], bool] | None,
          collectors: list[Collector]) -> RunResult:
-    for t in range(len(graph.tensors)):
-        value = initial_value(graph, t, settings.seed)
-        if value is not None:
-            arena.write(t, value)
+    _write_initial_values(graph, arena, settings.seed)
     streams = {s: cp.cuda.Stream(non_blocking=True) for s in Stream}
-    environment = {**gpu.environment(), "mechanism": plan.mechanism.value}
-    kept = kept_tensors(graph, settings.keep_weights)
-    dead = None
-    if isinstance(arena, SwapArena):
-        environment["dead_data"] = "reused in the pool (under swap a dead tensor's bytes are simply taken over)"
-        environment["swap_pool"] = arena.pool.describe()
-        environment["swap_kept"] = "kept tensors (read by the host) stay in the pool to the iteration's end"
-        ledger = Ledger(graph, arena.start_bytes(), release_dead=True, kept=kept)
-    else:
-        if arena.managed:
-            why = gpu.discard_unavailable() if settings.discard else "RunSettings.discard is off"
-            if why is None:
-                dead = dead_bytes(arena.layout, len(graph.ops), room_per_op(graph, plan, kept))
-            environment["dead_data"] = (f"discarded ({', '.join(gpu.DISCARD_CALLS)})" if why is None else
-                                        f"left on the device until reused ({why})")
-        ledger = Ledger(graph, _place(graph, plan, arena, streams[Stream.COMPUTE], dead))
+    environment, dead, ledger = _environment_and_ledger(graph, plan, arena, settings, streams)
     steps = schedule(graph, plan, dead, arena.pool.waits if isinstance(arena, SwapArena) else None)
     events = _Events(cp, steps)
     operands = arena.operands()
@@ -217,6 +199,45 @@ def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena | SwapArena, settings: 
     finally:
         for c in collectors:
             c.stop()
+    return _run_result(cp, graph, plan, arena, settings, ledger, dead, environment, records, losses, collectors)
+
+
+def _write_initial_values(graph: Graph, arena: Arena | SwapArena, seed: int) -> None:
+    for t in range(len(graph.tensors)):
+        value = initial_value(graph, t, seed)
+        if value is not None:
+            arena.write(t, value)
+
+
+def _environment_and_ledger(graph: Graph, plan: Plan, arena: Arena | SwapArena, settings: RunSettings,
+                            streams: dict[Stream, Any]) -> tuple[dict[str, str], DeadBytes | None, Ledger]:
+    """The run's environment (with how dead data and the swap pool are handled), the dead bytes a managed
+    arena discards, and the ledger of device bytes; outside swap the tensors are placed where the plan's
+    iteration starts first, on the compute stream."""
+    environment = {**gpu.environment(), "mechanism": plan.mechanism.value}
+    kept = kept_tensors(graph, settings.keep_weights)
+    dead = None
+    if isinstance(arena, SwapArena):
+        environment["dead_data"] = "reused in the pool (under swap a dead tensor's bytes are simply taken over)"
+        environment["swap_pool"] = arena.pool.describe()
+        environment["swap_kept"] = "kept tensors (read by the host) stay in the pool to the iteration's end"
+        ledger = Ledger(graph, arena.start_bytes(), release_dead=True, kept=kept)
+    else:
+        if arena.managed:
+            why = gpu.discard_unavailable() if settings.discard else "RunSettings.discard is off"
+            if why is None:
+                dead = dead_bytes(arena.layout, len(graph.ops), room_per_op(graph, plan, kept))
+            environment["dead_data"] = (f"discarded ({', '.join(gpu.DISCARD_CALLS)})" if why is None else
+                                        f"left on the device until reused ({why})")
+        ledger = Ledger(graph, _place(graph, plan, arena, streams[Stream.COMPUTE], dead))
+    return environment, dead, ledger
+
+
+def _run_result(cp: Any, graph: Graph, plan: Plan, arena: Arena | SwapArena, settings: RunSettings, ledger: Ledger,
+                dead: DeadBytes | None, environment: dict[str, str], records: list[dict[str, Any]],
+                losses: list[float], collectors: list[Collector]) -> RunResult:
+    """What the run measured, after its last iteration: memory use, kept weights, the timeline of the
+    recorded iterations and the collectors' records."""
     memory = _memory_use(cp, graph, arena, ledger, dead)
     if isinstance(arena, SwapArena):  # the pool is real device memory: what the run took shows it
         environment["swap_device_bytes_taken"] = (

@@ -13,8 +13,10 @@ import numpy as np
 
 from .. import __version__
 from ..fileio import atomic_write
+from ..graph import Graph
 from ..plan import Direction, Mechanism, Mode, Origin
-from ..records.collected import MEMCPY_KINDS, busiest_stream, per_op
+from ..records.collected import MEMCPY_KINDS, Collected, busiest_stream, per_op
+from ..records.spans import Timeline
 from ..units import format_bytes
 from .session import SCHEMA_VERSION, Session
 
@@ -146,6 +148,17 @@ def _collected_families(session: Session, pid: int) -> list[_Family]:
     g, tl, c = session.graph, session.timeline, session.collected
     assert c is not None
     compute = busiest_stream(c)
+    out, tids = _kernel_families(c, pid, compute)
+    if len(c.memcpy_bytes):
+        out += _copy_families(c, pid, KERNELS + len(tids))
+    if not len(c.um_value) or not len(tl.op_index):
+        return out
+    out.append(_counter_family(g, tl, c, pid, compute))
+    return out
+
+
+def _kernel_families(c: Collected, pid: int, compute: int | None) -> tuple[list[_Family], dict[int, int]]:
+    """The kernels' threads, the compute stream's first, and their spans; with each stream's thread."""
     streams = sorted(set(c.kernel_stream.tolist()), key=lambda s: (s != compute, s))
     tids = {s: KERNELS + i for i, s in enumerate(streams)}
     meta: list[dict[str, Any]] = []
@@ -161,23 +174,26 @@ def _collected_families(session: Session, pid: int) -> list[_Family]:
                      {"iteration": int(c.kernel_iteration[row]), "stream": stream})
 
     kernel_tids = np.array([tids[s] for s in c.kernel_stream.tolist()], dtype=np.int64)
-    out = [_meta(meta), _Family(False, c.kernel_start_ns / 1000, kernel_tids, kernel)]
-    if len(c.memcpy_bytes):
-        tid = KERNELS + len(tids)
+    return [_meta(meta), _Family(False, c.kernel_start_ns / 1000, kernel_tids, kernel)], tids
 
-        def copy(row: int) -> dict[str, Any]:
-            nbytes = int(c.memcpy_bytes[row])
-            return _span(pid, tid, f"memcpy {MEMCPY_KINDS[int(c.memcpy_kind[row])]} {format_bytes(nbytes)}", "memcpy",
-                         c.memcpy_start_ns[row].item(), c.memcpy_end_ns[row].item(),
-                         {"iteration": int(c.memcpy_iteration[row]), "stream": int(c.memcpy_stream[row]),
-                          "bytes": nbytes})
 
-        out += [_meta([{"ph": "M", "pid": pid, "tid": tid, "name": "thread_name",
-                        "args": {"name": "memory copies (CUPTI)"}},
-                       {"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}}]),
-                _Family(False, c.memcpy_start_ns / 1000, np.full(len(c.memcpy_bytes), tid), copy)]
-    if not len(c.um_value) or not len(tl.op_index):
-        return out
+def _copy_families(c: Collected, pid: int, tid: int) -> list[_Family]:
+    """The memory copies' thread `tid` and their spans."""
+    def copy(row: int) -> dict[str, Any]:
+        nbytes = int(c.memcpy_bytes[row])
+        return _span(pid, tid, f"memcpy {MEMCPY_KINDS[int(c.memcpy_kind[row])]} {format_bytes(nbytes)}", "memcpy",
+                     c.memcpy_start_ns[row].item(), c.memcpy_end_ns[row].item(),
+                     {"iteration": int(c.memcpy_iteration[row]), "stream": int(c.memcpy_stream[row]),
+                      "bytes": nbytes})
+
+    return [_meta([{"ph": "M", "pid": pid, "tid": tid, "name": "thread_name",
+                    "args": {"name": "memory copies (CUPTI)"}},
+                   {"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}}]),
+            _Family(False, c.memcpy_start_ns / 1000, np.full(len(c.memcpy_bytes), tid), copy)]
+
+
+def _counter_family(g: Graph, tl: Timeline, c: Collected, pid: int, compute: int | None) -> _Family:
+    """The unified-memory counters' tracks: what each op saw (`per_op`), from its start."""
     figures = per_op(g, tl, c, compute)
     order = np.argsort(tl.op_start_ns, kind="stable")
 
@@ -195,8 +211,7 @@ def _collected_families(session: Session, pid: int) -> list[_Family]:
                 "args": {"htod": htod, "dtoh": dtoh}}
 
     ts = np.append(np.repeat(tl.op_start_ns[order], 2), [tl.op_end_ns.max()] * 2) / 1000
-    out.append(_Family(False, ts, np.zeros(len(ts), dtype=np.int64), counter))
-    return out
+    return _Family(False, ts, np.zeros(len(ts), dtype=np.int64), counter)
 
 
 def _span(pid: int, tid: int, name: str, cat: str, start_ns: float, end_ns: float,

@@ -41,108 +41,149 @@ from .costmodel import H100_DEFAULT, CostModel
 
 
 def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timeline:
-    cost = (cost or H100_DEFAULT).for_mechanism(plan.mechanism)
-    swap = plan.mechanism is Mechanism.SWAP
-    ops, memops = graph.ops, plan.memops
-    n = len(ops)
-    compute = [cost.compute_ns(op.name, op.flops, op.bytes_touched) for op in ops]
-    gaps = [cost.op_gap_ns.get(op.name, 0.0) for op in ops]
-    due_async: list[list[int]] = [[] for _ in range(n + 1)]
-    due_sync: list[list[int]] = [[] for _ in range(n + 1)]
-    faults: list[list[int]] = [[] for _ in range(n + 1)]
-    for i, m in enumerate(memops):
-        {Mode.ASYNC: due_async, Mode.SYNC: due_sync, Mode.FAULT: faults}[m.mode][m.complete_before].append(i)
-
-    op_start, op_end = np.zeros(n), np.zeros(n)
-    op_stall, op_fault = np.zeros(n), np.zeros(n, dtype=np.int64)
-    room = np.zeros(n + 1)  # when the driver's evictions before each op have made their room
-    mem_start, mem_end = np.zeros(len(memops)), np.zeros(len(memops))
-    host = gpu = 0.0
-    engine = _Engine(cost.serialises_directions)
-    skipped = elided(graph, plan)
-    # a stored copy order (swap): each stream's queue of copies, each called before op `calls[i]`
-    queues = {d: asynchronous(plan, d) for d in Direction} if plan.copy_order else {}
-    calls = call_before(plan) if plan.copy_order else {}
-    placed = np.zeros(len(memops), dtype=bool)
-
-    def copy(i: int, t: float, room_known: bool) -> float:
-        """An asynchronous copy due before op k, on its direction's stream: when op k may start."""
-        nonlocal host
-        m = memops[i]
-        to_device = m.direction is Direction.TO_DEVICE
-        after = op_end[m.issue_after] if m.issue_after >= 0 else 0.0
-        if i in skipped:
-            mem_start[i] = mem_end[i] = max(after, host)
-            return t
-        if to_device and room_known:  # a prefetch lands in the room made before the next op
-            after = max(after, room[m.issue_after + 1])
-        start, end = engine.run(max(after, host), cost.copy_ns(m.nbytes, to_device), m.direction)
-        mem_start[i], mem_end[i] = start, end
-        host += cost.host_block * max(0.0, end - host)
-        return max(t, end)
-
-    def call(k: int, early: list[int], room_known: bool) -> None:
-        """In a stored order, the copies each stream's queue calls before op k: the host is there, and
-        their issue ops have ended. Until op k's room is known, a copy in issued right before op k waits
-        (it lands in that room) unless the replay takes it straight back out."""
-        for d, queue in queues.items():
-            while queue and calls[queue[0]] <= k:
-                i = queue[0]
-                if d is Direction.TO_DEVICE and not room_known and memops[i].issue_after == k - 1 and i not in early:
-                    break
-                copy(i, 0.0, memops[i].issue_after + 1 < k or room_known)
-                placed[i] = True
-                queue.pop(0)
-
+    walk = _Walk(graph, plan, (cost or H100_DEFAULT).for_mechanism(plan.mechanism))
+    n = len(graph.ops)
     for k in range(n + 1):
-        arrived = max(gpu, host)  # op k-1 is done and the host has reached op k
-        t = arrived
+        arrived = max(walk.gpu, walk.host)  # op k-1 is done and the host has reached op k
         # under swap a tensor the replay copies out as its copy in lands goes out only once it is in
-        early = _landing_then_out(memops, due_async[k], due_sync[k]) if swap else []
-        if queues:
-            call(k, early, False)
+        early = _landing_then_out(plan.memops, walk.due_async[k], walk.due_sync[k]) if walk.swap else []
+        t = walk.land_early(k, early, arrived)
+        t = walk.synchronous(k, t)
+        t = walk.land_due(k, early, t)
+        if k == n:
+            break
+        walk.run_op(k, arrived, t)
+    return walk.timeline()
+
+
+class _Walk:
+    """The simulation's steps, op by op, over the host's and the GPU's clocks and the spans found so far.
+
+    `host` is when the host has made its last call, `gpu` when the last op ended; `room[k]` when the
+    driver's evictions before op k have made their room. `due_async[k]`, `due_sync[k]` and `faults[k]`
+    hold the memory operations that complete before op k, by mode."""
+
+    def __init__(self, graph: Graph, plan: Plan, cost: CostModel) -> None:
+        self.graph, self.plan, self.cost = graph, plan, cost
+        self.swap = plan.mechanism is Mechanism.SWAP
+        self.ops, self.memops = ops, memops = graph.ops, plan.memops
+        n = len(ops)
+        self.compute = [cost.compute_ns(op.name, op.flops, op.bytes_touched) for op in ops]
+        self.gaps = [cost.op_gap_ns.get(op.name, 0.0) for op in ops]
+        self.due_async: list[list[int]] = [[] for _ in range(n + 1)]
+        self.due_sync: list[list[int]] = [[] for _ in range(n + 1)]
+        self.faults: list[list[int]] = [[] for _ in range(n + 1)]
+        for i, m in enumerate(memops):
+            {Mode.ASYNC: self.due_async, Mode.SYNC: self.due_sync,
+             Mode.FAULT: self.faults}[m.mode][m.complete_before].append(i)
+        self.op_start, self.op_end = np.zeros(n), np.zeros(n)
+        self.op_stall, self.op_fault = np.zeros(n), np.zeros(n, dtype=np.int64)
+        self.room = np.zeros(n + 1)
+        self.mem_start, self.mem_end = np.zeros(len(memops)), np.zeros(len(memops))
+        self.host = self.gpu = 0.0
+        self.engine = _Engine(cost.serialises_directions)
+        self.skipped = elided(graph, plan)
+        # a stored copy order (swap): each stream's queue of copies, each called before op `calls[i]`
+        self.queues = {d: asynchronous(plan, d) for d in Direction} if plan.copy_order else {}
+        self.calls = call_before(plan) if plan.copy_order else {}
+        self.placed = np.zeros(len(memops), dtype=bool)
+
+    # --- the steps before each op, in order ----------------------------------------------------------
+
+    def land_early(self, k: int, early: list[int], t: float) -> float:
+        """The copies in of `early`, before op k's room is made: when the last of them has landed."""
+        if self.queues:
+            self.call(k, early, False)
             # one held back on its stream behind a copy in that waits for this room is not waited for: its
             # copy out goes ahead, optimistic (no recorded order has such a case; `schedule` refuses one whose
             # steps would wait for a later step)
-            t = max([t, *(mem_end[i] for i in early if placed[i])])
-        else:
-            for i in early:
-                t = copy(i, t, memops[i].issue_after + 1 < k)
-        t = room[k] = _sync(engine, cost, memops, due_sync[k], Direction.TO_HOST, t, swap, mem_start, mem_end, skipped)
-        t = _sync(engine, cost, memops, due_sync[k], Direction.TO_DEVICE, t, swap, mem_start, mem_end, skipped)
-        if queues:
-            call(k, early, True)
-            if not placed[due_async[k]].all():  # validate_plan refuses such an order
+            return max([t, *(self.mem_end[i] for i in early if self.placed[i])])
+        for i in early:
+            t = self.copy(i, t, self.memops[i].issue_after + 1 < k)
+        return t
+
+    def synchronous(self, k: int, t: float) -> float:
+        """The synchronous transfers due before op k (`_sync`): the copies out, whose end is op k's room,
+        then the copies in."""
+        t = self.room[k] = _sync(self.engine, self.cost, self.memops, self.due_sync[k], Direction.TO_HOST, t,
+                                 self.swap, self.mem_start, self.mem_end, self.skipped)
+        return _sync(self.engine, self.cost, self.memops, self.due_sync[k], Direction.TO_DEVICE, t, self.swap,
+                     self.mem_start, self.mem_end, self.skipped)
+
+    def land_due(self, k: int, early: list[int], t: float) -> float:
+        """The rest of the asynchronous copies due before op k, once its room is known: when op k may start."""
+        if self.queues:
+            self.call(k, early, True)
+            if not self.placed[self.due_async[k]].all():  # validate_plan refuses such an order
                 raise PlanError(f"the copy order has not called every copy op {k} waits for")
-            t = max([t, *(mem_end[i] for i in due_async[k])])
-        else:
-            for i in sorted(set(due_async[k]) - set(early), key=lambda i: (memops[i].issue_after, i)):
-                t = copy(i, t, True)
-        if k == n:
-            break
-        t = max(t, host, arrived + gaps[k])
-        fault_bytes = sum(memops[i].nbytes for i in faults[k])
-        op_stall[k], op_fault[k], op_start[k] = t - arrived, fault_bytes, t
-        gpu = op_end[k] = t + compute[k] + cost.fault_ns(fault_bytes, ops[k].kind)
-        for i in faults[k]:
-            mem_start[i], mem_end[i] = t, gpu
-        host += cost.launch_ns
-    last = max(gpu, host, float(mem_end.max(initial=0.0)))
-    if not last < MAX_NS:  # a cost model far too slow for the plan: say so rather than wrap around
-        raise PlanError(f"with this cost model the plan's iteration would last {last / 8.64e13:.3g} days, "
-                        "beyond the 104 a timeline holds; check the cost model's rates")
-    resident_t, resident = resident_curve(graph, plan, op_start, op_end, mem_start, mem_end)
-    i64 = lambda a: np.rint(a).astype(np.int64)  # noqa: E731
-    return Timeline(
-        source="simulated",
-        op_iteration=np.zeros(n, dtype=np.int64), op_index=np.arange(n, dtype=np.int64),
-        op_start_ns=i64(op_start), op_end_ns=i64(op_end), op_stall_ns=i64(op_stall),
-        op_fault_bytes=op_fault,
-        memop_iteration=np.zeros(len(memops), dtype=np.int64),
-        memop_index=np.arange(len(memops), dtype=np.int64),
-        memop_start_ns=i64(mem_start), memop_end_ns=i64(mem_end),
-        resident_t_ns=i64(resident_t), resident_bytes=resident,
-    )
+            return max([t, *(self.mem_end[i] for i in self.due_async[k])])
+        for i in sorted(set(self.due_async[k]) - set(early), key=lambda i: (self.memops[i].issue_after, i)):
+            t = self.copy(i, t, True)
+        return t
+
+    def run_op(self, k: int, arrived: float, t: float) -> None:
+        """Op k starts at `t` (once its gap after op k-1 has passed and the host has enqueued it) and runs
+        its compute and its demand faults; the host goes on to launch the next."""
+        t = max(t, self.host, arrived + self.gaps[k])
+        fault_bytes = sum(self.memops[i].nbytes for i in self.faults[k])
+        self.op_stall[k], self.op_fault[k], self.op_start[k] = t - arrived, fault_bytes, t
+        self.gpu = self.op_end[k] = t + self.compute[k] + self.cost.fault_ns(fault_bytes, self.ops[k].kind)
+        for i in self.faults[k]:
+            self.mem_start[i], self.mem_end[i] = t, self.gpu
+        self.host += self.cost.launch_ns
+
+    # --- the copies ----------------------------------------------------------------------------------
+
+    def copy(self, i: int, t: float, room_known: bool) -> float:
+        """An asynchronous copy due before op k, on its direction's stream: when op k may start."""
+        m = self.memops[i]
+        to_device = m.direction is Direction.TO_DEVICE
+        after = self.op_end[m.issue_after] if m.issue_after >= 0 else 0.0
+        if i in self.skipped:
+            self.mem_start[i] = self.mem_end[i] = max(after, self.host)
+            return t
+        if to_device and room_known:  # a prefetch lands in the room made before the next op
+            after = max(after, self.room[m.issue_after + 1])
+        start, end = self.engine.run(max(after, self.host), self.cost.copy_ns(m.nbytes, to_device), m.direction)
+        self.mem_start[i], self.mem_end[i] = start, end
+        self.host += self.cost.host_block * max(0.0, end - self.host)
+        return max(t, end)
+
+    def call(self, k: int, early: list[int], room_known: bool) -> None:
+        """In a stored order, the copies each stream's queue calls before op k: the host is there, and
+        their issue ops have ended. Until op k's room is known, a copy in issued right before op k waits
+        (it lands in that room) unless the replay takes it straight back out."""
+        for d, queue in self.queues.items():
+            while queue and self.calls[queue[0]] <= k:
+                i = queue[0]
+                if d is Direction.TO_DEVICE and not room_known and self.memops[i].issue_after == k - 1 \
+                        and i not in early:
+                    break
+                self.copy(i, 0.0, self.memops[i].issue_after + 1 < k or room_known)
+                self.placed[i] = True
+                queue.pop(0)
+
+    # --- the result ----------------------------------------------------------------------------------
+
+    def timeline(self) -> Timeline:
+        n, memops = len(self.ops), self.memops
+        last = max(self.gpu, self.host, float(self.mem_end.max(initial=0.0)))
+        if not last < MAX_NS:  # a cost model far too slow for the plan: say so rather than wrap around
+            raise PlanError(f"with this cost model the plan's iteration would last {last / 8.64e13:.3g} days, "
+                            "beyond the 104 a timeline holds; check the cost model's rates")
+        resident_t, resident = resident_curve(self.graph, self.plan, self.op_start, self.op_end, self.mem_start,
+                                              self.mem_end)
+        i64 = lambda a: np.rint(a).astype(np.int64)  # noqa: E731
+        return Timeline(
+            source="simulated",
+            op_iteration=np.zeros(n, dtype=np.int64), op_index=np.arange(n, dtype=np.int64),
+            op_start_ns=i64(self.op_start), op_end_ns=i64(self.op_end), op_stall_ns=i64(self.op_stall),
+            op_fault_bytes=self.op_fault,
+            memop_iteration=np.zeros(len(memops), dtype=np.int64),
+            memop_index=np.arange(len(memops), dtype=np.int64),
+            memop_start_ns=i64(self.mem_start), memop_end_ns=i64(self.mem_end),
+            resident_t_ns=i64(resident_t), resident_bytes=resident,
+        )
 
 
 def _landing_then_out(memops: tuple[MemOp, ...], due_async: list[int], due_sync: list[int]) -> list[int]:

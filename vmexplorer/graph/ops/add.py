@@ -4,7 +4,7 @@ Two uses. The residual add in forward (2 reads) has no backward op: its backward
 the builder hands dy to both branches as is. In backward, the gradient of a tensor with several
 consumers is the sum of its parts (2 or more reads), recorded by `grad_sum` when the builder meets it.
 Backward keeps: nothing (the residual add's backward reads only dy, and a gradient sum has none).
-On cupy with float32 operands: one CUDA kernel per pair, in the same order (cuda_kernels.py).
+On cupy with float32 operands: one CUDA kernel per pair, in the same order (cuda_kernels/elementwise.py).
 """
 
 from __future__ import annotations

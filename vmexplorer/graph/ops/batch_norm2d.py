@@ -8,7 +8,7 @@ backward reads (x, gamma, saved_mean, saved_invstd, dy) writes ([dx], dgamma, db
 Backward keeps: x, gamma, saved_mean and saved_invstd, cuDNN's batch-norm backward inputs (the saved
 statistics are two per-channel vectors: keeping them costs next to nothing); beta and y are not needed.
 attrs: eps (default 1e-5), momentum (default 0.1); backward also input_grad.
-On cupy with float32 operands: deterministic CUDA kernels, sums in double (cuda_kernels.py).
+On cupy with float32 operands: deterministic CUDA kernels, sums in double (cuda_kernels/batch_norm.py).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from the run (GPU only: they choose the cuDNN engine).
 On numpy the reference is im2col (a strided window view) + tensordot. On cupy the convolutions run
 through NVIDIA's cuDNN frontend graph API on raw device pointers (CuPy 14 ships no cuDNN); the bias
 add and its gradient (a sum over N, H, W) are an elementwise pass and a reduction, on cupy CUDA kernels
-of their own (cuda_kernels.py).
+of their own (cuda_kernels/biases.py).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ The mask comes from a counter-based generator: element i draws splitmix64(key + 
 the key derived from (seed, iteration). It is stateless, so there is no generator state to set up
 per call (CuPy's cuRAND generators initialise hundreds of thousands of states each time), each
 iteration draws a fresh mask, a run is reproducible, and numpy and cupy give the same mask bit for bit.
-On cupy with float32 data each direction is one CUDA kernel drawing the same mask (cuda_kernels.py).
+On cupy with float32 data each direction is one CUDA kernel drawing the same mask (cuda_kernels/dropout.py).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Backward keeps: x and y, as cuDNN's pooling backward takes them: the argmax is r
 there is no index tensor. Ties route the gradient to the first maximum of the window in row-major
 order, as PyTorch does.
 attrs: kernel, stride, padding.
-On cupy with float32 operands max pooling runs CUDA kernels with the same winners (cuda_kernels.py).
+On cupy with float32 operands max pooling runs CUDA kernels with the same winners (cuda_kernels/pooling.py).
 """
 
 from __future__ import annotations

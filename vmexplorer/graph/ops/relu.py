@@ -4,7 +4,7 @@ reads (x) writes (y); backward reads (y, dy) writes (dx) = dy where y > 0, else 
 threshold_backward on the output: the gradient at exactly 0 is 0).
 Backward keeps: y, not x: y > 0 exactly where x > 0, and y is what the next layer reads anyway, so
 x is not held for this backward (it dies after the forward unless another layer keeps it).
-On cupy with float32 operands each direction is one CUDA kernel (cuda_kernels.py).
+On cupy with float32 operands each direction is one CUDA kernel (cuda_kernels/elementwise.py).
 """
 
 from __future__ import annotations

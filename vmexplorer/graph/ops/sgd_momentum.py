@@ -9,7 +9,7 @@ carry per iteration and no special case in the kernel. (This holds because dampe
 dampening PyTorch's first step skips it and a flag would be needed.)
 Backward keeps: nothing (this is the update; it has no backward).
 attrs: lr, momentum, weight_decay, all from the run.
-On cupy with float32 operands: one CUDA kernel per (W, dW, m), rounding as numpy does (cuda_kernels.py).
+On cupy with float32 operands: one CUDA kernel per (W, dW, m), rounding as numpy does (cuda_kernels/elementwise.py).
 """
 
 from __future__ import annotations

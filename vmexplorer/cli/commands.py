@@ -1,0 +1,385 @@
+"""The headless commands: each `cmd_*` takes the parsed arguments and returns the JSON document its table
+shows; the steps they share (a plan from the arguments, sessions loaded, files refused before the work)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from . import UsageError, _note
+from .tables import _SWAP_TRANSFER_RATES, _TRANSFER_RATES, _config_line, _flag
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+    from pathlib import Path
+    from typing import Any
+
+    from ..graph import Graph
+    from ..plan import Plan
+    from ..session.planned import Planned
+    from ..simulator import CostModel
+
+_OPTION_DEST = "policy_option_"  # argparse dest prefix of policy options, so they cannot clash
+
+
+def cmd_models(args: argparse.Namespace) -> dict[str, Any]:
+    from ..graph import MODELS, GraphError, build_graph
+
+    rows, unavailable = [], []
+    for name in MODELS:
+        try:  # AlexNet cannot take 32 px images while the others can: say so per model
+            graph = build_graph(name, args.batch, args.image_size)
+        except GraphError as e:
+            unavailable.append({"name": name, "reason": str(e)})
+            continue
+        need, _ = graph.min_capacity
+        rows.append({"name": name, "param_count": graph.param_count, "ops": len(graph.ops),
+                     "tensors": len(graph.tensors), "footprint_bytes": graph.footprint,
+                     "min_capacity_bytes": need})
+    if not rows:
+        reasons = list(dict.fromkeys(u["reason"] for u in unavailable))
+        raise UsageError(reasons[0] if len(reasons) == 1 else
+                         f"no model can be built at batch {args.batch} with {args.image_size}px images: "
+                         + "; ".join(reasons))
+    return {"batch": args.batch, "image_size": args.image_size, "models": rows, "unavailable": unavailable}
+
+
+def cmd_graph(args: argparse.Namespace) -> dict[str, Any]:
+    from ..graph import build_graph
+
+    return graph_doc(build_graph(args.model, args.batch, args.image_size))
+
+
+def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
+    from ..records import summarize
+    from ..simulator import simulate
+
+    planned = _compile(args)
+    graph, plan = planned.graph, planned.plan
+    timeline = simulate(graph, plan, planned.cost_model)
+    doc = plan_doc(graph, plan, summarize(graph, plan, timeline), planned.cost_model.name)
+    return {**doc, "bound": _bound_json(planned), "notes": list(planned.reports)}
+
+
+def cmd_simulate(args: argparse.Namespace) -> dict[str, Any]:
+    from ..session import save_session
+
+    _refuse_existing(args.out, args.force)  # before the work, not after it
+    planned = _compile(args)
+    session = planned.simulated(notes=args.note)
+    save_session(session, args.out, force=args.force)
+    return {"path": str(args.out), "config": _config(session.plan), "cost_model": planned.cost_model.name,
+            "summary": session.summary, "bound": _bound_json(planned), "notes": list(planned.reports)}
+
+
+def _bound_json(planned: Any) -> dict[str, Any]:
+    # a plan was made, so the capacity holds the largest op's working set: there is a bound
+    bound = planned.bound
+    assert bound is not None
+    result: dict[str, Any] = bound.as_json()
+    return result
+
+
+def _cost_session(path: Path | None) -> Any:
+    """The measured session `--cost-model FILE` names, with its calibrated model, or None without one."""
+    if path is None:
+        return None
+    session = _load(path)
+    if session.timeline.source != "measured" or session.cost_model is None:
+        what = "a measured session with no cost model" if session.cost_model is None else "a simulated session"
+        raise UsageError(f"--cost-model {path}: {what}; it takes a measured session with a calibrated cost model "
+                         f"(`vmexplorer calibrate MEASURED --device DEVICE --out FILE` stores one)")
+    return session
+
+
+def _cost_model(session: Any, graph: Graph, path: Path | None) -> CostModel:
+    """The uncalibrated default, or the model calibrated on a measured session (`--cost-model FILE`):
+    that GPU's rates, and its op times where FILE ran this graph (an op time of another model or batch
+    would be another op's, so for another graph they are left out, with a note)."""
+    import dataclasses
+
+    from ..simulator import H100_DEFAULT
+
+    if session is None:
+        return H100_DEFAULT
+    cost: CostModel = session.cost_model
+    if session.graph.key == graph.key:
+        return cost
+    _note(f"--cost-model {path} was calibrated on {session.graph.model} batch {session.graph.batch} at "
+          f"{session.graph.image_size}px: its transfer rates are used, and this graph's op times come from the "
+          "default compute rates")
+    return dataclasses.replace(cost, name=f"{cost.name}, its rates only", op_ns={}, op_gap_ns={})
+
+
+def cmd_info(args: argparse.Namespace) -> dict[str, Any]:
+    from ..session import bound_for
+    from ..simulator import H100_DEFAULT
+
+    session = _load(args.file)
+    cost = session.cost_model
+    # a file from before the bound (schema 6 and older) has none stored: it is worked out here, the same way
+    bound = session.bound or bound_for(session.graph, session.plan, cost)
+    return {"path": str(args.file), "config": _config(session.plan), "created": session.created,
+            "cost_model": getattr(cost, "name", None), "environment": session.environment,
+            "notes": list(session.notes), "summary": session.summary,
+            "bound": None if bound is None else bound.as_json(), "bound_stored": session.bound is not None,
+            "bound_cost_model": (cost or H100_DEFAULT).name}
+
+
+def cmd_calibrate(args: argparse.Namespace) -> dict[str, Any]:
+    import dataclasses
+
+    import numpy as np
+
+    from ..session import bound_for, save_session
+    from ..simulator import H100_DEFAULT, calibrate, simulate
+
+    _refuse_existing(args.out, args.force)
+    session = _load(args.file)
+    if session.timeline.source != "measured":
+        raise UsageError(f"{args.file} is a simulated session: calibrate fits a measured one")
+    base = None
+    if args.device is not None:
+        device = _load(args.device)
+        if device.timeline.source != "measured" or device.plan.policy != "device":
+            raise UsageError(f"{args.device} should be a measured session of the device policy, not a "
+                             f"{device.timeline.source} {device.plan.policy} one")
+        if device.graph.key != session.graph.key:
+            raise UsageError(f"{args.device} ran {_config_line(_config(device.plan))}, not the graph of {args.file}")
+        base = calibrate(device.graph, device.plan, device.timeline)
+    elif session.plan.policy != "device" and any(m.nbytes for m in session.plan.memops):
+        raise UsageError("a paging session needs --device: the same model's measured device run gives the "
+                         "fault-free op times its fault throughput is measured against")
+    cost = calibrate(session.graph, session.plan, session.timeline, **({"base": base} if base else {}),
+                     name=f"calibrated on {args.file.name}" + (f" and {args.device.name}" if base else ""))
+    bound = bound_for(session.graph, session.plan, cost)  # the new rates' bound, not the one made with the old
+    save_session(dataclasses.replace(session, cost_model=cost, bound=bound), args.out, force=True)
+    measured = round(float(np.median(session.timeline.timed_ns())))
+    predicted = round(float(np.median(simulate(session.graph, session.plan, cost).iteration_ns())))
+    return {"path": str(args.out), "config": _config(session.plan), "cost_model": cost.name,
+            "rates": {**{k: getattr(cost, k) for k in (*_TRANSFER_RATES, *_SWAP_TRANSFER_RATES)},
+                      "fault_bytes_per_ns_by_kind": dict(cost.fault_bytes_per_ns_by_kind)},
+            "not_fitted": _not_fitted(session.plan, cost, base or H100_DEFAULT),
+            "ops_timed": len(cost.op_ns), "measured_iteration_ns": measured,
+            "simulated_iteration_ns": predicted, "bound": None if bound is None else bound.as_json()}
+
+
+def _not_fitted(plan: Plan, cost: Any, base: Any) -> list[str]:
+    """The transfer rates calibration left as they were: all of them for a run that moved nothing
+    (a device run), else those its memory operations gave no measurement of."""
+    from ..plan import Mechanism, Mode
+
+    if not any(m.nbytes for m in plan.memops):
+        return list(_TRANSFER_RATES) + (list(_SWAP_TRANSFER_RATES) if plan.mechanism is Mechanism.SWAP else [])
+    if plan.mechanism is Mechanism.SWAP:  # its copies fit the swap rates; the uvm ones are the base's
+        return list(_TRANSFER_RATES) + [k for k in _SWAP_TRANSFER_RATES if getattr(cost, k) == getattr(base, k)]
+    # host blocking is fitted on a grid whose points include the default, so equality says nothing
+    kept = [k for k in _TRANSFER_RATES[:3] if getattr(cost, k) == getattr(base, k)]
+    return kept + ([] if any(m.mode is Mode.ASYNC for m in plan.memops) else ["host_block"])
+
+
+def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
+    if args.top < 0:
+        raise UsageError(f"--top takes how many rows to show, 0 for all, not {args.top}")
+    a, b = _load(args.a), _load(args.b)
+    sa, sb = a.summary, b.summary  # a property that recomputes: take it once
+    summary = {k: {"a": sa.get(k), "b": sb.get(k), "ratio": _ratio(sa.get(k), sb.get(k))}
+               for k in sorted(set(sa) | set(sb))}
+    from ..session.compare import align_op_times
+
+    aligned_by, aligned = align_op_times(a, b)
+    rows = [{k: v for k, v in row.items() if k != "op"} for row in aligned]  # the documented JSON shape
+    return {"a": {"path": str(args.a), "config": _config(a.plan)},
+            "b": {"path": str(args.b), "config": _config(b.plan)},
+            "summary": summary, "aligned_by": aligned_by, "rows": rows}
+
+
+def cmd_export(args: argparse.Namespace) -> dict[str, Any]:
+    from ..plots.export import export_html
+    from ..session.trace import export_chrome_trace
+
+    kind, out = ("html", args.html) if args.html is not None else ("chrome_trace", args.chrome_trace)
+    _refuse_existing(out, args.force)
+    session = _load(args.file)
+    (export_html if kind == "html" else export_chrome_trace)(session, out, force=args.force)
+    return {"path": str(out), "format": kind, "source": str(args.file)}
+
+
+def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
+    from ..engine.executor import RunSettings, execute, measured_session
+    from ..engine.gpu import cupy
+    from ..session.files import iterations_that_fit, save_session
+
+    if args.iterations < 1 or args.warmup < 0 or args.counted < 0:
+        raise UsageError("--iterations must be at least 1, and --warmup and --counted at least 0")
+    parts = _collector_parts(args.collectors)
+    _refuse_existing(args.out, args.force)
+    cupy()  # says plainly when there is no GPU, before `tuned` searches for seconds or anything is allocated
+    planned = _compile(args)
+    graph, plan, reports = planned.graph, planned.plan, planned.reports
+    fit = iterations_that_fit(graph, plan)
+    if args.iterations + args.counted > fit:  # refused before the GPU works, not when its session is saved
+        raise UsageError(f"{args.iterations} iterations (and {args.counted} counted) of this plan would not fit "
+                         f"in one session: at most {fit} in all")
+    settings = RunSettings(iterations=args.iterations, warmup=args.warmup, seed=args.seed,
+                           allow_tf32=not args.no_tf32, autotune=args.autotune, collect=not args.no_collectors,
+                           collectors=parts, counted=args.counted)
+    progress = (lambda i, n, loss: print(f"iteration {i}/{n}: loss {loss:.4f}", file=sys.stderr)) \
+        if args.progress else None
+    try:
+        result = execute(graph, plan, settings, progress=progress)
+    except (UsageError, OSError):
+        raise
+    except Exception as e:  # a CUDA or cuDNN failure is the run's, reported in one line
+        raise RunFailed(f"the GPU run failed: {type(e).__name__}: {e}") from None
+    session = measured_session(graph, plan, result, notes=(
+        "fault bytes per op are the plan's; measured faults come with the CUPTI collector", *reports, *args.note))
+    save_session(session, args.out, force=args.force)
+    return {"path": str(args.out), "config": _config(session.plan), "summary": session.summary,
+            "bound": None if session.bound is None else session.bound.as_json(), "notes": list(reports)}
+
+
+def _collector_parts(text: str | None) -> tuple[str, ...]:
+    from ..engine.executor import COLLECTOR_PARTS
+
+    if text is None:  # the default: every part
+        return COLLECTOR_PARTS
+    parts = tuple(p.strip() for p in text.split(",") if p.strip())
+    unknown = [p for p in parts if p not in COLLECTOR_PARTS]
+    if unknown or not parts:
+        raise UsageError(f"--collectors takes a comma-separated list of {', '.join(COLLECTOR_PARTS)}, not {text!r}")
+    return parts
+
+
+class RunFailed(RuntimeError):
+    """The GPU run itself failed (CUDA, cuDNN): nothing was written."""
+
+
+def _compile(args: argparse.Namespace) -> Planned:
+    """The policy's plan of the arguments' configuration (`session.planned.plan_for`) under the cost model
+    it is simulated with (`--cost-model`'s, or the default): a policy that searches in the simulator
+    (`tuned`) searches with that same model, so the plan it keeps is the one the simulation shows best."""
+    from ..config import Config, Mechanism
+    from ..graph import build_graph
+    from ..session.planned import plan_for
+    from ..units import format_bytes, parse_bytes
+
+    path = getattr(args, "cost_model", None)
+    measured = _cost_session(path)  # a bad file is refused before the work
+    graph = build_graph(args.model, args.batch, args.image_size)
+    try:
+        capacity = parse_bytes(args.capacity, graph.footprint)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    moves = _read_moves(graph, args.moves) if args.moves is not None else ()
+    config = Config(graph.model, graph.batch, graph.image_size, capacity, args.policy, _policy_options(args),
+                    Mechanism(args.mechanism))
+    planned = plan_for(config, _cost_model(measured, graph, path), moves, graph=graph)
+    if args.policy == "manual" and args.moves is None:
+        _note("--policy manual without --moves has no moves to plan: the plan is what uvm gives (demand "
+              "faults, LRU eviction); give your moves with --moves FILE")
+    if capacity >= graph.footprint:
+        _note(f"capacity {format_bytes(capacity)} holds the whole footprint of "
+              f"{format_bytes(graph.footprint)}: nothing will page")
+    return planned
+
+
+def _policy_options(args: argparse.Namespace) -> dict[str, Any]:
+    from ..policies import POLICIES
+
+    given = {k[len(_OPTION_DEST):]: v for k, v in vars(args).items() if k.startswith(_OPTION_DEST)}
+    for name in given:
+        if name not in POLICIES[args.policy].options:
+            owners = [p for p, spec in POLICIES.items() if name in spec.options]
+            raise UsageError(f"{_flag(name)} is an option of {' and '.join(owners)}, not of {args.policy}")
+    return given
+
+
+def _read_moves(graph: Graph, path: Path) -> list[Any]:
+    import stat
+
+    from ..plan import PlanError
+    from ..plan.moves import MAX_MOVES_FILE_BYTES, parse_moves
+    from ..units import format_bytes
+
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno())
+        if stat.S_ISREG(size.st_mode) and size.st_size > MAX_MOVES_FILE_BYTES:  # refused before it is read
+            raise UsageError(f"{path}: {size.st_size} bytes is more than a moves file may hold "
+                             f"({format_bytes(MAX_MOVES_FILE_BYTES)}); a manual plan of the largest model takes "
+                             "well under 1 MiB")
+        raw = f.read(MAX_MOVES_FILE_BYTES + 1)  # a pipe has no size: read one byte past the limit at most
+    try:
+        return parse_moves(graph, raw)
+    except PlanError as e:
+        raise PlanError(f"{path}: {e}") from None
+
+
+def _load(path: Path) -> Any:
+    from ..session import load_session
+
+    return load_session(path)
+
+
+def _refuse_existing(path: Path, force: bool) -> None:
+    # the writer checks again as it writes; this check comes before the work, so none is wasted
+    from ..fileio import refuse_unless_replaceable
+
+    refuse_unless_replaceable(path, force)
+
+
+def _ratio(a: Any, b: Any) -> float | None:
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (a, b))
+    return b / a if numbers and a else None
+
+
+# --- JSON documents -------------------------------------------------------------------------------
+def graph_doc(graph: Graph) -> dict[str, Any]:
+    need, at = graph.min_capacity
+    names = [op.name for op in graph.ops]
+    tnames = [t.name for t in graph.tensors]
+    ops = [{"index": i, "name": op.name, "kind": op.kind, "phase": op.phase.value, "layer": op.layer,
+            "flops": op.flops, "bytes_touched": op.bytes_touched,
+            "reads": [tnames[t] for t in op.reads], "writes": [tnames[t] for t in op.writes]}
+           for i, op in enumerate(graph.ops)]
+    tensors = [{"index": i, "name": t.name, "kind": t.kind.value, "dtype": t.dtype, "shape": list(t.shape),
+                "nbytes": t.nbytes, "producer": None if t.persistent else names[t.producer],
+                "consumers": [names[c] for c in t.consumers]} for i, t in enumerate(graph.tensors)]
+    totals = {"footprint_bytes": graph.footprint, "min_capacity_bytes": need,
+              "min_capacity_op": {"index": at, "name": names[at]}, "param_count": graph.param_count,
+              "bytes_by_kind": graph.bytes_by_kind(), "flops": sum(op.flops for op in graph.ops),
+              "ops": len(graph.ops), "tensors": len(graph.tensors)}
+    return {"model": graph.model, "batch": graph.batch, "image_size": graph.image_size,
+            "totals": totals, "ops": ops, "tensors": tensors}
+
+
+def plan_doc(graph: Graph, plan: Plan, summary: dict[str, Any], cost_model: str) -> dict[str, Any]:
+    tnames = [t.name for t in graph.tensors]
+    memops = [{"tensor": tnames[m.tensor], "nbytes": m.nbytes,
+               "direction": m.direction.value, "mode": m.mode.value, "origin": m.origin.value,
+               "issue_after": m.issue_after, "issue_after_op": _op_name(graph, m.issue_after),
+               "complete_before": m.complete_before,
+               "complete_before_op": _op_name(graph, m.complete_before)} for m in plan.memops]
+    # the moves in load_moves' format, so `jq '{moves: .plan.moves}'` gives a file for --moves
+    moves = [{"tensor": tnames[mv.tensor], "offload_after": _op_ref(graph, mv.offload_after),
+              "prefetch_after": None if mv.prefetch_after is None else _op_ref(graph, mv.prefetch_after)}
+             for mv in plan.moves]
+    resident = [{"tensor": tnames[t], "nbytes": nbytes} for t, nbytes in plan.resident_at_start]
+    return {"config": _config(plan), "cost_model": cost_model, "summary": summary,
+            "plan": {"peak_resident_bytes": plan.peak_resident, "resident_at_start": resident,
+                     "memops": memops, "moves": moves}}
+
+
+def _config(plan: Plan) -> dict[str, Any]:
+    return plan.config.as_json()
+
+
+def _op_name(graph: Graph, index: int) -> str | None:
+    # the iteration's start (-1) and end (len(ops)) are not ops
+    return graph.ops[index].name if 0 <= index < len(graph.ops) else None
+
+
+def _op_ref(graph: Graph, index: int) -> str | int:
+    name = _op_name(graph, index)
+    return index if name is None else name  # load_moves takes -1 for "at the iteration start"

@@ -1,0 +1,120 @@
+"""`vmexplorer serve`: the web app's server, gzip-compressed, in one process or several sharing the port."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from . import UsageError, _write_stdout
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+    from typing import Any
+
+
+def cmd_serve(args: argparse.Namespace) -> dict[str, Any]:
+    """Serve vmexplorer/app.py as `panel serve` does, with gzip, until Ctrl-C or SIGTERM stops it.
+
+    `panel serve` has no option for HTTP compression, and the app's JavaScript (Bokeh, Panel, Tabulator),
+    what a cold page load waits for over a classroom's network, shrinks severalfold gzipped
+    (bench/bench_page.py --launcher weighs it). Panel's `pn.serve` hands extra keywords to tornado's
+    Application settings, where `compress_response` gzips every text response (the page, scripts,
+    stylesheets). `warm` builds one page before listening (as `panel serve --warm`): the first visitor
+    does not wait for the imports and the samples read."""
+    import signal
+
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port takes a TCP port from 0 (any free one) to 65535, not {args.port}")
+    procs = _serving_processes(args.num_procs)
+    ignore_ctrl_c = signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # started in the background
+    server = _app_server(args, procs)  # with several processes, each goes on from here on its own
+    loop = server.io_loop
+    url = f"http://{args.address or 'localhost'}:{server.port}/app"
+    first = _task_id() in (None, 0)
+
+    def stop(signum: int, frame: Any) -> None:  # stops between callbacks, never inside one
+        loop.asyncio_loop.call_soon_threadsafe(loop.stop)
+
+    # pn.serve set a SIGINT handler of its own; these say the same, for SIGTERM (a service manager) too
+    handlers = {signal.SIGINT: signal.SIG_IGN if ignore_ctrl_c else stop, signal.SIGTERM: stop}
+    previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
+    try:
+        if first:
+            many = f", {procs} processes" if procs > 1 else ""
+            _write_stdout(f"serving the app at {url} (gzip-compressed{many}); Ctrl-C stops it\n")
+        server.start()
+        if args.show:
+            loop.add_callback(server.show, "/app")
+        loop.start()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        server.stop()
+    return {"url": url, "process": _task_id() or 0, "processes": procs}
+
+
+def _serving_processes(asked: int) -> int:
+    """How many server processes `--num-procs` asks for, refused where the processes cannot be had."""
+    if asked < 0:
+        raise UsageError(f"--num-procs takes 1 or more processes (0: one per CPU core), not {asked}")
+    procs = asked or os.cpu_count() or 1
+    if procs > 1 and not sys.platform.startswith("linux"):
+        raise UsageError("--num-procs above 1 needs Linux (the processes are forked, and each must stop "
+                         "when the first one does); serve with one process here")
+    return procs
+
+
+def _task_id() -> int | None:
+    from tornado.process import task_id
+
+    return task_id()
+
+
+def _forked_server_process() -> None:
+    """In each forked server process: stop when the process that forked it does (a service manager's
+    SIGTERM, or Ctrl-C, reaches that one first), through Linux's parent-death signal."""
+    import ctypes
+    import signal
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+
+
+def _app_server(args: argparse.Namespace, procs: int = 1) -> Any:
+    """A Bokeh server (Panel's) of the app, listening but not started; with `procs` above 1, forked
+    into that many processes after it binds the port, this returning in each of them."""
+    from pathlib import Path
+
+    import panel as pn
+
+    app = Path(__file__).parent.with_name("app.py")
+    if procs > 1:
+        # Bokeh forks only if no page has been built yet (a built page may hold threads and open files,
+        # which a fork would copy half-made), so instead of `warm` the app's modules and the samples are
+        # read before the fork, shared by the processes until one writes them. Each process makes its
+        # own threads (the GPU check, the run queue, the spare page) when its first page asks for them
+        import signal
+
+        import vmexplorer.ui.serving  # noqa: F401
+        from vmexplorer.session.samples import sample_index
+
+        sample_index()
+        os.register_at_fork(after_in_child=_forked_server_process)
+        # the first process only waits for the others: Ctrl-C stops them, each on its own, and once all
+        # have stopped it ends too, quietly (a SIGTERM to it stops them through the parent-death signal)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # the page (its HTML: the template and where each part goes) is the same for every visitor: render
+    # it from one session, and build each visitor's own when the browser connects, after it has loaded
+    # the scripts. Built at the request instead, the session's build competes with the browser for the
+    # CPU as it starts the page, and holds up the scripts' requests behind it
+    pn.config.reuse_sessions = True
+    try:
+        return pn.serve({"app": str(app)}, port=args.port, address=args.address,
+                        websocket_origin=args.allow_websocket_origin, show=False, start=False, verbose=False,
+                        warm=procs == 1, num_procs=procs, compress_response=True)
+    except OSError as e:
+        where = f"{args.address or 'every address'} port {args.port}"
+        raise UsageError(f"cannot listen on {where}: {e.strerror or e}") from None
+    except ValueError as e:  # a malformed --allow-websocket-origin
+        raise UsageError(f"--allow-websocket-origin: {e}") from None
