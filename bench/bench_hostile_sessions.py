@@ -9,7 +9,7 @@ size (docs/session-format.md, "Memory"). This builds, in a temporary folder:
 - the largest real-looking sessions: measured samples with their iterations repeated until the values
   are just under the limit (ResNet-50 and VGG-19 under `uvm`, every collector on);
 and runs `vmexplorer info`, `export --html`, `export --chrome-trace`, `compare F F` and the app's upload
-(an AppView, as a served page has, handed the file as the upload widget hands it) on each, each in a
+(a Page, as a served page has, handed the file as the upload widget hands it) on each, each in a
 process of its own, measuring its peak resident memory (the child's ru_maxrss, read by a small
 intermediate process so that nothing of this one's memory is counted) and its time.
 
@@ -44,17 +44,17 @@ print(json.dumps({"rss_kib": usage.ru_maxrss, "seconds": time.monotonic() - t,
                   "status": os.waitstatus_to_exitcode(status), "stderr": err.strip()[-300:]}))
 """
 
-# The app's upload path: the page a server holds (AppView over the default sample), then the file as
+# The app's upload path: the page a server holds (a Page over the default sample), then the file as
 # the FileInput widget hands it over.
 UPLOAD = """
-import sys, types
+import sys
 from pathlib import Path
 sys.path.insert(0, {root!r})
-import vmexplorer.app as app
-view = app.AppView()
+from vmexplorer.ui.page import Page
+view = Page()
 path = Path(sys.argv[1])
-view.upload.filename = path.name
-view._on_upload(types.SimpleNamespace(new=path.read_bytes()))
+view.files.upload.filename = path.name
+view.files._on_upload(path.read_bytes())
 print("vmexplorer: error: " + view.state.message if view.state.message else view.state.status, file=sys.stderr)
 sys.exit(2 if view.state.message else 0)
 """

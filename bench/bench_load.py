@@ -25,7 +25,7 @@ marker as Bokeh's PointDrawTool and the page's snapping do in the browser: it se
 setting the `data` of the source of the renderer named "prefetch_marker_glyphs" (found by name each
 time; its numeric columns sent back as binary buffers) with one marker's x moved to an op boundary
 (from the source named "boundaries") three boundaries earlier, then on the next drag three later,
-so each drag is a real edit (the app's `AppView._on_marker_drag` turns the x into the op it is issued
+so each drag is a real edit (the app's `TimelinePanel._on_marker_drag` turns the x into the op it is issued
 after and re-simulates). Each user drags the marker of one tensor (user k: the tensor of marker k
 modulo their number, found by `tensor_id` each time: an edit may reorder the rows). Times from sending
 the patch to the arrival of the server's PATCH-DOC that changes:

@@ -19,7 +19,7 @@ measures:
 `--launcher` serves with `python -m vmexplorer serve` instead, what the README starts (tornado's gzip:
 `panel serve` has no flag for it); `--compress` serves the same way through a bare `pn.serve(...,
 compress_response=True)`, for checkouts without the launcher. `--profile` builds
-`vmexplorer.app.AppView()` in this process a few times after a warm-up and prints its time and a
+`vmexplorer.ui.page.Page()` in this process a few times after a warm-up and prints its time and a
 cProfile of one build (top 15 by cumulative time): where the server's time per page goes.
 
 Prints medians and the ten largest resources; appends a dated line to bench/results/bench_page.txt.
@@ -235,24 +235,24 @@ def report_loads(results: list[Load], how: str) -> str:
 
 
 def profile_build(root: Path, builds: int = 5) -> str:
-    """Build the page's AppView in this process: its time per build after a warm-up, and a profile of one."""
+    """Build the page (`ui.page.Page`) in this process: its time per build after a warm-up, and a profile of one."""
     sys.path.insert(0, str(root))
-    from vmexplorer.app import AppView
+    from vmexplorer.ui.page import Page
 
-    AppView()  # warm-up: imports, samples read and cached
+    Page()  # warm-up: imports, samples read and cached
     times = []
     for _ in range(builds):
         t = time.perf_counter()
-        AppView()
+        Page()
         times.append((time.perf_counter() - t) * 1e3)
     prof = cProfile.Profile()
     prof.enable()
-    AppView()
+    Page()
     prof.disable()
     out = io.StringIO()
     pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(15)
     print(out.getvalue())
-    line = (f"AppView() in process: median {statistics.median(times):.0f} ms, worst {max(times):.0f} ms "
+    line = (f"Page() in process: median {statistics.median(times):.0f} ms, worst {max(times):.0f} ms "
             f"over {builds} builds after a warm-up")
     print(line)
     return line
@@ -268,7 +268,7 @@ def main() -> int:
     how = ap.add_mutually_exclusive_group()
     how.add_argument("--launcher", action="store_true", help="serve with `vmexplorer serve` (gzip), as the README")
     how.add_argument("--compress", action="store_true", help="serve with tornado's gzip (a bare pn.serve)")
-    ap.add_argument("--profile", action="store_true", help="also profile AppView() built in this process")
+    ap.add_argument("--profile", action="store_true", help="also profile Page() built in this process")
     args = ap.parse_args()
     root = args.root.resolve()
     results, _ = measure_loads(root, args.loads, args.compress, args.launcher, args.gap)

@@ -23,8 +23,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from vmexplorer.plots.export import export_html  # noqa: E402
 from vmexplorer.session import load_session  # noqa: E402
-from vmexplorer.timeline import export_html, iteration_view  # noqa: E402
+from vmexplorer.session.iterations import iteration_view  # noqa: E402
 
 CHROMIUM = os.environ.get("VMEXPLORER_CHROMIUM", "/usr/bin/chromium")
 # one recorder at a time: a new gesture's recorder stops the last one's loop

@@ -9,11 +9,11 @@ each figure under that sample's own cost model (calibrated on itself, `bench/cal
 
 - **the search**: `tuned` with its default options, and with `--steps` changes and no time cap;
 - **the copy streams' order**: the executor's own order calls each copy just before the op that waits
-  for it (DESIGN.md), so a copy stream runs its copies in the order of the ops that need them, and a copy
-  that can start (its issue op has run) waits behind one that cannot yet. The sample's plan is simulated
-  in that order and in the one `compile_plan` now picks under swap (`vmexplorer.plan.copies`: each
-  stream's copies in earliest-deadline order among those ready when it frees, where the simulator finds
-  that faster; `policies.order_copies`);
+  for it (docs/design.md, "The simulator"), so a copy stream runs its copies in the order of the ops
+  that need them, and a copy that can start (its issue op has run) waits behind one that cannot yet. The
+  sample's plan is simulated in that order and in the one `compile_plan` now picks under swap
+  (`vmexplorer.plan.copies`: each stream's copies in earliest-deadline order among those ready when it
+  frees, where the simulator finds that faster; `policies.order_copies`);
 - **the bound's slack** (`--lp`, needs scipy, not a dependency of vmexplorer): the windowed bound adds up
   windows of one cut, each window's least traffic counted alone. A linear programme over every op's slot
   (its time at least its compute and its copies each way at their rates), constrained by every window's

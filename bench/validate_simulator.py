@@ -1,7 +1,7 @@
 """Check the simulator against the measured sample sessions, on a CPU, from the sessions alone.
 
     python bench/validate_simulator.py [--calibrate-on uvm|autovm] [--samples DIR] [--out FILE]
-                                       [--readme README.md [--check]]
+                                       [--readme docs/results.md [--check]]
 
 Per GPU (`GPUS`: each GPU's samples in DIR by their names, bench/pick_samples.py's, its recording
 passes and log in bench/results/<gpu>/), for each model with a measured `device` session: fit a cost
@@ -11,7 +11,7 @@ the plan of every measured session of the model and print the predicted iteratio
 measured one (medians over the recorded iterations). The goal is within 10% on every session that was
 not used for calibration, whatever its policy; the worst is reported, overall and per policy. Writes
 the tables as Markdown to FILE (default bench/results/validation.md), a section per GPU. FILE alone (not
-the README) also gets, per GPU, where the error is (each predicted sample with one part of the model
+docs/results.md) also gets, per GPU, where the error is (each predicted sample with one part of the model
 replaced by its own run's) and the eviction rates eviction by eviction over every pass (`evidence`).
 
 FILE alone also gets the H200's swap sessions (`H200_SWAP`, passes in bench/results/h200/passes_swap):
@@ -321,9 +321,9 @@ def report(rows: list[dict], notes: list[str], calibrate_on: str, gpu: Gpu = H10
                    + f", host blocking {f['host_block']:.2f}")
     if calibrate_on == "uvm":
         out.append("- A `uvm` run makes no asynchronous prefetch, so neither the prefetch bandwidth nor the host "
-                   "blocking of prefetch calls can be fitted from it: they keep the defaults from DESIGN.md's H100 "
-                   f"probe ({H100_DEFAULT.prefetch_bytes_per_ns:.0f} GB/s, {H100_DEFAULT.host_block:.1f}), which every "
-                   "prediction of a planned policy above relies on.")
+                   "blocking of prefetch calls can be fitted from it: they keep the defaults from the H100's probes "
+                   f"({H100_DEFAULT.prefetch_bytes_per_ns:.0f} GB/s, {H100_DEFAULT.host_block:.1f}; docs/design.md, "
+                   "\"Device facts\"), which every prediction of a planned policy above relies on.")
     out += [f"- {n}" for n in notes]
     out += eviction_rates(samples)
     if worst is not None:
@@ -674,7 +674,7 @@ def main() -> int:
              + ". A cost model fitted on one GPU predicts that GPU's runs alone.\n")
 
     def text(level: str, full: bool = False) -> str:
-        # the evidence goes to FILE alone: the README carries the tables and what each part is worth
+        # the evidence goes to FILE alone: docs/results.md carries the tables and what each part is worth
         return intro + "".join(f"\n{level} On the {gpu.name}\n\n{body}"
                                + (evidence(gpu, gpu.samples(args.samples), args.calibrate_on) if full else "")
                                for gpu, body in parts)
@@ -688,7 +688,8 @@ def main() -> int:
         before, rest = readme.split(start, 1)
         new = before + start + "\n" + text("###") + end + rest.split(end, 1)[1]
         if args.check:
-            print("up to date" if new == readme else "out of date: run python bench/validate_simulator.py --readme")
+            print("up to date" if new == readme
+                  else f"out of date: run python bench/validate_simulator.py --readme {args.readme}")
             return 0 if new == readme else 1
         args.readme.write_text(new)
     full = text("##", full=True)

@@ -1,8 +1,10 @@
-"""The README's figures are generated, not typed: each generated section matches what its script
-makes from the files in the repo now."""
+"""The figures in the docs are generated, not typed: each generated section of docs/results.md matches what
+its script makes from the files in the repo now, and the README's summary quotes those sections. The
+layout in docs/design.md names the package as it is."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,21 +12,33 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS = "docs/results.md"
 
 
 @pytest.mark.parametrize("command", [
-    ["bench/results_table.py", "--check"],
-    ["bench/validate_simulator.py", "--readme", "README.md", "--check"],
+    ["bench/results_table.py", "--check"],  # its default is docs/results.md
+    ["bench/validate_simulator.py", "--readme", RESULTS, "--check"],
 ], ids=["measured results table", "simulator validation"])
-def test_a_generated_readme_section_matches_its_script(command: list[str]) -> None:
+def test_a_generated_section_of_the_results_matches_its_script(command: list[str]) -> None:
     done = subprocess.run([sys.executable, *command], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "up to date" in done.stdout
 
 
-def test_the_layout_section_names_every_package_and_module_of_the_tree_and_nothing_else() -> None:
+def test_every_figure_of_the_readme_summary_is_one_of_the_generated_results() -> None:
     readme = (ROOT / "README.md").read_text()
-    block = readme.split("## Layout", 1)[1].split("```")[1]
+    summary = readme.split("## Results in brief", 1)[1].split("\n## ", 1)[0]
+    sections = re.findall(r"<!-- ([\w-]+):start -->(.*?)<!-- \1:end -->", (ROOT / RESULTS).read_text(), flags=re.S)
+    generated = "".join(body for _, body in sections)
+    figures = re.findall(r"[+-]?\d[\d.,]*(?:-\d[\d.]*)?(?: ?(?:ms|GiB|MiB|x)\b|%)|\d+ of \d+", summary)
+    assert len(figures) >= 10, figures
+    missing = [f for f in figures if f not in generated]
+    assert not missing, f"the README's summary quotes figures the generated results do not hold: {missing}"
+
+
+def test_the_layout_section_names_every_package_and_module_of_the_tree_and_nothing_else() -> None:
+    design = (ROOT / "docs" / "design.md").read_text()
+    block = design.split("## Layout", 1)[1].split("```")[1]
     named: set[str] = set()
     for line in block.splitlines():
         head = line.split("  ")[0].strip()

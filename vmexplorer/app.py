@@ -33,7 +33,7 @@ if __name__.startswith("bokeh"):  # served by `panel serve`
     assert doc is not None  # Bokeh serves this script into a document
     # where Panel's stylesheets are served from, which Panel writes into a session's document as it renders
     # its page; `vmexplorer serve` renders one page for every visitor and builds each visitor's session when
-    # the browser connects (cli.py), so that session's page is never rendered: without this its models would
+    # the browser connects (cli/serve.py), so that session's page is never rendered: without this its models would
     # name stylesheets on Panel's CDN, not reachable offline
     doc.template_variables.setdefault("dist_url", f"{pn.state.rel_path}/{LOCAL_DIST}" if pn.state.rel_path
                                       else LOCAL_DIST)

@@ -25,7 +25,7 @@ of this GPU, `vmexplorer calibrate`), then the rest with that calibration (`vmex
 
 `--collectors PARTS` is passed to `vmexplorer run`. Each run times its iterations without CUPTI's
 unified-memory counters and counts one more iteration after them (`vmexplorer run --counted`), so the
-samples' iteration times carry no counting cost and the README's results table is read from them.
+samples' iteration times carry no counting cost and docs/results.md's results table is read from them.
 
 The H100 samples in the repo come from fifteen passes (`--iterations 8 --out bench/results/h100/passes/passN`,
 N = 1..15, on the device; an odd number, so each median is a recording), then, on any machine,

@@ -1,6 +1,6 @@
 """The GPU executor: runs any plan on a real GPU and measures it.
 
-Per DESIGN.md: a policy-agnostic loop over a plan's steps that launches each op's
+Per docs/design.md ("The executor"): a policy-agnostic loop over a plan's steps that launches each op's
 kernels (CuPy, and cuDNN through `nvidia-cudnn-frontend`) on a compute stream and each memory operation
 (`cudaMemPrefetchAsync` to host or device) on a copy stream, ordered by CUDA events, enqueuing far enough
 ahead that blocking prefetch calls never starve the GPU. All tensors live in managed memory; the device

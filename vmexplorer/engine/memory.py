@@ -27,7 +27,7 @@ from ..units import format_bytes
 
 ALIGN = 2 << 20  # the driver migrates managed memory in 2 MiB blocks
 DEVICE_ALIGN = 512  # CuPy's own allocation unit: every tensor stays aligned for cuDNN and vector loads
-MANAGED_SHARE = 0.5  # managed memory stays well under the free device memory (DESIGN.md's safety rule)
+MANAGED_SHARE = 0.5  # managed memory stays well under the free device memory (docs/design.md's safety rule)
 DEVICE_SHARE = 0.9
 HOST_SHARE = 0.8
 

@@ -1,12 +1,12 @@
 """The executor's program: a plan turned into host-order steps on three streams, as data.
 
 The executor is a loop over these steps; everything about ordering is decided here, with no CUDA, so
-it is tested on a CPU. Each step runs on one stream, first waits for events recorded by earlier
-steps, then records its own `done` event. Following DESIGN.md, an asynchronous memory call comes as
-late in host order as it can (right before the op that waits for it): the call blocks the host for
-about its transfer, and by then the GPU has every op up to that one queued. A swap plan with a copy
-order (`plan.copies`; a pinned copy's call does not block) has each copy called as early as that order
-lets it instead.
+it is tested on a CPU. Each step runs on one stream, first waits for events recorded by earlier steps,
+then records its own `done` event. Following docs/design.md ("Device facts"), an asynchronous memory
+call comes as late in host order as it can (right before the op that waits for it): the call blocks the
+host for about its transfer, and by then the GPU has every op up to that one queued. A swap plan with a
+copy order (`plan.copies`; a pinned copy's call does not block) has each copy called as early as that
+order lets it instead.
 
 Under managed memory the dead bytes get steps of their own (`memory.dead_bytes` says which): a discard
 after the op a tensor dies at, on a stream of its own so compute never waits for it, and a populate

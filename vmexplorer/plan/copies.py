@@ -1,9 +1,10 @@
 """Under swap, the order each copy stream takes its planned copies in (`Plan.copy_order`).
 
 A stream runs its copies one after another in the order the host calls them, so where the host makes
-each call decides which copy a stream runs next. With no stored order (the executor's own, DESIGN.md) the
-host calls each copy just before the op that waits for it: a stream then runs its copies in the order of
-the ops needing them, and a copy whose issue op has already run waits behind one whose issue op has not.
+each call decides which copy a stream runs next. With no stored order (the executor's own,
+docs/design.md, "The simulator") the host calls each copy just before the op that waits for it: a stream
+then runs its copies in the order of the ops needing them, and a copy whose issue op has already run
+waits behind one whose issue op has not.
 A stored order names every asynchronous copy once; the host calls each stream's copies in that order,
 each as early as the order lets it: once the op it is issued after is enqueued and the copy before it on
 its stream is called. `earliest_deadline` picks an order from a simulated timeline: whenever a stream

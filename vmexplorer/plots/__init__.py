@@ -1,8 +1,8 @@
-"""The figures drawn beside the timeline and shared with it: the x axis and colours every figure uses
-(`axis`), resident bytes by tensor kind (`memory`), what the GPU's collectors reported (`measured`),
-where the time goes and the paging cliff (`story`), and the summary in words (`summary`).
-
-`vmexplorer.timeline` draws the lanes from these; the app lays them out.
+"""The figures of a session, as Bokeh models built once and refilled through their data sources: the
+x axis, colours and type sizes every figure uses (`axis`), the timeline's lanes (`timeline`), resident
+bytes by tensor kind (`memory`), what the GPU's collectors reported (`measured`), where the time goes
+and the paging cliff (`story`), the summary in words (`summary`), and the page that opens offline
+(`export`). The app (`vmexplorer.ui`) lays them out.
 """
 
 from .axis import LANES, MEMOP_COLORS, PHASE_COLORS

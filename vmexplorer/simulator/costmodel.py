@@ -38,12 +38,14 @@ class CostModel:
     # lists the rates fitted per kind on the H100)
     fault_bytes_per_ns_by_kind: dict[str, float] = field(default_factory=dict)
     # whether migrations run one direction at a time: the UVM driver does (on the H200 a 2 GiB eviction
-    # and a 2 GiB prefetch issued together on two streams took their sum, DESIGN.md), pinned copies do
-    # not; the bound (simulator/bound.py) adds the two directions' times when set
+    # and a 2 GiB prefetch issued together on two streams took their sum, docs/design.md "Device
+    # facts"), pinned copies do not; the bound (simulator/bound.py) adds the two directions' times when
+    # set
     serialises_directions: bool = True
     # swap: pinned cudaMemcpyAsync on one copy stream per direction (both directions at once take no
-    # longer than one, DESIGN.md). The defaults are the H100's measured 54 GB/s each way, uncalibrated
-    # until a swap session is calibrated; the fixed cost of a copy call is not measured yet (0)
+    # longer than one, docs/design.md "Device facts"). The defaults are the H100's measured 54 GB/s each
+    # way, uncalibrated until a swap session is calibrated; the fixed cost of a copy call is not
+    # measured yet (0)
     swap_to_device_bytes_per_ns: float = 54.0
     swap_to_host_bytes_per_ns: float = 54.0
     swap_call_ns: float = 0.0
@@ -78,10 +80,10 @@ RATES = ("flops_per_ns", "bytes_per_ns", "launch_ns", "prefetch_bytes_per_ns", "
 SWAP_RATES = ("swap_to_device_bytes_per_ns", "swap_to_host_bytes_per_ns", "swap_call_ns")
 
 
-# Uncalibrated defaults. Transfer rates are the H100 measurements in DESIGN.md (PCIe Gen5 x16:
-# prefetch 45 GB/s, eviction 7-10 GB/s, demand paging ~3.2 GB/s, prefetch calls block the host for
-# about their transfer). Compute rates are a guess at what cuDNN sustains on an H100 PCIe with TF32
-# (about half its dense tensor-core peak, about 60% of its 2 TB/s HBM) until a measured session
+# Uncalibrated defaults. Transfer rates are the H100 measurements in docs/design.md ("Device facts";
+# PCIe Gen5 x16: prefetch 45 GB/s, eviction 7-10 GB/s, demand paging ~3.2 GB/s, prefetch calls block the
+# host for about their transfer). Compute rates are a guess at what cuDNN sustains on an H100 PCIe with
+# TF32 (about half its dense tensor-core peak, about 60% of its 2 TB/s HBM) until a measured session
 # replaces them through `calibrate`.
 H100_DEFAULT = CostModel(
     name="h100-uncalibrated",

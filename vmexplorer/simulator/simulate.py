@@ -1,12 +1,12 @@
 """Predict the timeline of any plan from a cost model: what a run would look like, with no GPU.
 
-The model follows the executor's strategy (DESIGN.md): the host thread enqueues ops far ahead of the
-GPU and makes each asynchronous memory call just before it enqueues the op that waits for it, so
-the GPU keeps queued work while a call blocks the host. Three streams: compute, and one copy stream
-per direction. A copy starts once the op it is issued after has finished, its stream is free and the
-host has made the call; the call blocks the host for `host_block` of the transfer. Driver evictions
-run on the compute stream before the op that needed the room; demand faults lengthen the op whose
-kernels take them.
+The model follows the executor's strategy (docs/design.md, "The simulator"): the host thread enqueues
+ops far ahead of the GPU and makes each asynchronous memory call just before it enqueues the op that
+waits for it, so the GPU keeps queued work while a call blocks the host. Three streams: compute, and one
+copy stream per direction. A copy starts once the op it is issued after has finished, its stream is free
+and the host has made the call; the call blocks the host for `host_block` of the transfer. Driver
+evictions run on the compute stream before the op that needed the room; demand faults lengthen the op
+whose kernels take them.
 
 Where the cost model serialises the directions (`CostModel.serialises_directions`: the UVM driver; on
 the H200 an eviction and a prefetch issued together on two streams took their sum) the driver's
