@@ -1,49 +1,100 @@
-"""Store a fitted cost model in every measured sample session (`vmexplorer calibrate`, in place).
+"""Store one cost model per GPU and model in every measured sample session of it, and the bound it gives.
 
-    python bench/calibrate_samples.py [DIR] [--glob PATTERN]     (default: every *.measured.vms)
+    python bench/calibrate_samples.py [DIR] [--check]
 
-A `device` session is calibrated on itself; a paging session on the same model's `device` session
-recorded on the same GPU (its fault-free op times) and itself (its bandwidths, fault throughput and host
-blocking). The app then simulates edits of a sample with the model fitted to that very run. A sample's
-name is `[gpu-]<model>-b<batch>-<policy>[-<pct>pct].measured.vms` (bench/pick_samples.py): its `device`
-session is the one with the same name up to the batch.
+A configuration must read the same everywhere: the bound a class is told in the lesson, the one on the
+bars, `vmexplorer info`'s, the paging cliff's and docs/results.md's. So every sample of one GPU and model
+carries one model, the one docs/results.md holds them against (`results_table.bound_model`): fitted to
+the model's `device` and `autovm` runs at 50%, pooled over the GPU's recording passes (the rates of
+planned transfers, which any schedule can have), with the pinned copies' rates fitted to its `device`
+and `belady` runs through swap at 50% where the GPU has them. Each sample's bound is worked out again
+under it. The planning reports a sample was recorded with (a `tuned` search's, a copy order's) quote
+times under the model of the recording; they are dropped, as their figures would disagree with the
+session's own. The app then simulates a sample's edits with its GPU's model, which the simulator's
+validation checks against every sample out of sample (docs/results.md).
+
+`--check` writes nothing and says which samples do not carry their model (exit status 1).
 """
 
 from __future__ import annotations
 
 import argparse
-import re
-import subprocess
+import dataclasses
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from results_table import bound_model  # noqa: E402
+from validate_simulator import GPUS, H200_SWAP, SWAP_CALIBRATION, Gpu, named, pooled_on  # noqa: E402
+
+from vmexplorer.session import Session, bound_for, load_session, save_session  # noqa: E402
+from vmexplorer.simulator import CostModel  # noqa: E402
+from vmexplorer.simulator.costmodel import SWAP_RATES  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
+# the planning reports a recording stored, whose figures were the recording's cost model's
+STALE = ("tuned:", "tuned under swap:", "the copy streams in earliest-deadline order")
 
 
-def up_to_batch(name: str) -> str:
-    """A sample's name up to its batch (`h200-vgg19-b64` of `h200-vgg19-b64-uvm-50pct.measured.vms`)."""
-    parts = name.split("-")
-    batch = next(i for i, part in enumerate(parts) if re.fullmatch(r"b\d+", part))
-    return "-".join(parts[:batch + 1])
+def models(gpu: Gpu, folder: Path) -> dict[tuple[str, int], tuple[CostModel, list[Path]]]:
+    """Each model's (and batch's) cost model on `gpu`, and its samples in `folder`."""
+    samples = named(folder, gpu.prefix)  # its uvm and its swap samples
+    by_model: dict[tuple[str, int], list[tuple[Path, Session]]] = {}
+    for path in samples:
+        s = load_session(path)
+        by_model.setdefault((s.graph.model, s.graph.batch), []).append((path, s))
+    out = {}
+    for key, mine in by_model.items():
+        device = next((p for p, s in mine if s.plan.policy == "device"), None)
+        uvm = bound_model(gpu, device, [s for _, s in mine]) if device is not None else None
+        if uvm is None:
+            continue
+        # "pooled over 7 recordings of ...": how many passes the model's runs came from
+        name = f"the {gpu.name}'s {key[0]} b{key[1]}: its device and autovm runs at 50%, {uvm.name.split(' of ')[0]}"
+        swap = _copies(device.name.removeprefix(gpu.prefix)) if gpu.name == H200_SWAP.name else None
+        if swap is not None:
+            uvm = dataclasses.replace(uvm, **{f: getattr(swap[0], f) for f in SWAP_RATES})
+            name += f"; copies: its device and {SWAP_CALIBRATION} runs through swap at 50%, pooled over {swap[1]}"
+        out[key] = (dataclasses.replace(uvm, name=name), [p for p, _ in mine])
+    return out
+
+
+def _copies(device: str) -> tuple[CostModel, int] | None:
+    paging = device.replace("-device.", f"-{SWAP_CALIBRATION}-swap-50pct.")
+    return pooled_on(H200_SWAP.passes(), device, paging, f"device and {SWAP_CALIBRATION} through swap at 50%")
+
+
+def recalibrated(s: Session, cost: CostModel) -> Session:
+    """`s` with its GPU's model, the bound it gives, and no planning report of another model."""
+    notes = tuple(n for n in s.notes if not n.startswith(STALE))
+    return dataclasses.replace(s, cost_model=cost, bound=bound_for(s.graph, s.plan, cost), notes=notes)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", nargs="?", type=Path, default=ROOT / "sample_sessions")
-    ap.add_argument("--glob", default="*.measured.vms", help="calibrate only these (one GPU's: 'h200-*')")
+    ap.add_argument("--check", action="store_true", help="write nothing; say which samples are not calibrated so")
     args = ap.parse_args()
-    folder = args.folder
-    measured = sorted(folder.glob(args.glob))
-    failed = 0
-    for path in measured:
-        device = folder / f"{up_to_batch(path.name)}-device.measured.vms"
-        cmd = [sys.executable, "-m", "vmexplorer", "calibrate", str(path), "--out", str(path), "--force"]
-        if path != device:
-            cmd += ["--device", str(device)]
-        done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-        print((done.stdout or done.stderr).strip())
-        failed += done.returncode != 0
-    return 1 if failed else 0
+    stale = []
+    for gpu in GPUS:
+        for (model, batch), (cost, paths) in sorted(models(gpu, args.folder).items()):
+            for path in sorted(paths):
+                s = load_session(path)
+                again = recalibrated(s, cost)
+                if (again.cost_model, again.bound, again.notes) == (s.cost_model, s.bound, s.notes):
+                    continue
+                stale.append(path.name)
+                if not args.check:
+                    save_session(again, path, force=True)
+            print(f"{gpu.name} {model} b{batch}: {len(paths)} samples, {cost.name}; eviction "
+                  f"{cost.evict_bytes_per_ns:.1f} GB/s, prefetch {cost.prefetch_bytes_per_ns:.1f} GB/s, copies "
+                  f"{cost.swap_to_host_bytes_per_ns:.1f}/{cost.swap_to_device_bytes_per_ns:.1f} GB/s")
+    if args.check:
+        print("up to date" if not stale else f"{len(stale)} samples do not carry their GPU's model: {', '.join(stale)}")
+        return 1 if stale else 0
+    print(f"rewrote {len(stale)} samples")
+    return 0
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# bench/ is this script's folder: a sample's iteration time (the median of its timed iterations), its
+# bench/ is this script's folder: a sample's median over its timed iterations (`median_ms`), its
 # capacity in % of the footprint, and each GPU's samples and passes
 from validate_simulator import (  # noqa: E402
     GPUS,
@@ -50,11 +50,14 @@ from validate_simulator import (  # noqa: E402
     H200_SWAP,
     SWAP_CALIBRATION,
     Gpu,
+    median_ms,  # noqa: E402
     pooled_on,
     recordings,
     share,  # noqa: E402
 )
-from validate_simulator import median_ms as ms  # noqa: E402
+from validate_simulator import (
+    typical_ms as ms,  # a sample's iteration time as the app says it
+)
 
 from vmexplorer.config import Mechanism, share_of_footprint  # noqa: E402
 from vmexplorer.graph import Graph  # noqa: E402
@@ -231,7 +234,7 @@ def counting_table(rows: list[Config]) -> list[str]:
         if tl is None or not tl.counted:
             return "-"
         counted = float(np.median(tl.iteration_ns()[tl.timed_iterations:])) / 1e6
-        return f"{counted / ms(s) - 1:+.0%}"
+        return f"{counted / median_ms(s) - 1:+.0%}"
 
     return ["| model | capacity | " + " | ".join(names) + " |", "|---|---:|" + "---:|" * len(names),
             *("| " + " | ".join([c.label, f"{c.pct}%", *(adds(c.by_policy.get(n)) for n in names)]) + " |"
@@ -254,10 +257,13 @@ def gpu_section(gpu: Gpu, rows: list[Config]) -> list[str]:
     cost = {c.label: c.cost for c in rows if c.cost is not None}
     rates = "; ".join(f"{label}: {c.evict_bytes_per_ns:.1f} GB/s to the host, {c.prefetch_bytes_per_ns:.1f} GB/s "
                       "to the device" for label, c in cost.items())
+    even = " (of an even number, the lower middle)" if tl.timed_iterations % 2 == 0 else ""
     head = [f"Measured on the lent {gpu.name} ({sample.environment.get('gpu', 'GPU')}, PCIe Gen5 x16) with "
             f"`bench/gpu/record_samples.py`. Each configuration was recorded {passes} times, each in a process of "
             f"its own, with every collector on; the sample is the recording with the median iteration time "
-            f"(`bench/pick_samples.py`), and its time is the median of its {tl.timed_iterations} timed iterations. "
+            f"(`bench/pick_samples.py`), and its time is its typical iteration's: the median one of its "
+            f"{tl.timed_iterations} timed iterations{even}, "
+            "the one the app draws. "
             "Those run without CUPTI's unified-memory counters, which slow paging; one more iteration after them "
             "is counted, and gives the fault groups (last table: what counting costs). In parentheses after each "
             f"time, the time over the lower bound. The bound's rates ({rates}) are fitted to each model's `device` "

@@ -38,3 +38,17 @@ def test_a_swap_summary_counts_no_bytes_for_the_copies_that_move_nothing() -> No
     for direction, key in ((Direction.TO_HOST, "bytes_to_host"), (Direction.TO_DEVICE, "bytes_to_device")):
         moving = sum(m.nbytes for i, m in enumerate(plan.memops) if m.direction is direction and i not in nothing)
         assert summary[key] == moving
+
+
+def test_the_samples_of_one_gpu_and_model_carry_one_cost_model_so_a_configuration_reads_one_bound() -> None:
+    # the lesson, the bars, `info`, the paging cliff and docs/results.md all say a configuration's bound
+    # under its sample's model: one model per GPU and model (bench/calibrate_samples.py) makes them agree
+    by_gpu_and_model: dict[tuple[str, str, int], set[str]] = {}
+    for path in SAMPLES:
+        s = load_session(path)
+        if s.timeline.source != "measured":
+            continue
+        assert s.cost_model is not None and s.bound is not None, path.name
+        key = (s.environment.get("gpu", ""), s.graph.model, s.graph.batch)
+        by_gpu_and_model.setdefault(key, set()).add(repr(s.cost_model))
+    assert by_gpu_and_model and all(len(models) == 1 for models in by_gpu_and_model.values())

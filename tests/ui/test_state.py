@@ -22,7 +22,7 @@ from vmexplorer.ui.state import AppState
 def test_the_default_sample_opens_measured_with_the_cost_model_fitted_to_its_gpu(state: AppState) -> None:
     assert state.session.timeline.source == "measured" and state.message == ""
     assert state.moves == list(state.session.plan.moves) and state.moves
-    assert state.cost_model is state.session.cost_model and state.cost_model.name.startswith("calibrated on")
+    assert state.cost_model is state.session.cost_model and state.cost_model.name.startswith("the H100's vgg19 b64")
     assert state.source.kind == "sample" and state.source.name == DEFAULT_SAMPLE
     assert state.status == f"opened {DEFAULT_SAMPLE}"
 
