@@ -177,29 +177,19 @@ def window_traffic(graph: Graph, capacity: int, first: int = 0) -> Windows:
     size, born, last, read_at, read_of = _contents(graph)
     base = n + first  # windows lie in the middle one of three iterations, and what they see in the three
     pos = np.arange(n + 1)
-    made = np.zeros((n + 1, n + 1))  # [j, m]: made by ops j..m-1 and read at or after m
-    for m in range(1, n + 1):
-        alive = (born >= base) & (born < base + m) & (last >= base + m)
-        by_op = np.bincount(born[alive] - base, weights=size[alive], minlength=n + 1)
-        made[:m, m] = np.cumsum(by_op[:m][::-1])[::-1]
-    carried = np.zeros((n + 1, n + 1))  # [j, m]: made before op j and read by ops j..m
-    starts = np.flatnonzero(np.r_[True, read_of[1:] != read_of[:-1]]) if len(read_of) else read_of
-    ids = read_of[starts]
-    for j in range(n if len(read_of) else 0):
-        later = np.where(read_at >= base + j, read_at, base + 2 * n)
-        next_read = np.minimum.reduceat(later, starts)
-        wanted = (born[ids] < base + j) & (next_read < base + n)
-        by_op = np.bincount(next_read[wanted] - base, weights=size[ids][wanted], minlength=n + 1)
-        carried[j, j:] = np.cumsum(by_op)[j:]
+    made = _made(size, born - base, last - base, n)
+    carried = _carried(size, born - base, read_at - base, read_of, n)
     # Op m's other tensors hold their room while it runs: what it makes new, and what it reads that
     # was made before op j (at m = j both counts are for the contents carried in)
     order = (np.arange(n + 1) + first) % n
     new = np.array([sum(graph.tensors[t].nbytes for t in op.writes if t not in op.reads) for op in graph.ops])[order]
     near = (read_at >= base) & (read_at <= base + n)
-    at, older, nbytes = read_at[near] - base, born[read_of[near]], size[read_of[near]]
-    others = np.tile(new[None, :], (n + 1, 1))  # [j, m]
-    for j in range(n + 1):
-        np.add.at(others[j], at[older < base + j], nbytes[older < base + j])
+    at, older, nbytes = read_at[near] - base, born[read_of[near]] - base, size[read_of[near]]
+    # a read made before op j counts from the window starting at j = older + 1 on: a histogram by that
+    # first j, summed down the rows
+    since = np.zeros((n + 2, n + 1))
+    np.add.at(since, (np.clip(older + 1, 0, n + 1), at), nbytes)
+    others = new[None, :] + np.cumsum(since, axis=0)[:n + 1]  # [j, m]
     after = pos[None, :] > pos[:, None]
     to_host = np.maximum.accumulate(np.where(after, np.maximum(made - (capacity - others), 0), 0), axis=1)
     to_device = np.zeros((n + 1, n + 1))  # a window of ops j..k-1 must have brought in what ops j..k-1 read
@@ -208,6 +198,39 @@ def window_traffic(graph: Graph, capacity: int, first: int = 0) -> Windows:
     to_device[:, 1:] = np.maximum.accumulate(np.where(from_j, np.maximum(carried[:, :-1] - room, 0), 0), axis=1)
     to_device[np.tril_indices(n + 1)] = 0
     return Windows(first, to_host, to_device)
+
+
+def _made(size: np.ndarray, born: np.ndarray, last: np.ndarray, n: int) -> np.ndarray:
+    """[j, m]: the bytes made by ops j..m-1 and read at or after op m (positions relative to the window's
+    iteration). A content made at b and last read at l is alive at every m in b+1..l: a difference along
+    m gives each maker's bytes alive at m, and a sum over makers from j up gives `made`."""
+    keep = (born >= 0) & (born < n) & (last > born)
+    b, hi, nbytes = born[keep], np.minimum(last[keep], n), size[keep]
+    step = np.zeros((n + 1, n + 2))
+    np.add.at(step, (b, b + 1), nbytes)
+    np.add.at(step, (b, hi + 1), -nbytes)
+    alive = np.cumsum(step, axis=1)[:, :n + 1]  # [b, m]
+    return np.cumsum(alive[::-1], axis=0)[::-1]
+
+
+def _carried(size: np.ndarray, born: np.ndarray, read_at: np.ndarray, read_of: np.ndarray, n: int) -> np.ndarray:
+    """[j, m]: the bytes made before op j and read by ops j..m (positions relative to the window's
+    iteration), each content counted at its next read from op j on. A content's read at p is its next
+    for every j after its read before (or its making) up to p: a difference along j over those, then a
+    sum over reads up to m."""
+    carried = np.zeros((n + 1, n + 1))
+    if not len(read_of):
+        return carried
+    first_of = np.r_[True, read_of[1:] != read_of[:-1]]  # reads are sorted by content, then position
+    before = np.where(first_of, born[read_of], np.r_[0, read_at[:-1]])
+    lo, hi = np.maximum(before + 1, 0), read_at
+    keep = (hi < n) & (lo <= hi)
+    lo, hi, nbytes = lo[keep], hi[keep], size[read_of[keep]]
+    step = np.zeros((n + 2, n + 1))
+    np.add.at(step, (lo, hi), nbytes)
+    np.add.at(step, (hi + 1, hi), -nbytes)
+    carried[:n] = np.cumsum(np.cumsum(step, axis=0)[:n], axis=1)
+    return carried
 
 
 def _contents(graph: Graph) -> tuple[np.ndarray, ...]:
