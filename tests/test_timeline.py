@@ -105,6 +105,24 @@ def test_the_legend_names_each_phase_and_kind_of_transfer_and_hides_it_on_a_clic
     assert all(len(item.renderers) == 1 for item in legend.items)  # each entry hides its own kind only
 
 
+def test_a_legend_entry_with_nothing_to_show_is_left_out_and_comes_back_with_what_it_names(session: Session) -> None:
+    from vmexplorer.plots.timeline import update_timeline
+
+    graph = session.graph
+    plain = compile_plan(graph, int(graph.footprint * 0.5), "uvm")  # no planned moves: the driver's alone
+    uvm = new_session(graph, plain, simulate(graph, plain, H100_DEFAULT), H100_DEFAULT)
+    fig = timeline_figure(uvm)
+    (legend,) = fig.children[0].select({"type": Legend})
+
+    def shown() -> set[str]:
+        return {item.label["value"] for item in legend.items if item.visible}
+
+    assert {"driver eviction", "demand fault"} <= shown()
+    assert not shown() & {"prefetch", "offload", "offload issued", "prefetch issued", "before the edits"}
+    update_timeline(fig, session, "time")
+    assert {"prefetch", "offload", "offload issued", "prefetch issued"} <= shown()
+
+
 def test_the_time_axis_is_in_milliseconds(session: Session) -> None:
     ops = data(timeline_figure(session, "time"), "ops")
     assert np.allclose(ops["left"], session.timeline.op_start_ns / 1e6)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from bokeh.models import (
+    BasicTicker,
     ColumnDataSource,
     DataRange1d,
     FactorRange,
@@ -46,6 +47,7 @@ def breakdown_figure(rows: list[dict[str, Any]], bound_ms: float | None = None, 
     fig.add_layout(Label(x=0, y=0, y_units="screen", y_offset=2, x_offset=4, text="", text_font_size="11px",
                          text_color="#222222", name="bound_label", visible=False, background_fill_color="white",
                          background_fill_alpha=0.8))
+    fig.xaxis.ticker = BasicTicker(desired_num_ticks=4)  # a narrow figure beside the timeline: ticks apart
     _set_bound(fig, bound_ms)
     return fig
 

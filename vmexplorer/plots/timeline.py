@@ -257,7 +257,9 @@ def _fill(layout: Any, session: Session, axis: Axis, title: str | None, before: 
         refill(sources[f"{kind}_markers"], _marker_columns(mem, axis, kind, direction))
     ghosts = _ghost_columns(session, axis, before)
     refill(sources["ghost_markers"], ghosts)
-    _label_legend(lanes, session, bool(ghosts["x"]))
+    shown = {*(f"ops_{p}" for p in set(ops["phase"])), *(f"memops_{k.replace(' ', '_')}" for k in set(mem["kind"]))}
+    shown |= {f"{kind}_marker_glyphs" for kind in ("offload", "prefetch") if len(sources[f"{kind}_markers"].data["x"])}
+    _label_legend(lanes, session, shown | ({"ghost_marker_glyphs"} if ghosts["x"] else set()))
     faults, unit = _fault_columns(session, ops)
     refill(sources["faults"], faults)
     figure_of_faults = layout.children[1]
@@ -268,15 +270,15 @@ def _fill(layout: Any, session: Session, axis: Axis, title: str | None, before: 
     _fit_x(lanes.x_range, ops, mem, keep_zoom)
 
 
-def _label_legend(lanes: Any, session: Session, ghosts: bool) -> None:
+def _label_legend(lanes: Any, session: Session, shown: set[str]) -> None:
     """The transfers nobody planned are the driver's under uvm, the executor's copies under swap; an
-    entry with nothing to show reads as a bug."""
+    entry with nothing to show (the renderers not in `shown`) reads as a bug, and is left out."""
     words = _SWAP_WORDS if session.plan.mechanism is Mechanism.SWAP else {}
     for legend in lanes.above:
         if legend.name == "lanes_legend":
-            legend.items[-1].visible = ghosts
             for item in legend.items:
                 name = item.renderers[0].name if item.renderers else ""
+                item.visible = name in shown
                 if name.startswith("memops_"):
                     kind = name.removeprefix("memops_").replace("_", " ")
                     item.label = value(words.get(kind, kind))

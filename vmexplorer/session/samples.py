@@ -43,9 +43,11 @@ class SampleInfo:
 
     @property
     def label(self) -> str:
-        """The sample in words: "VGG-19, batch 64, autovm at 50% — H200, measured"."""
-        return f"{config_words(self.key[0], self.key[1], self.policy, self.mechanism, self.capacity, self.footprint)}" \
-               f" — {short_gpu(self.gpu)}, {self.source}"
+        """The sample in words, short enough for a sidebar's picker: "VGG-19 b64, autovm at 50% — H200" (a
+        run measured on that GPU), "... — simulated" otherwise."""
+        words = config_words(self.key[0], self.key[1], self.policy, self.mechanism, self.capacity, self.footprint)
+        where = short_gpu(self.gpu) if self.source == "measured" else self.source
+        return f"{words.replace(', batch ', ' b', 1)} — {where}"
 
     @property
     def group(self) -> str:

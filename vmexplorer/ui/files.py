@@ -46,8 +46,9 @@ class Files(pn.viewable.Viewer):
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         # the samples' names in words are long: a smaller type, so they show whole in the sidebar
-        self.sample = widget(pn.widgets.Select, "Sample session", groups=sample_groups(), value=DEFAULT_SAMPLE,
-                             sizing_mode="stretch_width", stylesheets=["select { font-size: 12px; }"])
+        self.sample = widget(pn.widgets.Select, "Sample session (measured on the GPU named)", groups=sample_groups(),
+                             value=DEFAULT_SAMPLE, sizing_mode="stretch_width",
+                             stylesheets=["select { font-size: 12.5px; }"])
         self.open = widget(pn.widgets.Button, "Open sample", button_type="primary")
         self.upload = pn.widgets.FileInput(accept=".vms,.gz", multiple=False)
         self.save = pn.widgets.FileDownload(callback=self._session_bytes, filename="session.vms",

@@ -43,6 +43,11 @@ from .widgets import Text, colored, glossary, relabel, tip, type_sizes, widget
 pd: Any = importlib.import_module("pandas")  # Panel's own dependency (its tables take DataFrames); no stubs
 
 
+# where the story's bars go: beside the timeline, or (large type) under it
+BESIDE = {"flex": "0 1 400px", "min-width": "300px"}
+UNDER = {"flex": "1 1 100%", "min-width": "300px"}
+
+
 class TextAlert(Text):
     """Panel's danger Alert to look at (its stylesheet and classes), a `Text` inside: Alert renders Markdown."""
 
@@ -89,9 +94,10 @@ class Page(pn.viewable.Viewer):
         self.banner = LessonBanner(state=s, act=act)
         self.projector = pn.widgets.Toggle.from_param(s.param.projector, name="Projector: large type", width=170,
                                                       **colored("light"))
-        self.compare_twin = widget(pn.widgets.Button, "Compare with the measured uvm run", button_type="primary")
+        self.compare_twin = widget(pn.widgets.Button, "Compare with uvm (measured)", button_type="primary",
+                                   description="the measured run of NVIDIA's demand paging at this capacity, beside")
         # the same schedule through the other mechanism: what the UVM driver costs against pinned copies
-        self.compare_mechanism = widget(pn.widgets.Button, "The same schedule through swap")
+        self.compare_mechanism = widget(pn.widgets.Button, "Same schedule through swap")
         self.compare_twin.on_click(lambda _: self._compare(s.compare_with_twin))
         self.compare_mechanism.on_click(lambda _: self._compare(s.compare_mechanisms))
         # built when first shown: a page that never opens them (most) never pays for them
@@ -221,7 +227,7 @@ class Page(pn.viewable.Viewer):
         self.editor.draw()
         session = s.session
         self.compare_twin.visible = session is not None and session.plan.policy != "uvm" and s.twin("uvm") is not None
-        relabel(self.compare_mechanism, f"The same schedule through {s.other_mechanism()}")
+        relabel(self.compare_mechanism, f"Same schedule through {s.other_mechanism()}")
         # a policy that plans no moves has no schedule to move through the other mechanism
         self.compare_mechanism.visible = session is not None and not POLICIES[session.plan.policy].uvm_only
         for part in (self._finder, self._comparison):
@@ -264,6 +270,8 @@ class Page(pn.viewable.Viewer):
             if part is not None:
                 part.set_large(large)
         self.info.styles = {**self.info.styles, "font-size": sizes["small"]}
+        if hasattr(self, "_bars_box"):  # large type needs the whole width: the bars go under the timeline
+            self._bars_box.styles = UNDER if large else BESIDE
 
     def _fill_finder(self) -> None:
         if not self.finder_card.objects:
@@ -298,11 +306,10 @@ class Page(pn.viewable.Viewer):
         """The main area: messages, the lesson's banner, the headline with the lesson's start and the
         projector's switch, and the tabs, the Session tab's story on the first screen."""
         # side by side where the page is wide enough (1280 px), the bars under the timeline where it is not
+        self._bars_box = pn.Column(self.bars, sizing_mode="stretch_width", styles=BESIDE)
         story = pn.FlexBox(pn.Column(self.timeline, sizing_mode="stretch_width",
-                                     styles={"flex": "1 1 0", "min-width": "540px"}),
-                           pn.Column(self.bars, sizing_mode="stretch_width", styles={"flex": "0 1 360px",
-                                                                                      "min-width": "300px"}),
-                           flex_wrap="wrap", sizing_mode="stretch_width")
+                                     styles={"flex": "1 1 0", "min-width": "480px"}),
+                           self._bars_box, flex_wrap="wrap", sizing_mode="stretch_width")
         controls = pn.FlexBox(pn.pane.Markdown("x axis:"), self.timeline.x_axis, self.timeline.iteration,
                               self.compare_twin, self.compare_mechanism, align_items="end", sizing_mode="stretch_width")
         session = pn.Column(controls, story, self._below, sizing_mode="stretch_width")

@@ -44,7 +44,7 @@ def served_template(state: AppState | None = None) -> Template:
     # few roots instead of dozens, each of which the browser would lay out on its own
     sidebar = pn.Column(sizing_mode="stretch_width")
     template = Template(title="vmexplorer", sidebar=[sidebar], main=page.main(), header=page.header(),
-                        sidebar_width=370)
+                        sidebar_width=330)
     if doc is not None:  # the page follows its document's session; built outside a server, there is none
         # a bound method: it holds the page, and the page all it needs to cancel its run
         doc.on_session_destroyed(page.session_destroyed)

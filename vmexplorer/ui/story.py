@@ -83,6 +83,7 @@ class WhereTimeGoes(pn.viewable.Viewer):
 
     def set_large(self, large: bool) -> None:
         set_type_size(self.figure, large)
+        self.figure.height = 460 if large else BARS_HEIGHT
 
     def __panel__(self) -> Any:
         return self.pane

@@ -45,7 +45,7 @@ class TimelinePanel(pn.viewable.Viewer):
         # time first: on the op axis every op is as wide as any other, and the stalls paging causes vanish
         self.x_axis = pn.widgets.RadioButtonGroup.from_param(self.state.param.axis, name="x axis")
         # a measured session holds several iterations; one at a time keeps pan and zoom light
-        self.iteration = widget(pn.widgets.Select, "Iteration shown", options=[ALL_ITERATIONS], width=190)
+        self.iteration = widget(pn.widgets.Select, "Iteration shown", options=[ALL_ITERATIONS], width=150)
         self.pane = pn.pane.Bokeh(sizing_mode="stretch_width", min_height=420)
         self.drawn: Session | None = None  # the session (or iteration of it) the figures show
         self._drawn_as: tuple[Any, ...] = ()  # what it was drawn from: an edit of it keeps the zoom
@@ -102,8 +102,8 @@ class TimelinePanel(pn.viewable.Viewer):
                 timeline_source(fig, f"{kind}_markers").on_change("data", self._on_marker_drag(kind))
             # a plot event, not a TapTool: the marker drag tool takes the tap gesture of the toolbar
             fig.children[0].on_event(Tap, self._on_tap)
-            set_type_size(fig, self._large)
             self.pane.object = fig
+            self.set_large(self._large)
         else:
             update_timeline(fig, shown, axis, title, before, keep_zoom=drawn_as == self._drawn_as)
         self.drawn, self._drawn_as = shown, drawn_as
@@ -133,9 +133,17 @@ class TimelinePanel(pn.viewable.Viewer):
         fig.children[0].x_range.update(start=start, end=end)
 
     def set_large(self, large: bool) -> None:
+        """Large type for a projector: the lanes taller, their legend in more rows, so the words fit."""
         self._large = large
-        if self.pane.object is not None:
-            set_type_size(self.pane.object, large)
+        fig = self.pane.object
+        if fig is None:
+            return
+        set_type_size(fig, large)
+        lanes, faults, resident = fig.children[:3]
+        lanes.height, faults.height, resident.height = (260, 120, 220) if large else (190, 90, 165)
+        for legend in (*lanes.above, *resident.above):
+            if type(legend).__name__ == "Legend":
+                legend.nrows = 3 if large else 2
 
     def _on_marker_drag(self, kind: str) -> Any:
         """A PointDrawTool drag in the browser: find the marker whose x changed, turn its x into the op
