@@ -968,7 +968,7 @@ def _serving(proc: subprocess.Popen[str], port: int, within_s: float = 120.0) ->
     return False
 
 
-def test_serve_answers_with_the_page_and_gzipped_javascript_refuses_a_taken_port_and_stops_on_ctrl_c() -> None:
+def test_serve_says_it_starts_serves_the_page_gzipped_refuses_a_taken_port_at_once_stops_on_ctrl_c() -> None:
     import gzip
 
     port = _free_port()
@@ -999,6 +999,7 @@ def test_serve_answers_with_the_page_and_gzipped_javascript_refuses_a_taken_port
     url = f"http://127.0.0.1:{port}/app"
     assert proc.returncode == 0, err
     assert out == f"serving the app at {url} (gzip-compressed); Ctrl-C stops it\nstopped serving {url}\n"
+    assert err.startswith("vmexplorer: starting the app's server: "), "it says what it does while it warms up"
     assert "Traceback" not in err
 
 

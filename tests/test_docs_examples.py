@@ -42,7 +42,7 @@ NO_GPU = re.compile(r"vmexplorer: error: (the GPU engine needs CuPy for CUDA 13 
 COMMAND_S = 120
 SERVE_START_S = 120
 # files a page links to before they are made: remove each once it is in the repository
-PENDING = {"docs/app.png": "the app's screenshot, to be taken of the rebuilt app"}
+PENDING: dict[str, str] = {}
 
 
 @dataclass(frozen=True)

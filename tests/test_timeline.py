@@ -123,6 +123,23 @@ def test_a_legend_entry_with_nothing_to_show_is_left_out_and_comes_back_with_wha
     assert {"prefetch", "offload", "offload issued", "prefetch issued"} <= shown()
 
 
+def test_the_legend_can_follow_its_sources_in_a_later_message(session: Session) -> None:
+    # BokehJS draws a legend entry shown in the same message as its glyph's new rows with the glyph's old
+    # colours (none, for rows that were not there): the page shows the entries a message later
+    from vmexplorer.plots.timeline import label_legend, update_timeline
+
+    graph = session.graph
+    plain = compile_plan(graph, int(graph.footprint * 0.5), "uvm")
+    fig = timeline_figure(new_session(graph, plain, simulate(graph, plain, H100_DEFAULT), H100_DEFAULT))
+    (legend,) = fig.children[0].select({"type": Legend})
+    issued = [item for item in legend.items if item.label["value"] == "prefetch issued"]
+    update_timeline(fig, session, "time", legend=False)
+    assert len(timeline_source(fig, "prefetch_markers").data["x"]) > 0
+    assert not any(item.visible for item in issued), "the legend left as it was"
+    label_legend(fig, session)
+    assert all(item.visible for item in issued)
+
+
 def test_the_time_axis_is_in_milliseconds(session: Session) -> None:
     ops = data(timeline_figure(session, "time"), "ops")
     assert np.allclose(ops["left"], session.timeline.op_start_ns / 1e6)

@@ -63,6 +63,49 @@ def test_served_changes_wait_for_the_next_tick_and_are_made_together_each_once_i
     assert made == ["headline", "timeline", "timeline"]
 
 
+def test_a_change_asked_for_later_ticks_comes_after_the_next_ticks_changes_have_gone() -> None:
+    doc, made = ServedDocument(), []
+    changes = Changes()
+    changes.attach(doc)
+    changes.run(lambda: made.append("below the fold"), after=2)
+    changes.run(lambda: made.append("the story"), after=1)
+    changes.run(lambda: made.append("the answer"))
+    assert len(doc.ticks) == 1
+    for expected in (["the answer"], ["the answer", "the story"], ["the answer", "the story", "below the fold"]):
+        doc.tick()
+        assert made == expected, "one tick each, the browser drawing each before the next arrives"
+    assert doc.ticks == []
+
+
+def test_changes_asked_inside_a_held_block_are_made_as_it_ends_each_tick_apart_the_later_ones_later() -> None:
+    doc, made = ServedDocument(), []
+    changes = Changes()
+    changes.attach(doc)
+    with changes.held():
+        for after in (2, 1, 0):
+            changes.run(lambda after=after: made.append(after), after=after)
+        assert made == [], "nothing before the block ends: the code inside may ask for more"
+    assert made == [0, 1], "the first two ticks at once, in order, in the lock the block was run in"
+    assert len(doc.ticks) == 1
+    doc.tick()
+    assert made == [0, 1, 2]
+
+
+def test_a_held_block_inside_a_tick_leaves_the_changes_to_that_tick() -> None:
+    doc, made = ServedDocument(), []
+    changes = Changes()
+    changes.attach(doc)
+
+    def drag() -> None:
+        with changes.held():
+            changes.run(lambda: made.append("answer"))
+        made.append("drag done")
+
+    changes.run(drag)
+    doc.tick()
+    assert made == ["drag done", "answer"], "asked in the tick being made: made in its next round"
+
+
 def test_served_changes_are_made_as_the_current_document_of_panel_so_its_widgets_find_it() -> None:
     from panel.io.state import state
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from . import UsageError, _write_stdout
+from . import UsageError, _stderr, _write_stdout
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -28,6 +28,11 @@ def cmd_serve(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(f"--port takes a TCP port from 0 (any free one) to 65535, not {args.port}")
     procs = _serving_processes(args.num_procs)
     ignore_ctrl_c = signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # started in the background
+    _check_listenable(args.address, args.port)
+    # the start takes seconds on a laptop (Panel, Bokeh, every sample session read, a first page built):
+    # say what it is doing, so a person does not take the quiet for a hang
+    _stderr("vmexplorer: starting the app's server: loading Panel and Bokeh, reading the sample sessions and "
+            "building a first page, so that the first visitor does not wait for them ...")
     server = _app_server(args, procs)  # with several processes, each goes on from here on its own
     loop = server.io_loop
     url = f"http://{args.address or 'localhost'}:{server.port}/app"
@@ -52,6 +57,23 @@ def cmd_serve(args: argparse.Namespace) -> dict[str, Any]:
             signal.signal(sig, handler)
         server.stop()
     return {"url": url, "process": _task_id() or 0, "processes": procs}
+
+
+def _cannot_listen(address: str | None, port: int, error: OSError) -> UsageError:
+    return UsageError(f"cannot listen on {address or 'every address'} port {port}: {error.strerror or error}")
+
+
+def _check_listenable(address: str | None, port: int) -> None:
+    """Refuse a port another server holds now, in one line, rather than after the slow start."""
+    if port == 0:
+        return
+    from tornado.netutil import bind_sockets
+
+    try:
+        for sock in bind_sockets(port, address or None):  # as the server will bind it
+            sock.close()
+    except OSError as e:
+        raise _cannot_listen(address, port, e) from None
 
 
 def _serving_processes(asked: int) -> int:
@@ -114,7 +136,6 @@ def _app_server(args: argparse.Namespace, procs: int = 1) -> Any:
                         websocket_origin=args.allow_websocket_origin, show=False, start=False, verbose=False,
                         warm=procs == 1, num_procs=procs, compress_response=True)
     except OSError as e:
-        where = f"{args.address or 'every address'} port {args.port}"
-        raise UsageError(f"cannot listen on {where}: {e.strerror or e}") from None
+        raise _cannot_listen(args.address, args.port, e) from None
     except ValueError as e:  # a malformed --allow-websocket-origin
         raise UsageError(f"--allow-websocket-origin: {e}") from None

@@ -85,14 +85,18 @@ def timeline_figure(session: Session, x_axis: str = "time", editable: bool = Fal
     layout = column(lanes, _faults(sources["faults"], lanes), memory.resident_figure(session, axis, lanes.x_range),
                     *measured_figures(lanes), sizing_mode="stretch_width")
     _fill(layout, session, axis, title, before, keep_zoom=x_range is not None)
+    label_legend(layout, session)
     return layout
 
 
 def update_timeline(layout: Any, session: Session, x_axis: str, title: str | None = None,
-                    before: Plan | None = None, keep_zoom: bool = False) -> None:
+                    before: Plan | None = None, keep_zoom: bool = False, legend: bool = True) -> None:
     """Put `session` into figures `timeline_figure` drew, on `x_axis`, through their data sources: the
     browser keeps its models. `keep_zoom` (an edit of the session shown, on the same axis) keeps the x
-    range a person zoomed to; otherwise the new session is shown whole."""
+    range a person zoomed to; otherwise the new session is shown whole. `legend=False` leaves the legend
+    to a later `label_legend`: BokehJS sets a glyph's new data before its colours (awaiting between
+    them), and draws a legend entry shown in the same message at once, with the old colours, so an
+    entry that comes back with its rows is shown in a message of its own."""
     _check_axis(x_axis)
     axis = make_axis(session, x_axis)
     lanes = _lanes(layout)
@@ -101,6 +105,8 @@ def update_timeline(layout: Any, session: Session, x_axis: str, title: str | Non
         for fig in (lanes, layout.children[2]):
             fig.xaxis.axis_label = axis.label
     _fill(layout, session, axis, title, before, keep_zoom)
+    if legend:
+        label_legend(layout, session)
     memory.update_resident(layout.children[2], session, axis)
 
 
@@ -257,9 +263,6 @@ def _fill(layout: Any, session: Session, axis: Axis, title: str | None, before: 
         refill(sources[f"{kind}_markers"], _marker_columns(mem, axis, kind, direction))
     ghosts = _ghost_columns(session, axis, before)
     refill(sources["ghost_markers"], ghosts)
-    shown = {*(f"ops_{p}" for p in set(ops["phase"])), *(f"memops_{k.replace(' ', '_')}" for k in set(mem["kind"]))}
-    shown |= {f"{kind}_marker_glyphs" for kind in ("offload", "prefetch") if len(sources[f"{kind}_markers"].data["x"])}
-    _label_legend(lanes, session, shown | ({"ghost_marker_glyphs"} if ghosts["x"] else set()))
     faults, unit = _fault_columns(session, ops)
     refill(sources["faults"], faults)
     figure_of_faults = layout.children[1]
@@ -270,11 +273,17 @@ def _fill(layout: Any, session: Session, axis: Axis, title: str | None, before: 
     _fit_x(lanes.x_range, ops, mem, keep_zoom)
 
 
-def _label_legend(lanes: Any, session: Session, shown: set[str]) -> None:
-    """The transfers nobody planned are the driver's under uvm, the executor's copies under swap; an
-    entry with nothing to show (the renderers not in `shown`) reads as a bug, and is left out."""
+def label_legend(layout: Any, session: Session) -> None:
+    """The lanes' legend for what the sources hold: an entry with nothing to show reads as a bug, and is
+    left out; the transfers nobody planned are the driver's under uvm, the executor's copies under swap."""
+    sources = _named_sources(layout)
+    ops, mem = sources["ops"].data, sources["memops"].data
+    shown = {*(f"ops_{p}" for p in set(ops.get("phase", ()))),
+             *(f"memops_{k.replace(' ', '_')}" for k in set(mem.get("kind", ())))}
+    shown |= {f"{kind}_marker_glyphs" for kind in ("offload", "prefetch", "ghost")
+              if len(sources[f"{kind}_markers"].data.get("x", ()))}
     words = _SWAP_WORDS if session.plan.mechanism is Mechanism.SWAP else {}
-    for legend in lanes.above:
+    for legend in _lanes(layout).above:
         if legend.name == "lanes_legend":
             for item in legend.items:
                 name = item.renderers[0].name if item.renderers else ""

@@ -14,6 +14,7 @@ and each other tab is built when first opened.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 from typing import Any
@@ -84,7 +85,8 @@ class Page(pn.viewable.Viewer):
         self.info = Text(sizing_mode="stretch_width", styles={"font-style": "italic"})
         self.headline = Headline(state=s)
         self.bars = WhereTimeGoes(state=s)
-        self.timeline = TimelinePanel(state=s, act=act)
+        self.timeline = TimelinePanel(state=s, act=act, act_held=self._act_held,
+                                      later=functools.partial(self.changes.run, after=1))
         self.summary = pn.widgets.Tabulator(disabled=True, show_index=False, sizing_mode="stretch_width",
                                             layout="fit_data_stretch")
         self.editor = Editor(state=s, act=act)
@@ -149,6 +151,12 @@ class Page(pn.viewable.Viewer):
         except Exception as e:
             self.state.restore(self._drawn, f"unexpected error ({type(e).__name__}): {e}")
 
+    def _act_held(self, method: Callable[..., Any], *args: Any) -> None:
+        """`act` from a callback Bokeh runs in the document's lock: the answer and the story are drawn
+        before it ends, and reach the browser before Bokeh's reply to the change that asked."""
+        with self.changes.held():
+            self.act(method, *args)
+
     def _compare(self, method: Callable[[], bool]) -> None:
         self.act(method)
         if self.state.comparison is not None and not self.state.message:
@@ -182,8 +190,12 @@ class Page(pn.viewable.Viewer):
     # --- following the store -----------------------------------------------------------------------
     @param.depends("state.session", "state.comparison", watch=True)
     def _on_session(self) -> None:
-        self.changes.run(self._draw_session)
-        self.changes.run(self.write_link)
+        # served, each on a tick of its own: the small answer first (a browser draws it at once), then the
+        # story together, then what is below the fold (`ui.document`)
+        self.changes.run(self._draw_answer)
+        self.changes.run(self._draw_story, after=1)
+        self.changes.run(self._draw_rest, after=2)
+        self.changes.run(self.write_link, after=2)
 
     @param.depends("state.axis", "state.iteration", watch=True)
     def _on_view(self) -> None:
@@ -215,27 +227,36 @@ class Page(pn.viewable.Viewer):
 
     # --- drawing ------------------------------------------------------------------------------------
     def _draw_session(self) -> None:
-        """Everything that shows the session: the story first, then the rest."""
+        """Everything that shows the session (at once: the page's first drawing, or a put-back)."""
+        self._draw_answer()
+        self._draw_story()
+        self._draw_rest()
+
+    def _draw_answer(self) -> None:
+        self.summary.value = pd.DataFrame(numbers.summary_rows(self.state))
+
+    def _draw_story(self) -> None:
+        """The headline, the timeline and where the time goes, and what sits beside them."""
         s = self.state
         self.headline.draw()
         self.timeline.draw()
         self.bars.draw()
         self.banner.draw()
-        self.files.draw()
-        self.configure.draw()
-        self.summary.value = pd.DataFrame(numbers.summary_rows(s))
-        self.editor.draw()
         session = s.session
         self.compare_twin.visible = session is not None and session.plan.policy != "uvm" and s.twin("uvm") is not None
         relabel(self.compare_mechanism, f"Same schedule through {s.other_mechanism()}")
         # a policy that plans no moves has no schedule to move through the other mechanism
         self.compare_mechanism.visible = session is not None and not POLICIES[session.plan.policy].uvm_only
-        for part in (self._finder, self._comparison):
+
+    def _draw_rest(self) -> None:
+        """The sidebar's fields, the tables below the fold and the other tabs."""
+        self.files.draw()
+        self.configure.draw()
+        self.editor.draw()
+        for part in (self._finder, self._comparison, self._cliff):
             if part is not None:
                 part.draw()
-        if self._cliff is not None:
-            self._cliff.draw()
-        self._drawn = s.shown()
+        self._drawn = self.state.shown()  # drawn whole: what a later failure puts back
 
     def _draw_timeline(self) -> None:
         self.timeline.draw()

@@ -16,6 +16,7 @@ import param
 from bokeh.events import Tap
 
 from .. import details
+from ..plots import timeline as plot
 from ..plots.axis import set_type_size
 from ..plots.timeline import highlight_tensor, issue_after_at, row_at, timeline_figure, timeline_source, update_timeline
 from ..session import Session
@@ -32,11 +33,15 @@ def _now(method: Callable[..., Any], *args: Any) -> None:
 class TimelinePanel(pn.viewable.Viewer):
     """The timeline of the shown session (or of its iteration picked) on the axis picked.
 
-    `act` runs an action of the page (which puts back what it showed if drawing the result fails); the
-    default runs it at once, as outside a server."""
+    `act` runs an action of the page (which puts back what it showed if drawing the result fails),
+    `act_held` one from a Bokeh callback (a drag); `later` makes a change in the browser's next message
+    (`ui.document`). All default to at once, as outside a server."""
 
     state: AppState = store_param()
     act = param.Callable(default=_now, doc="runs a store method as the page's actions run")
+    act_held = param.Callable(default=_now, doc="runs a store method from a Bokeh callback, which holds the "
+                              "document's lock: the first of what it draws is made in that lock")
+    later = param.Callable(default=_now, doc="makes a change of the figures in a later message to the browser")
     selected = param.Tuple(default=None, allow_None=True, length=2,
                            doc="what a tap picked: ('op', graph op) or ('memop', a row of details.memop_rows)")
 
@@ -105,11 +110,16 @@ class TimelinePanel(pn.viewable.Viewer):
             self.pane.object = fig
             self.set_large(self._large)
         else:
-            update_timeline(fig, shown, axis, title, before, keep_zoom=drawn_as == self._drawn_as)
+            update_timeline(fig, shown, axis, title, before, keep_zoom=drawn_as == self._drawn_as, legend=False)
+            self.later(self._label_legend)
         self.drawn, self._drawn_as = shown, drawn_as
         self._marker_data = {kind: {k: list(v) for k, v in timeline_source(fig, f"{kind}_markers").data.items()}
                              for kind in MARKER_KINDS}
         highlight_tensor(fig, shown, axis, self.state.picked)
+
+    def _label_legend(self) -> None:
+        if self.pane.object is not None and self.drawn is not None:
+            plot.label_legend(self.pane.object, self.drawn)
 
     def highlight(self) -> None:
         """Light up the picked tensor's transfers, markers and resident bytes (None: none)."""
@@ -169,7 +179,7 @@ class TimelinePanel(pn.viewable.Viewer):
             # and the figures are refilled a tick later: the second must not drag it again
             tensor, was = int(before["tensor_id"][i]), int(before["issue_after"][i])
             before["x"], before["issue_after"][i] = xs, to[i]
-            self.act(self.state.drag, kind, tensor, to[i], was)
+            self.act_held(self.state.drag, kind, tensor, to[i], was)
             if self.state.message:
                 self.draw()  # refused: draw the markers back where the plan has them
         return changed
