@@ -1003,6 +1003,64 @@ def test_serve_says_it_starts_serves_the_page_gzipped_refuses_a_taken_port_at_on
     assert "Traceback" not in err
 
 
+HOSTILE_COMPONENT_PATHS = (
+    "/components/unittest.__main__/x/__css__/y",  # imported, it parsed the server's arguments and exited
+    "/components/this/x/__css__/y",  # imported, it printed into the log
+    "/components/vmexplorer.__main__/x/__css__/y",  # imported, it ran our command line in the server
+    "/components/..%2f..%2fetc%2fpasswd",  # answered 500 with a traceback in the log
+    "/components/os/path/__css__/x",  # a module the server holds, outside the page's packages
+)
+
+
+def test_serve_answers_component_files_only_for_the_page_s_modules_and_imports_nothing_a_url_names() -> None:
+    port = _free_port()
+    serve = [*_program(), "serve", "--address", "127.0.0.1", "--port", str(port)]
+    proc = subprocess.Popen(serve, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    try:
+        assert _serving(proc, port), "the server did not answer"
+        for path in HOSTILE_COMPONENT_PATHS:
+            status, _, body = _get_gzip(port, path)
+            assert status == 404, (path, status, body[:200])
+            assert proc.poll() is None, f"the server stopped after GET {path}"
+        status, _, body = _get_gzip(port, "/components/panel.template.vanilla/VanillaTemplate/_css/vanilla.css")
+        assert status == 200 and body, "Panel's own component files are still served"
+        assert _get_gzip(port, "/app")[0] == 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+    assert proc.returncode == 0
+    for sign in ("Traceback", "Beautiful is better than ugly", "usage:", "panel serve"):
+        assert sign not in err, (sign, err[-2000:])
+
+
+def test_importing_the_command_s_main_module_runs_nothing() -> None:
+    import importlib
+
+    module = importlib.import_module("vmexplorer.__main__")  # as Panel's module route did, by a URL's name
+    assert module.__name__ == "vmexplorer.__main__"
+
+
+def test_the_app_served_by_panel_serve_says_once_that_its_module_route_is_open(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from vmexplorer.ui import routes
+
+    monkeypatch.setenv(routes.GUARDED, "0")  # and put back as it was after the test
+    routes.warn_if_unguarded.cache_clear()
+    try:
+        assert routes.warn_if_unguarded() and routes.warn_if_unguarded()
+        assert capsys.readouterr().err.count("vmexplorer serve") == 1, "said once per process"
+        routes.warn_if_unguarded.cache_clear()
+        routes.guarded_patterns()
+        assert not routes.warn_if_unguarded(), "nothing to say where `vmexplorer serve` guards the route"
+    finally:
+        routes.warn_if_unguarded.cache_clear()
+
+
 def test_serve_refuses_a_negative_number_of_processes_in_one_line_with_exit_2(
         capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "serve", "--num-procs", "-2")

@@ -131,8 +131,10 @@ def _app_server(args: argparse.Namespace, procs: int = 1) -> Any:
     # the scripts. Built at the request instead, the session's build competes with the browser for the
     # CPU as it starts the page, and holds up the scripts' requests behind it
     pn.config.reuse_sessions = True
+    from vmexplorer.ui.routes import guarded_patterns
+
     try:
-        return pn.serve({"app": str(app)}, port=args.port, address=args.address,
+        return pn.serve({"app": str(app)}, port=args.port, address=args.address, extra_patterns=guarded_patterns(),
                         websocket_origin=args.allow_websocket_origin, show=False, start=False, verbose=False,
                         warm=procs == 1, num_procs=procs, compress_response=True)
     except OSError as e:

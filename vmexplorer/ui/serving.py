@@ -17,6 +17,7 @@ import panel as pn
 from ..worker import Spare
 from .link import parse
 from .page import Page
+from .routes import warn_if_unguarded
 from .state import AppState
 
 
@@ -53,6 +54,7 @@ def served_template(state: AppState | None = None) -> Template:
         page.complete(sidebar)
         return template
     page.changes.attach(doc)
+    warn_if_unguarded()
     pn.state.onload(lambda: page.complete(sidebar))  # the story first, the rest once drawn
     ClosedTabWrites.install()
     if pn.state.location is not None:
