@@ -1003,6 +1003,14 @@ def test_serve_says_it_starts_serves_the_page_gzipped_refuses_a_taken_port_at_on
     assert "Traceback" not in err
 
 
+THEMED_GETS = 30  # each kept ~3.7 MiB before
+
+
+def _rss_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) / 1024  # type: ignore[union-attr]
+
+
 HOSTILE_COMPONENT_PATHS = (
     "/components/unittest.__main__/x/__css__/y",  # imported, it parsed the server's arguments and exited
     "/components/this/x/__css__/y",  # imported, it printed into the log
@@ -1012,7 +1020,9 @@ HOSTILE_COMPONENT_PATHS = (
 )
 
 
-def test_serve_answers_component_files_only_for_the_page_s_modules_and_imports_nothing_a_url_names() -> None:
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the server's memory from Linux's /proc")
+def test_serve_answers_component_files_only_for_the_page_s_modules_imports_nothing_and_keeps_no_page_per_theme(
+) -> None:
     port = _free_port()
     serve = [*_program(), "serve", "--address", "127.0.0.1", "--port", str(port)]
     proc = subprocess.Popen(serve, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
@@ -1025,6 +1035,11 @@ def test_serve_answers_component_files_only_for_the_page_s_modules_and_imports_n
         status, _, body = _get_gzip(port, "/components/panel.template.vanilla/VanillaTemplate/_css/vanilla.css")
         assert status == 200 and body, "Panel's own component files are still served"
         assert _get_gzip(port, "/app")[0] == 200
+        before = _rss_mib(proc.pid)
+        for n in range(THEMED_GETS):  # Panel kept a whole session per ?theme= value, never freed
+            assert _get_gzip(port, f"/app?theme=rt{n}")[0] == 200
+        grown = _rss_mib(proc.pid) - before
+        assert grown < THEMED_GETS, f"{THEMED_GETS} GETs with made-up themes kept {grown:.0f} MiB"
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -1036,6 +1051,18 @@ def test_serve_answers_component_files_only_for_the_page_s_modules_and_imports_n
     assert proc.returncode == 0
     for sign in ("Traceback", "Beautiful is better than ugly", "usage:", "panel serve"):
         assert sign not in err, (sign, err[-2000:])
+
+
+def test_a_page_is_kept_per_path_and_theme_and_a_made_up_theme_shares_the_default_s() -> None:
+    from types import SimpleNamespace
+
+    from vmexplorer.ui.routes import session_key
+
+    def key(**arguments: str) -> tuple[str, str]:
+        return session_key(SimpleNamespace(path="/app", arguments={k: [v.encode()] for k, v in arguments.items()}))
+
+    assert key() == key(theme="default") == key(theme="rt1") == key(theme="9" * 50) == ("/app", "default")
+    assert key(theme="dark") == ("/app", "dark")
 
 
 def test_importing_the_command_s_main_module_runs_nothing() -> None:

@@ -104,6 +104,10 @@ def test_the_issues_link_opens_the_sample_it_names_at_the_iteration_it_names() -
     ("config", "vgg19-b999999-autovm-50pct", "batch 999999"),
     ("step", "9" * 50, "is not a step"),
     ("step", "99", "steps 1 to 7"),
+    ("iteration", "9" * 50, "is not one of this session's"),
+    ("iteration", "-1", "is not one of this session's"),
+    ("axis", "sideways", "is not one of time, op"),
+    ("tab", "<b>Session</b>", "is not one of Session"),
 ])
 def test_a_link_that_does_not_fit_says_so_once_and_the_page_keeps_what_it_shows(
         field: str, value: str, says: str) -> None:
@@ -118,7 +122,7 @@ def test_a_link_that_does_not_fit_says_so_once_and_the_page_keeps_what_it_shows(
 
 @pytest.mark.parametrize("field, value", [("iteration", "9" * 50), ("iteration", "-1"), ("axis", "sideways"),
                                           ("tab", "<b>Session</b>"), ("projector", "yes please")])
-def test_a_view_the_page_does_not_offer_is_left_out_of_the_link(field: str, value: str) -> None:
+def test_a_view_the_page_does_not_offer_is_not_shown_and_left_out_of_the_link(field: str, value: str) -> None:
     page = Page()
     page.main()
     before = view_of(page)

@@ -130,9 +130,10 @@ def _app_server(args: argparse.Namespace, procs: int = 1) -> Any:
     # it from one session, and build each visitor's own when the browser connects, after it has loaded
     # the scripts. Built at the request instead, the session's build competes with the browser for the
     # CPU as it starts the page, and holds up the scripts' requests behind it
-    pn.config.reuse_sessions = True
-    from vmexplorer.ui.routes import guarded_patterns
+    from vmexplorer.ui.routes import guarded_patterns, session_key
 
+    pn.config.reuse_sessions = True
+    pn.config.session_key_func = session_key
     try:
         return pn.serve({"app": str(app)}, port=args.port, address=args.address, extra_patterns=guarded_patterns(),
                         websocket_origin=args.allow_websocket_origin, show=False, start=False, verbose=False,

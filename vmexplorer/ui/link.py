@@ -134,16 +134,20 @@ def _options(policy: str, text: str) -> dict[str, Any] | None:
 
 
 def _view(state: AppState, f: dict[str, str]) -> None:
-    """The iteration, axis and tab a link names, where the page offers them."""
+    """The iteration, axis and tab a link names, where the page offers them; another is said."""
     s = state.session
     if f["iteration"] and s is not None:
         n = _number(f["iteration"])
         if f["iteration"] == ALL_ITERATIONS or (n is not None and n <= s.timeline.iterations):
             state.iteration = f["iteration"]
-    if f["axis"] in AXES:
-        state.axis = f["axis"]
-    if f["tab"] in TABS:
-        state.tab = f["tab"]
+        else:
+            state.fail(f"the link's iteration {quoted(f['iteration'][:20])} is not one of this session's: 1 to "
+                       f"{s.timeline.iterations}, or {ALL_ITERATIONS}")
+    for name, known in (("axis", AXES), ("tab", TABS)):
+        if f[name] in known:
+            setattr(state, name, f[name])
+        elif f[name]:
+            state.fail(f"the link's {name} {quoted(f[name][:20])} is not one of {', '.join(known)}")
 
 
 def _number(text: str) -> int | None:

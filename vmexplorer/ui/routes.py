@@ -1,4 +1,5 @@
-"""The server's routes that a URL can reach beyond the app's own pages, made safe for a shared server.
+"""What a URL can make a shared server do beyond the app's own pages, bounded: the component files it
+answers and the rendered pages it keeps.
 
 Panel serves a component's files (its stylesheets, its scripts) at `/components/<module>/<class>/<attribute>/<file>`,
 and its handler imports `<module>` to find them: any module on the server's path, by name, from one GET with no
@@ -42,6 +43,17 @@ class GuardedComponentFiles(ComponentResourceHandler):
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         # the status and its reason only: never the traceback or the path asked for
         self.finish(f"{status_code}: {self._reason}")
+
+
+THEMES = ("default", "dark")  # the templates' themes: what ?theme= can choose
+
+
+def session_key(request: Any) -> tuple[str, str]:
+    """Which rendered page a request reuses (Panel's `reuse_sessions`): one per path and theme. Panel's
+    own key takes ?theme= as it comes, and keeps a whole session for each value a visitor types, never
+    freed: fifty GETs, fifty sessions. Any theme that is not one is the default's."""
+    theme = request.arguments.get("theme", [b"default"])[0].decode("utf-8", "replace")
+    return str(request.path), theme if theme in THEMES else "default"
 
 
 GUARDED = "VMEXPLORER_GUARDED_ROUTES"  # set by `vmexplorer serve` for the processes it serves from
