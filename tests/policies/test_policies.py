@@ -116,11 +116,24 @@ def test_a_capacity_below_the_largest_op_working_set_is_refused_naming_the_op():
     ("autovm", {"prefetch_distance": 0}, "prefetch_distance must be at least 1"),
     ("autovm", {"prefetch_distance": "x"}, "prefetch_distance must be int"),
     ("uvm", {"tensors": "all"}, "the uvm policy has no option 'tensors'"),
+    ("autovm", {"prefetch_distance": 10**50}, "prefetch_distance must be at most 10000"),
+    ("tuned", {"search_seconds": float("nan")}, "search_seconds must be a finite number"),
+    ("tuned", {"search_seconds": "inf"}, "search_seconds must be a finite number"),
+    ("tuned", {"search_seconds": 1e9}, "search_seconds must be at most 60"),
+    ("tuned", {"search_steps": 10**9}, "search_steps must be at most 100000"),
 ])
 def test_bad_policies_and_options_are_refused(policy, options, message):
     g = graph("resnet18", 2, 32)
     with pytest.raises(PlanError, match=message):
         compile_plan(g, g.footprint, policy, options)
+
+
+def test_every_number_a_policy_takes_has_an_upper_bound():
+    from vmexplorer.policies import POLICIES
+
+    unbounded = [f"{name}.{option}" for name, spec in POLICIES.items() for option, opt in spec.options.items()
+                 if opt.type in (int, float) and opt.maximum is None]
+    assert not unbounded, f"options a visitor could set to any size: {unbounded}"
 
 
 def _manual_error(g, doc):

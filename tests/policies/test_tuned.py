@@ -19,6 +19,7 @@ from vmexplorer.plan import Plan
 from vmexplorer.plan.moves import check_moves
 from vmexplorer.plan.validate import validate_plan
 from vmexplorer.policies import POLICIES, Simulation, compile_plan
+from vmexplorer.policies.spec import MAX_SEARCH_STEPS
 from vmexplorer.policies.tuned import STARTS
 from vmexplorer.simulator import H100_DEFAULT, CostModel, simulate
 from vmexplorer.simulator.bound import lower_bound
@@ -84,7 +85,7 @@ def test_the_search_stops_at_its_time_cap_and_says_so() -> None:
     g, capacity = setup("vgg19", 64, 224, 0.5)
     notes: list[str] = []
     began = time.perf_counter()
-    options = {"search_steps": 10**9, "search_seconds": 0.5}
+    options = {"search_steps": MAX_SEARCH_STEPS, "search_seconds": 0.5}
     compile_plan(g, capacity, "tuned", options, simulation=simulation(notes=notes))
     # the cap is checked between changes, and the start plans and the bound come on top of it
     assert time.perf_counter() - began < 0.5 + 1.0

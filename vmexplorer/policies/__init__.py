@@ -20,6 +20,7 @@ all read from it. docs/policies.md says how to add a policy.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -105,8 +106,12 @@ def _check_options(spec: PolicySpec, options: Mapping[str, Any]) -> dict[str, An
             raise PlanError(f"{name} must be {opt.type.__name__}, not {value!r}") from None
         if opt.choices and value not in opt.choices:
             raise PlanError(f"{name} has to be one of {', '.join(map(repr, opt.choices))}, not {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise PlanError(f"{name} must be a finite number, not {value!r}")
         if opt.minimum is not None and value < opt.minimum:
             raise PlanError(f"{name} must be at least {opt.minimum}, not {value!r}")
+        if opt.maximum is not None and value > opt.maximum:
+            raise PlanError(f"{name} must be at most {opt.maximum:g}, not {value!r}")
         out[name] = value
     return out
 

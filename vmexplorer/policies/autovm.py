@@ -14,10 +14,11 @@ from ..graph import Graph, Kind
 from ..plan import Move
 from ..plan.residency import next_use
 from .common import reuse_gaps
-from .spec import OptionSpec, PolicySpec
+from .spec import MAX_DISTANCE, OptionSpec, PolicySpec
 
 OPTIONS = {
-    "prefetch_distance": OptionSpec(int, 3, "issue each prefetch this many ops before its use", minimum=1),
+    "prefetch_distance": OptionSpec(int, 3, "issue each prefetch this many ops before its use", minimum=1,
+                                    maximum=MAX_DISTANCE),
     "offload": OptionSpec(str, "needed", "offload only as many feature maps as the capacity needs "
                                          "(earliest first), or all without immediate reuse",
                           choices=("needed", "all")),

@@ -30,11 +30,12 @@ from ..graph import Graph
 from ..plan import Move
 from .autovm import MIN_MOVE_BYTES
 from .common import reuse_gaps
-from .spec import OptionSpec, PolicySpec
+from .spec import MAX_BYTES, OptionSpec, PolicySpec
 
 OPTIONS = {
     "min_bytes": OptionSpec(int, MIN_MOVE_BYTES, "move no tensor smaller than this many bytes (the driver "
-                                                 "evicts those if it must)", minimum=0),
+                                                 "evicts those if it must)", minimum=0,
+                           maximum=MAX_BYTES),
 }
 
 

@@ -1,5 +1,5 @@
 """What a policy declares to the registry: its name, a one-line summary, the function that plans its
-moves, and its options (each with a type, a default, a help line, and choices or a minimum); and what
+moves, and its options (each with a type, a default, a help line, and choices or bounds); and what
 a policy that searches schedules in the simulator is given to search with (`Simulation`)."""
 
 from __future__ import annotations
@@ -12,6 +12,12 @@ from ..config import Mechanism
 from ..graph import Graph
 from ..plan import Move, Plan
 
+# the options' upper bounds: past any model's ops or a GPU's bytes, or longer than a person waits for a plan
+MAX_DISTANCE = 10_000  # ops
+MAX_BYTES = 2**50
+MAX_SEARCH_STEPS = 100_000
+MAX_SEARCH_SECONDS = 60.0
+
 
 @dataclass(frozen=True)
 class OptionSpec:
@@ -20,6 +26,7 @@ class OptionSpec:
     help: str
     choices: tuple[Any, ...] = ()
     minimum: int | None = None
+    maximum: float | None = None  # every number has one: what a class or an engineer needs, not what a type holds
 
 
 class PlanMoves(Protocol):

@@ -40,16 +40,19 @@ from ..units import format_ns
 from . import autovm, belady, uvm, vdnn
 from .autovm import MIN_MOVE_BYTES
 from .common import reuse_gaps
-from .spec import OptionSpec, PolicySpec, Simulation
+from .spec import MAX_SEARCH_SECONDS, MAX_SEARCH_STEPS, OptionSpec, PolicySpec, Simulation
 
 STARTS = (uvm.SPEC, autovm.SPEC, belady.SPEC, vdnn.SPEC)
 SHIFTS = (1, 1, 2, 3, 5, 8)  # how far one change moves an issue time, in ops: mostly near, sometimes far
 
 OPTIONS = {
-    "search_seed": OptionSpec(int, 0, "seed of the search's random changes: one seed, one plan", minimum=0),
-    "search_steps": OptionSpec(int, 600, "changes the search simulates at most", minimum=0),
+    "search_seed": OptionSpec(int, 0, "seed of the search's random changes: one seed, one plan", minimum=0,
+                               maximum=2**32 - 1),
+    "search_steps": OptionSpec(int, 600, "changes the search simulates at most", minimum=0,
+                                maximum=MAX_SEARCH_STEPS),
     "search_seconds": OptionSpec(float, 4.5, "wall-clock cap on the search (stops it before its steps; the plan then "
-                                      "depends on the machine's speed)", minimum=0),
+                                      "depends on the machine's speed)", minimum=0,
+                                 maximum=MAX_SEARCH_SECONDS),
 }
 
 

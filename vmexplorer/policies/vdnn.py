@@ -15,11 +15,11 @@ from typing import Any
 
 from ..graph import Graph, Kind, Phase
 from ..plan import Move
-from .spec import OptionSpec, PolicySpec
+from .spec import MAX_DISTANCE, OptionSpec, PolicySpec
 
 OPTIONS = {
     "prefetch_distance": OptionSpec(int, 2, "issue each prefetch this many ops before its use (2: vDNN's "
-                                            "one layer ahead)", minimum=1),
+                                            "one layer ahead)", minimum=1, maximum=MAX_DISTANCE),
 }
 
 

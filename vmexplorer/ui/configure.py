@@ -105,7 +105,8 @@ def _knob(name: str, opt: OptionSpec, value: Any) -> Any:
     if opt.type is bool:  # a text box would hand the policy "False", which bool() reads as True
         return widget(pn.widgets.Checkbox, label, value=bool(value))
     if opt.type is int:
-        return widget(pn.widgets.IntInput, label, value=int(value), start=opt.minimum)
+        return widget(pn.widgets.IntInput, label, value=int(value), start=opt.minimum,
+                      end=None if opt.maximum is None else int(opt.maximum))
     if opt.type is float:
-        return widget(pn.widgets.FloatInput, label, value=float(value))
+        return widget(pn.widgets.FloatInput, label, value=float(value), start=opt.minimum, end=opt.maximum)
     return widget(pn.widgets.TextInput, label, value=str(value))
