@@ -386,6 +386,16 @@ BAD_FILES: list[tuple[str, Callable[[bytes], bytes], str]] = [
      'config.options.prefetch_distance should be a whole number, not the text "3"'),
     ("an option below its minimum", rewrite(set_in("config.options.prefetch_distance", 0)),
      "config.options.prefetch_distance is 0, expected at least 1"),
+    ("an option above its maximum", rewrite(set_in("config.options.prefetch_distance", 10**9)),
+     "config.options.prefetch_distance is 1000000000, expected at most 10000"),
+    ("an op run twice in an iteration", rewrite(set_in("timeline.ops.columns.op.1", 0)),
+     "timeline.ops: each iteration must run each of the graph's 178 ops exactly once"),
+    ("an iteration that runs one op", rewrite(set_in("timeline.ops", lambda t: {"rows": t["rows"] + 1, "columns": {
+        c: [*v, 1 if c == "iteration" else v[0]] for c, v in t["columns"].items()}})),
+     "timeline.ops: each iteration must run each of the graph's 178 ops exactly once"),
+    ("a transfer repeated", rewrite(set_in("timeline.memops", lambda t: {"rows": 2 * t["rows"], "columns": {
+        c: [*v, *v] for c, v in t["columns"].items()}})), "timeline.memops: a memory operation of the plan runs at "
+     "most once in an iteration"),
     ("an option that is not one of its choices", rewrite(set_in("config.options.offload", "some")),
      'config.options.offload is "some", expected one of "needed", "all"'),
     ("a plan that breaks the capacity", rewrite(set_in("config.capacity_bytes", 2**20)),
@@ -867,3 +877,16 @@ def test_the_worst_file_uploaded_to_the_app_is_refused_within_1_gb(tmp_path: Pat
     r = json.loads(done.stdout)
     assert r["status"] == 2, r
     assert r["rss_kib"] < 2**20, f"{r['rss_kib'] / 1024:.0f} MB"
+
+
+def test_a_session_holds_at_most_max_iterations_and_a_run_asks_for_no_more(
+        session: Session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from vmexplorer.session import format as schema
+    from vmexplorer.session.files import iterations_that_fit
+
+    save_session(session, tmp_path / "s.vms")
+    monkeypatch.setattr(schema, "MAX_ITERATIONS", session.timeline.iterations - 1)
+    with pytest.raises(SessionError, match=f"records {session.timeline.iterations} iterations; a session holds "
+                                           f"at most {session.timeline.iterations - 1}"):
+        load_session(tmp_path / "s.vms")
+    assert iterations_that_fit(session.graph, session.plan) == session.timeline.iterations - 1

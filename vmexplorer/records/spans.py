@@ -65,9 +65,10 @@ class Timeline:
         were timed from that op's start."""
         if not len(self.op_iteration):
             return np.zeros(0, dtype=np.int64)
-        iterations = np.unique(self.op_iteration)
-        began = self.op_start_ns - self.op_stall_ns
-        starts = np.array([began[self.op_iteration == i].min() for i in iterations])
+        # each iteration's earliest start, in one pass (a mask per iteration is quadratic in their count)
+        iterations, index = np.unique(self.op_iteration, return_inverse=True)
+        starts = np.full(len(iterations), np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(starts, index, (self.op_start_ns - self.op_stall_ns).astype(np.int64))
         last_end = int(self.op_end_ns.max())
         if len(self.memop_end_ns):
             last_end = max(last_end, int(self.memop_end_ns.max()))

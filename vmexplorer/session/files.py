@@ -52,7 +52,7 @@ def iterations_that_fit(graph: Graph, plan: Plan) -> int:
     # once: the graph (about a dozen values per tensor and per op), the plan, and CUPTI's unified-memory
     # records, which thin() caps whatever the number of iterations counted
     fixed = 12 * (tensors + ops) + 7 * memops + 2 * tensors + 6 * MAX_UM_ROWS + 10_000
-    return max(0, (MAX_VALUES - fixed) // per_iteration)
+    return max(0, min(schema.MAX_ITERATIONS, (MAX_VALUES - fixed) // per_iteration))
 
 
 def session_to_bytes(session: Session) -> bytes:

@@ -45,6 +45,7 @@ from .session import Session
 # simulator's times overflow.
 RATE_RANGE = (1e-3, 1e9)
 FIXED_NS_MAX = 1e9
+MAX_ITERATIONS = 1_000  # recorded in one session: a run times a handful, a simulation one
 OP_NS_MAX = 1e12
 SOURCES = ("simulated", "measured")
 _COST_FIELDS = tuple(f for f in RATES if f != "call_ns")  # the cost model's numbers up to schema 2
@@ -212,6 +213,8 @@ def _options(r: Reader, policy: str, options: dict[str, Any]) -> dict[str, Any]:
             r.fail(f"{where}: the {policy} policy has no option {quoted(key)} (its options: {known})")
         kind = {int: INT, float: NUM, str: STR, bool: BOOL}.get(opt.type, STR)
         r.scalar(value, where, kind, opt.minimum)
+        if opt.maximum is not None and value > opt.maximum:  # a stored knob a visitor could not set
+            r.fail(f"{where} is {value!r}, expected at most {opt.maximum:g}")
         if opt.choices and value not in opt.choices:
             r.fail(f"{where} is {quoted(value)}, expected one of {', '.join(quoted(c) for c in opt.choices)}")
     return options
@@ -337,6 +340,7 @@ def _timeline(r: Reader, value: Any, graph: Graph, plan: Plan, version: int) -> 
     r.within(o, "fault_bytes", 0, MAX_BYTES + 1, "a size in bytes")
     r.within(m, "memop", 0, len(plan.memops), "an index into plan.memops")
     r.within(res, "bytes", 0, MAX_BYTES + 1, "a size in bytes")
+    _one_run_each(r, o, m, iterations.size, len(graph.ops), len(plan.memops))
     counted = r.scalar(d["counted_iterations"], "timeline.counted_iterations", INT, 0) if version >= 5 else 0
     if counted >= iterations.size:
         r.fail(f"timeline.counted_iterations is {counted}, but the timeline records {iterations.size} iteration(s); "
@@ -346,6 +350,22 @@ def _timeline(r: Reader, value: Any, graph: Graph, plan: Plan, version: int) -> 
     return Timeline(source, o["iteration"], o["op"], o["start_ns"], o["end_ns"], o["stall_ns"],
                     o["fault_bytes"], m["iteration"], m["memop"], m["start_ns"], m["end_ns"],
                     res["t_ns"], res["bytes"], counted)
+
+
+def _one_run_each(r: Reader, ops: dict[str, Any], memops: dict[str, Any], iterations: int, n_ops: int,
+                  n_memops: int) -> None:
+    """What a timeline's size may cost to open is bounded by its iterations: each runs every op once, and
+    each memory operation at most once, and a session holds at most `MAX_ITERATIONS` of them."""
+    if iterations > MAX_ITERATIONS:
+        r.fail(f"timeline records {iterations} iterations; a session holds at most {MAX_ITERATIONS}")
+    runs = ops["iteration"].astype(np.int64) * n_ops + ops["op"]
+    if len(runs) != iterations * n_ops or np.unique(runs).size != len(runs):
+        r.fail(f"timeline.ops: each iteration must run each of the graph's {n_ops} ops exactly once "
+               f"({len(runs)} rows for {iterations} iteration(s))")
+    issued = memops["iteration"].astype(np.int64) * max(n_memops, 1) + memops["memop"]
+    if np.unique(issued).size != len(issued):
+        r.fail("timeline.memops: a memory operation of the plan runs at most once in an iteration; "
+               f"{len(issued) - np.unique(issued).size} row(s) repeat one")
 
 
 def _read_cost_model(r: Reader, value: Any, version: int) -> CostModel:
