@@ -130,6 +130,7 @@ def _app_server(args: argparse.Namespace, procs: int = 1) -> Any:
     # it from one session, and build each visitor's own when the browser connects, after it has loaded
     # the scripts. Built at the request instead, the session's build competes with the browser for the
     # CPU as it starts the page, and holds up the scripts' requests behind it
+    from vmexplorer.ui.files import UPLOAD_MESSAGE_BYTES
     from vmexplorer.ui.routes import guarded_patterns, session_key
 
     pn.config.reuse_sessions = True
@@ -137,7 +138,8 @@ def _app_server(args: argparse.Namespace, procs: int = 1) -> Any:
     try:
         return pn.serve({"app": str(app)}, port=args.port, address=args.address, extra_patterns=guarded_patterns(),
                         websocket_origin=args.allow_websocket_origin, show=False, start=False, verbose=False,
-                        warm=procs == 1, num_procs=procs, compress_response=True)
+                        warm=procs == 1, num_procs=procs, compress_response=True,
+                        websocket_max_message_size=UPLOAD_MESSAGE_BYTES)
     except OSError as e:
         raise _cannot_listen(args.address, args.port, e) from None
     except ValueError as e:  # a malformed --allow-websocket-origin

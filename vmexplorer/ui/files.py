@@ -15,6 +15,7 @@ import param
 from ..plots import breakdown_figure, sweep_figure
 from ..plots.export import standalone_html
 from ..session import Session, session_to_bytes
+from ..session.files import MAX_FILE_BYTES
 from ..session.samples import DEFAULT_SAMPLE, sample_groups
 from ..session.trace import chrome_trace_chunks
 from . import numbers
@@ -37,6 +38,11 @@ def story_models(state: AppState) -> list[Any]:
     return [Div(text=f"<h3>{text}</h3>", disable_math=True, sizing_mode="stretch_width"),
             breakdown_figure(numbers.breakdown_rows(state), None if b is None else b.lower_bound_ns / 1e6),
             sweep_figure(numbers.sweep(state))]
+
+
+# Panel's file input sends the whole file in one websocket message, base64 in JSON: the server must take
+# a message that large, or the largest file the loader accepts drops the page's connection instead
+UPLOAD_MESSAGE_BYTES = -(-MAX_FILE_BYTES * 4 // 3) + 2**20
 
 
 class Files(pn.viewable.Viewer):
