@@ -911,6 +911,29 @@ def test_ctrl_c_during_any_import_of_a_command_is_never_a_traceback(module: str)
     assert proc.returncode in INTERRUPTED, proc.stderr
 
 
+# runs `python -m vmexplorer` with the output file's flush to disk sending SIGTERM: a `kill` mid-write
+_TERMINATE_WHILE_WRITING = """
+import os, runpy, signal, sys
+def fsync(fd):
+    print("terminating the write", file=sys.stderr, flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)
+os.fsync = fsync  # this process's only: the file is written, not yet in place
+sys.argv[0] = "vmexplorer"
+runpy.run_module("vmexplorer", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_a_sigterm_while_a_file_is_written_leaves_no_file_and_exits_143(tmp_path: Path) -> None:
+    out = tmp_path / "out" / "page.html"
+    out.parent.mkdir()
+    sample = SAMPLES / "vgg19-b64-autovm-50pct.measured.vms"
+    proc = subprocess.run([sys.executable, "-c", _TERMINATE_WHILE_WRITING, "export", str(sample), "--html", str(out)],
+                          capture_output=True, text=True, env=_env(), timeout=120)
+    assert "terminating the write" in proc.stderr
+    assert proc.returncode == 143 and proc.stderr.endswith("vmexplorer: error: terminated\n"), proc.stderr
+    assert list(out.parent.iterdir()) == [], "no half-written page, hidden or not"
+
+
 def test_bad_input_as_a_program_is_one_line_and_exit_2() -> None:
     proc = subprocess.run([*_program(), "graph", "--model", "vgg99", "--batch", "1"], capture_output=True,
                           text=True, env=_env(), timeout=60)

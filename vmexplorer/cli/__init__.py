@@ -28,7 +28,12 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-EXIT_OK, EXIT_PIPE_CLOSED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_PIPE_CLOSED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+
+
+class Terminated(BaseException):
+    """SIGTERM (`kill`, a service manager, a timeout): unwinds as Ctrl-C does, so that a file being
+    written is removed, not left half-written beside its target (`fileio.atomic_write`)."""
 
 
 class UsageError(Exception):
@@ -151,7 +156,7 @@ def _quiet_stdout() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns the exit status: 0 ok, 1 stdout closed (or its reader gone) before all
-    the output was written, 2 bad usage or input, 130 interrupted (Ctrl-C)."""
+    the output was written, 2 bad usage or input, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM)."""
     restore = None
     try:
         restore = _watch_interrupts()
@@ -159,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # also one that lands while an error is being reported
         _stderr("vmexplorer: error: interrupted")
         return EXIT_INTERRUPTED
+    except Terminated:
+        _stderr("vmexplorer: error: terminated")
+        return EXIT_TERMINATED
     finally:
         if restore is not None:
             restore()
@@ -180,17 +188,25 @@ def _watch_interrupts() -> Callable[[], None]:
         _interrupted = True
         raise KeyboardInterrupt
 
+    def terminate(signum: int, frame: Any) -> None:
+        raise Terminated
+
     try:
         previous = signal.signal(signal.SIGINT, interrupt)
     except ValueError:  # not the main thread: only the main thread gets signals anyway
         return lambda: None
     if previous is signal.SIG_IGN:  # started in the background (`cmd &`): Ctrl-C is not ours to take
         signal.signal(signal.SIGINT, previous)
-        return lambda: None
+        previous = None
+    before_term = signal.signal(signal.SIGTERM, terminate)
+    if before_term is signal.SIG_IGN:  # asked to outlive a SIGTERM (nohup-like): so be it
+        signal.signal(signal.SIGTERM, before_term)
 
     def restore() -> None:
-        if previous is not None:  # None: a handler not set from Python, which cannot be put back
-            signal.signal(signal.SIGINT, previous)
+        # None: a handler not set from Python, which cannot be put back
+        for sig, handler in ((signal.SIGINT, previous), (signal.SIGTERM, before_term)):
+            if handler is not None:
+                signal.signal(sig, handler)
 
     return restore
 
