@@ -17,7 +17,7 @@ from vmexplorer.config import Config
 from vmexplorer.graph import build_graph
 from vmexplorer.plan import Plan
 from vmexplorer.policies import compile_plan
-from vmexplorer.worker import RunQueue, RunRequest, gpu_available
+from vmexplorer.worker import QueueFull, RunQueue, RunRequest, gpu_available
 
 
 def request(model: str, iterations: int = 3) -> RunRequest:
@@ -114,6 +114,27 @@ def test_jobs_run_in_order_one_at_a_time_with_positions_and_progress() -> None:
         assert [s.state for s in done] == ["done"] * 3
         assert [(s.iteration, s.iterations) for s in done] == [(4, 4), (2, 2), (1, 1)]
         assert done[0].result == b"partial"
+
+
+def test_a_visitor_has_one_run_under_way_and_the_queue_takes_no_more_than_its_cap() -> None:
+    with RunQueue(runner=slow, grace_s=5, per_owner=1, max_queued=2) as q:
+        a = q.submit(request("a", 200), owner="10.0.0.7")
+        with pytest.raises(QueueFull, match="you have 1 GPU run"):
+            q.submit(request("b", 1), owner="10.0.0.7")
+        _until(lambda: q.status(a).state == "running")
+        b, c = q.submit(request("b", 1), owner="10.0.0.8"), q.submit(request("c", 1), owner="10.0.0.9")
+        with pytest.raises(QueueFull, match=r"the GPU's queue is full \(2 runs waiting\)"):
+            q.submit(request("d", 1), owner="10.0.0.10")
+        assert q.cancel(a) and q.wait(a, 10).state == "cancelled"
+        _until(lambda: q.status(b).state != "queued")
+        d = q.submit(request("d", 1), owner="10.0.0.7")  # its run over, the visitor may queue another
+        assert [q.wait(j, 15).state for j in (b, c, d)] == ["done"] * 3
+
+
+def test_a_run_queued_for_no_one_in_particular_is_not_limited_per_visitor() -> None:
+    with RunQueue(runner=slow, per_owner=1) as q:
+        jobs = [q.submit(request(name, 1)) for name in "abc"]
+        assert [q.wait(j, 15).state for j in jobs] == ["done"] * 3
 
 
 def test_cancel_a_queued_and_a_running_job() -> None:

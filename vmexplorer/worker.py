@@ -119,9 +119,13 @@ def _worker_main(conn: Any, stop: Any, device: int | None) -> None:
 
 
 # --- the server side -------------------------------------------------------------------------------
+class QueueFull(ValueError):
+    """A run the queue will not take now: its visitor has as many under way as allowed, or the queue is full."""
+
+
 class _Job:
-    def __init__(self, job_id: int, request: RunRequest, runner: Runner) -> None:
-        self.id, self.request, self.runner = job_id, request, runner
+    def __init__(self, job_id: int, request: RunRequest, runner: Runner, owner: str = "") -> None:
+        self.id, self.request, self.runner, self.owner = job_id, request, runner, owner
         self.state: State = "queued"
         self.iteration, self.iterations = 0, request.iterations
         self.loss: float | None = None
@@ -316,11 +320,14 @@ class RunQueue:
     devices: the GPUs to use, one worker each (None: let CUDA pick, as one GPU). runner: what a worker
     calls with (RunRequest, progress, should_stop); it must be picklable (a module-level function).
     grace_s: how long a cancelled run may take to stop before its worker is terminated. timeout_s: a
-    run longer than this is taken for a hang and its worker terminated (None: no limit).
+    run longer than this is taken for a hang and its worker terminated (None: no limit). per_owner: how
+    many runs one owner (a visitor's address) may have queued or running at once; max_queued: how many
+    runs may wait in all. A class shares one GPU: one student must not fill its queue.
     """
 
     def __init__(self, runner: Runner = run_on_gpu, devices: Sequence[int | None] = (None,),
-                 grace_s: float = 10.0, timeout_s: float | None = None, poll_s: float = 0.05) -> None:
+                 grace_s: float = 10.0, timeout_s: float | None = None, poll_s: float = 0.05,
+                 per_owner: int = 1, max_queued: int = 32) -> None:
         if not devices:
             raise ValueError("a RunQueue needs at least one device")
         try:
@@ -329,6 +336,7 @@ class RunQueue:
             raise TypeError(f"the runner must be a module-level function a worker process can import: {e}") \
                 from None
         self.runner, self.grace_s, self.timeout_s, self.poll_s = runner, grace_s, timeout_s, poll_s
+        self.per_owner, self.max_queued = per_owner, max_queued
         self._ctx = multiprocessing.get_context("spawn")
         self._cond = threading.Condition()
         self._jobs: dict[int, _Job] = {}
@@ -339,15 +347,22 @@ class RunQueue:
         for s in self._slots:
             s.thread.start()
 
-    def submit(self, request: RunRequest | Sequence[Any]) -> int:
-        """Queue a run; returns its job id."""
+    def submit(self, request: RunRequest | Sequence[Any], owner: str = "") -> int:
+        """Queue a run for `owner` (empty: no one in particular, not limited); returns its job id. QueueFull
+        when the owner has `per_owner` runs queued or running, or `max_queued` runs wait already."""
         cfg = RunRequest(*request)
         if not isinstance(cfg.iterations, int) or cfg.iterations < 1:
             raise ValueError(f"iterations must be a whole number from 1, not {cfg.iterations!r}")
         with self._cond:
             if self._closed:
                 raise RuntimeError("the run queue is closed")
-            job = _Job(next(self._ids), cfg, self.runner)
+            mine = sum(1 for j in self._jobs.values() if j.owner == owner and j.state in ("queued", "running"))
+            if owner and mine >= self.per_owner:
+                raise QueueFull(f"you have {mine} GPU run(s) queued or running, as many as one visitor may: wait for "
+                                "it or cancel it (in any of your tabs)")
+            if len(self._pending) >= self.max_queued:
+                raise QueueFull(f"the GPU's queue is full ({len(self._pending)} runs waiting): try again later")
+            job = _Job(next(self._ids), cfg, self.runner, owner)
             self._jobs[job.id] = job
             self._pending.append(job)
             self._cond.notify_all()
@@ -440,9 +455,29 @@ class RunQueue:
 def shared_queue() -> RunQueue:
     """The server's one queue (Panel runs the app's script once per browser session, so the queue that
     keeps runs one at a time per GPU must be shared by all of them); closed when the server exits."""
-    queue = RunQueue()
+    queue = RunQueue(**queue_limits())
     atexit.register(queue.close)
     return queue
+
+
+def queue_limits() -> dict[str, int]:
+    """The server's limits on runs (RunQueue's per_owner and max_queued), as its environment sets them."""
+    return {"per_owner": _env_count(RUNS_PER_VISITOR_ENV, 1), "max_queued": _env_count(MAX_QUEUED_ENV, 32)}
+
+
+RUNS_PER_VISITOR_ENV = "VMEXPLORER_RUNS_PER_VISITOR"  # runs one visitor may have queued or running (default 1)
+MAX_QUEUED_ENV = "VMEXPLORER_MAX_QUEUED_RUNS"  # runs that may wait for the GPUs in all (default 32)
+
+
+def _env_count(name: str, default: int) -> int:
+    """A count from 1 set in the environment, else `default` (a value that is not one is said, and ignored)."""
+    text = os.environ.get(name, "")
+    if not text:
+        return default
+    if text.isdigit() and 1 <= int(text) <= 10_000:
+        return int(text)
+    print(f"vmexplorer: {name}={text[:20]!r} is not a count from 1 to 10000; using {default}", file=sys.stderr)
+    return default
 
 
 T = TypeVar("T")

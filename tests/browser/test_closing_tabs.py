@@ -41,10 +41,12 @@ def hold_the_gpu(request: Any, progress: Callable[[int, int, float], None], shou
 def served(app_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """The app under `panel serve` with `hold_the_gpu` for a GPU: its URL and its log."""
     from vmexplorer.ui.gpu import FAKE_RUNNER_ENV
+    from vmexplorer.worker import RUNS_PER_VISITOR_ENV
 
     log = tmp_path_factory.mktemp("panel-queue") / "serve.log"
     path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)
-    env = {FAKE_RUNNER_ENV: f"{Path(__file__).stem}:hold_the_gpu", "PYTHONPATH": path}
+    # every tab here is one visitor (127.0.0.1), standing for a class's several
+    env = {FAKE_RUNNER_ENV: f"{Path(__file__).stem}:hold_the_gpu", "PYTHONPATH": path, RUNS_PER_VISITOR_ENV: "8"}
     with app_server(log, env, SERVER_ARGS) as url:
         yield url, log
 

@@ -259,7 +259,7 @@ def test_run_on_gpu_queues_a_swap_plan_as_shown(state: AppState, monkeypatch: py
     submitted: list[Any] = []
 
     class Queue:
-        def submit(self, request: Any) -> object:
+        def submit(self, request: Any, owner: str = "") -> object:
             submitted.append(request)
             return object()
 

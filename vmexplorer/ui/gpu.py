@@ -51,7 +51,7 @@ def run_queue() -> worker.RunQueue:
 def _fake_queue(spec: str) -> worker.RunQueue:
     module, _, name = spec.partition(":")
     runner = getattr(importlib.import_module(module), name)
-    queue = worker.RunQueue(runner=runner, grace_s=2.0)
+    queue = worker.RunQueue(runner=runner, grace_s=2.0, **worker.queue_limits())
     atexit.register(queue.close)
     return queue
 
@@ -75,6 +75,7 @@ class GpuRun(pn.viewable.Viewer):
     state: AppState = store_param()
     act = param.Callable(default=_now, doc="runs a store method as the page's actions run")
     tab_open = param.Callable(default=lambda: True, doc="whether the page's browser tab is still there")
+    visitor = param.String(default="", doc="who asks (the browser's address): one run at a time each")
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
@@ -152,7 +153,10 @@ class GpuRun(pn.viewable.Viewer):
             return
         try:
             self._queue = run_queue()
-            self.job = self._queue.submit(request)
+            self.job = self._queue.submit(request, owner=self.visitor)
+        except worker.QueueFull as e:  # this visitor's run is under way elsewhere, or the class's queue is full
+            self.state.fail(str(e))
+            return
         except Exception as e:  # a closed queue, a bad iteration count: say it, keep the state
             self.state.fail(f"the GPU run could not be queued ({type(e).__name__}): {e}")
             return

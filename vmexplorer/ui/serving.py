@@ -50,6 +50,7 @@ def served_template(state: AppState | None = None) -> Template:
         # a bound method: it holds the page, and the page all it needs to cancel its run
         doc.on_session_destroyed(page.session_destroyed)
         page.gpu.tab_open = _tab_open(doc)
+        page.gpu.visitor = _visitor(doc)
     if doc is None or not served:
         page.complete(sidebar)
         return template
@@ -89,6 +90,12 @@ def follow_address(page: Page, location: Any) -> None:
     opened(location.search)
     # the browser sends its own address once it connects: the page's is written after that
     pn.state.onload(lambda: page.changes.run(page.write_link))
+
+
+def _visitor(doc: Any) -> str:
+    """The address the tab's browser connected from (Bokeh hands the request's attributes through)."""
+    request = getattr(doc.session_context, "request", None)
+    return str(getattr(request, "remote_ip", "") or "")
 
 
 def _tab_open(doc: Any) -> Callable[[], bool]:
