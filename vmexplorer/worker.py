@@ -455,14 +455,15 @@ class RunQueue:
 def shared_queue() -> RunQueue:
     """The server's one queue (Panel runs the app's script once per browser session, so the queue that
     keeps runs one at a time per GPU must be shared by all of them); closed when the server exits."""
-    queue = RunQueue(**queue_limits())
+    per_owner, max_queued = queue_limits()
+    queue = RunQueue(per_owner=per_owner, max_queued=max_queued)
     atexit.register(queue.close)
     return queue
 
 
-def queue_limits() -> dict[str, int]:
+def queue_limits() -> tuple[int, int]:
     """The server's limits on runs (RunQueue's per_owner and max_queued), as its environment sets them."""
-    return {"per_owner": _env_count(RUNS_PER_VISITOR_ENV, 1), "max_queued": _env_count(MAX_QUEUED_ENV, 32)}
+    return _env_count(RUNS_PER_VISITOR_ENV, 1), _env_count(MAX_QUEUED_ENV, 32)
 
 
 RUNS_PER_VISITOR_ENV = "VMEXPLORER_RUNS_PER_VISITOR"  # runs one visitor may have queued or running (default 1)

@@ -51,7 +51,8 @@ def run_queue() -> worker.RunQueue:
 def _fake_queue(spec: str) -> worker.RunQueue:
     module, _, name = spec.partition(":")
     runner = getattr(importlib.import_module(module), name)
-    queue = worker.RunQueue(runner=runner, grace_s=2.0, **worker.queue_limits())
+    per_owner, max_queued = worker.queue_limits()
+    queue = worker.RunQueue(runner=runner, grace_s=2.0, per_owner=per_owner, max_queued=max_queued)
     atexit.register(queue.close)
     return queue
 
