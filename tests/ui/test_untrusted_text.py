@@ -67,3 +67,22 @@ def test_a_load_error_quoting_a_name_from_the_file_shows_it_as_text() -> None:
         assert "<img src=x onerror=" in html.unescape(inner_html(view.alert)).split(PAYLOAD, 1)[1]
     else:  # opened: the policy named as text under the knobs
         assert shows_as_text(view.configure.policy_help, PAYLOAD)
+
+
+def test_a_text_pane_sends_its_new_text_alone_escaped(monkeypatch: Any) -> None:
+    # Panel's HTML pane sent its stylesheets (new models) with every new text, and each new model makes a
+    # served document walk all of its models again
+    from bokeh.document import Document
+
+    from vmexplorer.ui.widgets import Text
+
+    doc, pane = Document(), Text("before", styles={"font-size": "12px"})
+    model = pane.get_root(doc)
+    doc.add_root(model)
+    sent: list[set[str]] = []
+    update = type(model).update
+    monkeypatch.setattr(type(model), "update", lambda self, **values: (sent.append(set(values)),
+                                                                        update(self, **values)))
+    pane.object = "<img src=x onerror=alert(1)>"
+    assert sent == [{"text"}]
+    assert "img src=x" in model.text and "<img" not in model.text

@@ -56,6 +56,11 @@ class Text(pn.pane.HTML):
         result: dict[str, Any] = super()._transform_object(escape("" if obj is None else str(obj)))
         return result
 
+    def _update(self, ref: str, model: Any) -> None:
+        # new text is new text only: Panel's HTML pane sends every property with it, its stylesheets as
+        # new models, and a new model in a served document makes Bokeh walk all of the document's models
+        model.update(text=self._get_properties(model.document)["text"])
+
 
 # newer Panels call a widget's `name` `label` and a button's `button_type` `color`: say it either way
 _LABEL = "label" if "label" in pn.widgets.Button.param else "name"
