@@ -1071,7 +1071,7 @@ def test_serve_answers_component_files_only_for_the_page_s_modules_imports_nothi
             proc.kill()
             proc.communicate()
             raise
-    assert proc.returncode == 0
+    assert proc.returncode == 0, err[-3000:]
     for sign in ("Traceback", "Beautiful is better than ugly", "usage:", "panel serve"):
         assert sign not in err, (sign, err[-2000:])
 

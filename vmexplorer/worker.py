@@ -498,7 +498,8 @@ class Spare(Generic[T]):
         self._last_take = time.monotonic() - quiet_s
         self._closed = False
         self.failed: str | None = None  # why `make` raised, if it did
-        threading.Thread(target=self._run, name="spare", daemon=True).start()
+        self._thread = threading.Thread(target=self._run, name="spare", daemon=True)
+        self._thread.start()
 
     def take(self) -> T | None:
         with self._lock:
@@ -507,9 +508,13 @@ class Spare(Generic[T]):
         self._wake.set()
         return got
 
-    def close(self) -> None:
+    def close(self, wait_s: float = 0.0) -> None:
+        """Make no more; with `wait_s`, wait that long for one being made: a thread still building models
+        while the interpreter shuts down can abort the process."""
         self._closed = True
         self._wake.set()
+        if wait_s > 0:
+            self._thread.join(wait_s)
 
     def _run(self) -> None:
         while not self._closed and self.failed is None:

@@ -56,6 +56,9 @@ def cmd_serve(args: argparse.Namespace) -> dict[str, Any]:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         server.stop()
+        from vmexplorer.ui.serving import stop_spare_pages
+
+        stop_spare_pages()
     return {"url": url, "process": _task_id() or 0, "processes": procs}
 
 

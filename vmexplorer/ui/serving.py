@@ -70,6 +70,12 @@ def spare_pages() -> Spare[Page]:
     return Spare(_spare_page, quiet_s=2.0)
 
 
+def stop_spare_pages(wait_s: float = 10.0) -> None:
+    """As the server stops: no more spare pages, and the one being made (if any) finished first."""
+    if spare_pages.cache_info().currsize:
+        spare_pages().close(wait_s)
+
+
 def _spare_page() -> Page:
     return Page()  # its baselines are simulated (and searched) as it draws: the page shows them next
 
