@@ -113,6 +113,25 @@ def test_thirty_opens_and_simulations_one_second_apart_each_take_effect_and_noth
     assert page.errors == [], "the browser drew every change without an error"
 
 
+def test_a_slow_simulation_says_it_is_under_way_and_cancel_stops_it_with_the_page_as_it_was(
+        served: tuple[str, Path], browser: Any) -> None:
+    url, log = served
+    page = open_page(browser, url)
+    model = page.get_by_label(re.compile("^Model"))
+    model.wait_for(timeout=TIMEOUT_MS)
+    before = shown(page)
+    model.select_option("resnet152")  # its simulation and the numbers beside it take seconds
+    page.get_by_role("button", name="Simulate", exact=True).click()
+    page.get_by_text(re.compile(r"^Simulating")).first.wait_for(timeout=TIMEOUT_MS)
+    page.get_by_role("button", name="Cancel", exact=True).click()
+    page.get_by_text("simulating: cancelled").first.wait_for(timeout=TIMEOUT_MS)
+    assert shown(page)["headline"] == before["headline"]  # nothing of the cancelled work is shown
+    page.get_by_role("button", name="Simulate", exact=True).click()  # and the page goes on working
+    page.wait_for_function(f"() => ({_SHOWN})().headline.startsWith('ResNet-152')", timeout=TIMEOUT_MS)
+    assert server_errors(log) == []
+    assert page.errors == []
+
+
 def test_export_html_works_after_twenty_sessions_opened_failed_and_closed_and_draws_offline(
         served: tuple[str, Path], browser: Any, watched_page: Any, tmp_path: Path) -> None:
     url, log = served

@@ -42,3 +42,25 @@ def test_a_file_as_large_as_the_loader_takes_arrives_whole_its_refusal_is_said_a
         assert time.monotonic() < deadline, now
         page.wait_for_timeout(100)
     assert page.errors == [] and server_errors(log) == []
+
+
+def test_a_file_larger_than_the_page_takes_is_refused_in_the_browser_with_a_message_and_the_page_goes_on(
+        launched: tuple[str, Path], browser: Any, tmp_path: Path) -> None:
+    url, log = launched
+    page = open_page(browser, url)
+    huge = tmp_path / "whole-term.vms"
+    with huge.open("wb") as f:  # sparse: the browser must not read it, so its bytes need not exist
+        f.truncate(MAX_FILE_BYTES + 1)
+    page.locator("input[type=file]").first.set_input_files(str(huge))
+    page.get_by_text(re.compile(r'^"whole-term\.vms" is 48\.00 MiB: the largest file the page takes is')).wait_for(
+        timeout=TIMEOUT_MS)
+    before = shown(page)["picker"]
+    sample = page.get_by_label(re.compile("^Sample session"))
+    other = next(o for o in sample.locator("option").all_text_contents() if " — " in o and o != before)
+    sample.select_option(label=other)
+    page.get_by_role("button", name="Open sample").click()
+    deadline = time.monotonic() + TIMEOUT_MS / 1e3
+    while not opened(other)(now := shown(page)):  # the connection is the same: the page answers
+        assert time.monotonic() < deadline, now
+        page.wait_for_timeout(100)
+    assert page.errors == [] and server_errors(log) == []

@@ -835,8 +835,7 @@ import sys
 from pathlib import Path
 from vmexplorer.ui.page import Page
 view = Page()
-view.files.upload.filename = Path(sys.argv[1]).name
-view.files._on_upload(Path(sys.argv[1]).read_bytes())
+view.files.upload.on_file(Path(sys.argv[1]).read_bytes(), Path(sys.argv[1]).name)
 sys.exit(2 if view.state.message else 0)
 """
 _HEAD = b'{"format":"vmexplorer-session","schema_version":6,"created":"2026-01-01T00:00:00Z","x":['

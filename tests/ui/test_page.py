@@ -282,7 +282,7 @@ def test_a_session_of_a_policy_the_page_has_no_knobs_for_is_not_half_drawn(page:
     """The loader refuses such a file; a session that reaches the page anyway leaves it as it was."""
     before = page.state.shown()
     monkeypatch.setattr("vmexplorer.ui.state._open", lambda source, name=None: (crafted("mystery"), "mystery.vms"))
-    page.files.upload.filename, page.files.upload.value = "mystery.vms", b"\x1f\x8b"
+    page.files.upload.on_file(b"\x1f\x8b", "mystery.vms")
     assert page.state.shown() == before and page.alert.visible
     assert "mystery.vms` cannot be shown" in page.state.message and "unexpected error" not in page.state.message
     assert page.timeline.drawn.plan.policy == page.configure.policy.value == "autovm"

@@ -41,11 +41,11 @@ def test_a_file_name_a_cost_model_name_and_typing_show_as_text_in_every_pane() -
     s = load_session(SAMPLES / DEFAULT_SAMPLE)
     upload = session_to_bytes(dataclasses.replace(s, cost_model=dataclasses.replace(s.cost_model, name=PAYLOAD)))
     view = Page()
-    view.files.upload.filename, view.files.upload.value = PAYLOAD, upload
+    view.files.upload.on_file(upload, PAYLOAD)
     assert view.state.message == "" and shows_as_text(view.info, f"opened {PAYLOAD}")
     view.configure.simulate.clicks += 1  # the same graph: simulated with the session's cost model, which says its name
     assert shows_as_text(view.info, f"with {PAYLOAD}")
-    view.comparison.upload.filename, view.comparison.upload.value = PAYLOAD, upload
+    view.comparison.upload.on_file(upload, PAYLOAD)
     assert shows_as_text(view.comparison.note, f"B: {PAYLOAD}")
     view.configure.capacity.value = PAYLOAD
     view.configure.simulate.clicks += 1
@@ -61,7 +61,7 @@ def test_a_load_error_quoting_a_name_from_the_file_shows_it_as_text() -> None:
     doc["config"]["policy"] = PAYLOAD  # quoted by the error (an unknown policy), today and after
     view = Page()
     before = view.state.shown()
-    view.files.upload.filename, view.files.upload.value = PAYLOAD, gz(json.dumps(doc).encode())
+    view.files.upload.on_file(gz(json.dumps(doc).encode()), PAYLOAD)
     if view.state.message:  # refused: the page as it was, the file's name and the policy as text
         assert view.state.shown() == before and shows_as_text(view.alert, PAYLOAD)
         assert "<img src=x onerror=" in html.unescape(inner_html(view.alert)).split(PAYLOAD, 1)[1]

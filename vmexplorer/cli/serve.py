@@ -34,6 +34,12 @@ def cmd_serve(args: argparse.Namespace) -> dict[str, Any]:
     _stderr("vmexplorer: starting the app's server: loading Panel and Bokeh, reading the sample sessions and "
             "building a first page, so that the first visitor does not wait for them ...")
     server = _app_server(args, procs)  # with several processes, each goes on from here on its own
+    from vmexplorer.pool import WORKERS_ENV, shared_pool, stop_shared_pool
+
+    # the pages' slow work goes to worker processes, started now (they import as the server starts), the
+    # machine's cores shared among the server's processes
+    os.environ.setdefault(WORKERS_ENV, str(max(1, (os.cpu_count() or 2) // procs)))
+    shared_pool()
     loop = server.io_loop
     url = f"http://{args.address or 'localhost'}:{server.port}/app"
     first = _task_id() in (None, 0)
@@ -59,6 +65,7 @@ def cmd_serve(args: argparse.Namespace) -> dict[str, Any]:
         from vmexplorer.ui.serving import stop_spare_pages
 
         stop_spare_pages()
+        stop_shared_pool()
     return {"url": url, "process": _task_id() or 0, "processes": procs}
 
 
@@ -133,8 +140,8 @@ def _app_server(args: argparse.Namespace, procs: int = 1) -> Any:
     # it from one session, and build each visitor's own when the browser connects, after it has loaded
     # the scripts. Built at the request instead, the session's build competes with the browser for the
     # CPU as it starts the page, and holds up the scripts' requests behind it
-    from vmexplorer.ui.files import UPLOAD_MESSAGE_BYTES
     from vmexplorer.ui.routes import guarded_patterns, session_key
+    from vmexplorer.ui.upload import UPLOAD_MESSAGE_BYTES
 
     pn.config.reuse_sessions = True
     pn.config.session_key_func = session_key

@@ -12,16 +12,23 @@ class's pages asking for the same `tuned` plan search once, and an edit, which k
 capacity and the cost model, reuses its bound. So is where a configuration's time goes (`simulated_split`),
 which the app sets beside every session it shows (the baselines, the paging cliff). Plans of the other
 policies are not kept: they take milliseconds.
+
+The app works these out in worker processes (`vmexplorer.pool`), whose results the server keeps as if it
+had worked them out itself: `recording()` collects what a piece of work looked up or worked out, and
+`keep()` adds it to another process's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import functools
 import json
-from collections.abc import Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any, Generic, TypeVar
 
 from ..config import Config, Mechanism
 from ..graph import Graph, build_graph
@@ -31,6 +38,76 @@ from ..records.breakdown import TimeSplit
 from ..simulator import CostModel, simulate
 from ..simulator.bound import Bound, lower_bound
 from .session import Session, new_session
+
+R = TypeVar("R")
+Entries = dict[str, dict[tuple[Any, ...], Any]]  # by memo, its results by arguments
+
+
+class Memo(Generic[R]):
+    """`functools.lru_cache` for one function of hashable arguments, whose entries can be read out and
+    put into another process's memo of the same function (`recording`, `keep`). Thread-safe; a result
+    is worked out outside the lock, so two threads asking for the same new one may both work it out."""
+
+    def __init__(self, fn: Callable[..., R], maxsize: int) -> None:
+        self.fn, self.maxsize, self.name = fn, maxsize, fn.__name__
+        self._kept: OrderedDict[tuple[Any, ...], R] = OrderedDict()
+        self._lock = threading.Lock()
+        _MEMOS[self.name] = self
+
+    def __call__(self, *key: Any) -> R:
+        with self._lock:
+            found = key in self._kept
+            if found:
+                self._kept.move_to_end(key)
+                value = self._kept[key]
+        if not found:
+            value = self.fn(*key)
+            self.put(key, value)
+        if _RECORD is not None:
+            _RECORD.setdefault(self.name, {})[key] = value
+        return value
+
+    def put(self, key: tuple[Any, ...], value: R) -> None:
+        with self._lock:
+            self._kept[key] = value
+            self._kept.move_to_end(key)
+            while len(self._kept) > self.maxsize:
+                self._kept.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._kept.clear()
+
+
+_MEMOS: dict[str, Memo[Any]] = {}
+_RECORD: Entries | None = None  # what this process looks up while `recording`: a worker runs one job at a time
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[Entries]:
+    """Collect every result the memos give (looked up or worked out) until the block ends, by memo;
+    one recording at a time per process (a worker process's job)."""
+    global _RECORD
+    entries: Entries = {}
+    _RECORD = entries
+    try:
+        yield entries
+    finally:
+        _RECORD = None
+
+
+def keep(entries: Mapping[str, Mapping[tuple[Any, ...], Any]]) -> None:
+    """Put results another process worked out (`recording`) into this process's memos."""
+    for name, rows in entries.items():
+        kept = _MEMOS.get(name)
+        if kept is not None:
+            for key, value in rows.items():
+                kept.put(key, value)
+
+
+def memo(maxsize: int) -> Callable[[Callable[..., R]], Memo[R]]:
+    """A function's `Memo` of at most `maxsize` results, as a decorator."""
+    return lambda fn: Memo(fn, maxsize)
 
 
 @dataclass(frozen=True)
@@ -88,7 +165,7 @@ def simulated_split(config: Config, cost_model: CostModel) -> TimeSplit | None:
     return _split(_json(config), _json(cost_model))
 
 
-@functools.lru_cache(maxsize=1024)  # a paging cliff holds dozens; each is four numbers
+@memo(maxsize=1024)  # a paging cliff holds dozens; each is four numbers
 def _split(config_json: str, cost_json: str) -> TimeSplit | None:
     c = json.loads(config_json)
     config = Config(c["model"], c["batch"], c["image_size"], c["capacity_bytes"], c["policy"], c["options"],
@@ -108,7 +185,7 @@ def _json(value: Config | CostModel) -> str:
     return json.dumps(value.as_json() if isinstance(value, Config) else vars(value), sort_keys=True)
 
 
-@functools.lru_cache(maxsize=64)
+@memo(maxsize=64)
 def _bound(key: tuple[str, int, int], capacity: int, cost_json: str, mechanism: str) -> Bound | None:
     try:
         return lower_bound(build_graph(*key), capacity, CostModel(**json.loads(cost_json)), mechanism)
@@ -116,7 +193,7 @@ def _bound(key: tuple[str, int, int], capacity: int, cost_json: str, mechanism: 
         return None
 
 
-@functools.lru_cache(maxsize=32)  # one per configuration a server's pages searched; each plan is small
+@memo(maxsize=32)  # one per configuration a server's pages searched; each plan is small
 def _searched(config_json: str, cost_json: str) -> tuple[Plan, tuple[str, ...]]:
     c, cost = json.loads(config_json), CostModel(**json.loads(cost_json))
     graph = build_graph(c["model"], c["batch"], c["image_size"])

@@ -19,6 +19,7 @@ from ..session.samples import sample_groups
 from ..units import format_ns
 from . import numbers
 from .state import AppState, store_param
+from .upload import FileUpload
 from .widgets import Text, widget
 
 pd: Any = importlib.import_module("pandas")  # Panel's own dependency (its tables take DataFrames); no stubs
@@ -37,7 +38,8 @@ class Comparison(pn.viewable.Viewer):
         super().__init__(**params)
         self.pick = widget(pn.widgets.Select, "Compare the shown session (A) with (B)",
                            groups={"the shown session": {BEFORE_EDITS: BEFORE_EDITS}, **sample_groups()})
-        self.upload = pn.widgets.FileInput(accept=".vms,.gz", multiple=False)
+        self.upload = FileUpload(on_file=lambda data, name: self.act(self.state.compare_with, data, name),
+                                 on_refused=self.state.fail)
         self.go = widget(pn.widgets.Button, "Compare", button_type="primary", align="end")
         self.clear = widget(pn.widgets.Button, "Clear", align="end")
         self.fig = pn.pane.Bokeh(sizing_mode="stretch_width")
@@ -55,17 +57,12 @@ class Comparison(pn.viewable.Viewer):
         self._large = False
         self.go.on_click(lambda _: self._compare())
         self.clear.on_click(lambda _: self.act(self.state.compare_with, None))
-        pn.bind(self._on_upload, self.upload, watch=True)
 
     def _compare(self) -> None:
         if self.pick.value == BEFORE_EDITS:
             self.act(self.state.compare_with, self.state.loaded, "as loaded")
         else:
             self.act(self.state.compare_with, self.pick.value)
-
-    def _on_upload(self, value: bytes | None) -> None:
-        if value:
-            self.act(self.state.compare_with, bytes(value), self.upload.filename or "the uploaded file")
 
     def draw(self) -> None:
         """Show A beside B, or say what to pick when there is no B."""

@@ -15,12 +15,12 @@ import param
 from ..plots import breakdown_figure, sweep_figure
 from ..plots.export import standalone_html
 from ..session import Session, session_to_bytes
-from ..session.files import MAX_FILE_BYTES
 from ..session.samples import DEFAULT_SAMPLE, sample_groups
 from ..session.trace import chrome_trace_chunks
 from . import numbers
 from .state import AppState, store_param
 from .story import headline
+from .upload import FileUpload
 from .widgets import widget
 
 
@@ -40,14 +40,33 @@ def story_models(state: AppState) -> list[Any]:
             sweep_figure(numbers.sweep(state))]
 
 
-# Panel's file input sends the whole file in one websocket message, base64 in JSON: the server must take
-# a message that large, or the largest file the loader accepts drops the page's connection instead
-UPLOAD_MESSAGE_BYTES = -(-MAX_FILE_BYTES * 4 // 3) + 2**20
+def _shown(state: AppState) -> Session:
+    if state.session is None:
+        raise ValueError("nothing is shown")
+    return state.session
 
+
+def session_file(state: AppState) -> bytes:
+    """The shown session as a file (.vms)."""
+    return session_to_bytes(_shown(state))
+
+
+def trace_file(state: AppState) -> bytes:
+    """The shown session as a Chrome trace."""
+    return b"".join(chrome_trace_chunks(_shown(state)))
+
+
+def html_file(state: AppState) -> bytes:
+    """The shown session and its story as a page that opens offline."""
+    return standalone_html(_shown(state), story=story_models(state))
+
+
+Make = Callable[[AppState], bytes]
 
 class Files(pn.viewable.Viewer):
     state: AppState = store_param()
     act = param.Callable(default=_now, doc="runs a store method as the page's actions run")
+    make_in = param.Callable(default=None, doc="makes a download's bytes away from the event loop (served)")
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
@@ -56,18 +75,14 @@ class Files(pn.viewable.Viewer):
                              value=DEFAULT_SAMPLE, sizing_mode="stretch_width",
                              stylesheets=["select { font-size: 12.5px; }"])
         self.open = widget(pn.widgets.Button, "Open sample", button_type="primary")
-        self.upload = pn.widgets.FileInput(accept=".vms,.gz", multiple=False)
-        self.save = pn.widgets.FileDownload(callback=self._session_bytes, filename="session.vms",
+        self.upload = FileUpload(on_file=lambda data, name: self.act(self.state.load, data, name),
+                                 on_refused=self.state.fail)
+        self.save = pn.widgets.FileDownload(callback=self._save_clicked, filename="session.vms",
                                             label="Save session (.vms)")
-        self.html = pn.widgets.FileDownload(callback=self._html_bytes, filename="session.html", label="Export HTML")
-        self.trace = pn.widgets.FileDownload(callback=self._trace_bytes, filename="session.trace.json",
+        self.html = pn.widgets.FileDownload(callback=self._html_clicked, filename="session.html", label="Export HTML")
+        self.trace = pn.widgets.FileDownload(callback=self._trace_clicked, filename="session.trace.json",
                                              label="Export Chrome trace")
         self.open.on_click(lambda _: self.act(self.state.open_sample, self.sample.value))
-        pn.bind(self._on_upload, self.upload, watch=True)
-
-    def _on_upload(self, value: bytes | None) -> None:
-        if value:
-            self.act(self.state.load, bytes(value), self.upload.filename or "the uploaded file")
 
     def draw(self) -> None:
         """The picker shows the sample shown (if one is), and the files are named after the session."""
@@ -82,24 +97,42 @@ class Files(pn.viewable.Viewer):
             f"{stem}.vms", f"{stem}.html", f"{stem}.trace.json")
 
     def _session_bytes(self) -> io.BytesIO | None:
-        return self._made("the session", session_to_bytes)
+        return self._made("the session", session_file)
 
     def _trace_bytes(self) -> io.BytesIO | None:
-        return self._made("the Chrome trace", lambda s: b"".join(chrome_trace_chunks(s)))
+        return self._made("the Chrome trace", trace_file)
 
     def _html_bytes(self) -> io.BytesIO | None:
-        return self._made("the page", lambda s: standalone_html(s, story=story_models(self.state)))
+        return self._made("the page", html_file)
 
-    def _made(self, what: str, make: Callable[[Session], bytes]) -> io.BytesIO | None:
+    async def _save_clicked(self) -> io.BytesIO | None:
+        return await self._made_away("the session", session_file)
+
+    async def _trace_clicked(self) -> io.BytesIO | None:
+        return await self._made_away("the Chrome trace", trace_file)
+
+    async def _html_clicked(self) -> io.BytesIO | None:
+        return await self._made_away("the page", html_file)
+
+    def _made(self, what: str, make: Make) -> io.BytesIO | None:
         """The bytes of a download, or None (nothing downloads) and the reason said on the page."""
-        s: Session | None = self.state.session
-        if s is None:
+        if self.state.session is None:
             self.state.fail("nothing to save: load or simulate a session first")
             return None
         try:
-            return io.BytesIO(make(s))
+            return io.BytesIO(make(self.state))
         except Exception as e:  # a bug must not make a click do nothing: say it
             self.state.fail(f"{what} could not be made ({type(e).__name__}): {e}")
+            return None
+
+    async def _made_away(self, what: str, make: Make) -> io.BytesIO | None:
+        """`_made` in the server's work pool where there is one (served): a large export takes seconds."""
+        if self.make_in is None or self.state.session is None:
+            return self._made(what, make)
+        try:
+            return io.BytesIO(await self.make_in(make))
+        except Exception as e:
+            self.state.fail(f"{what} could not be made: {e}")
             return None
 
     def __panel__(self) -> Any:

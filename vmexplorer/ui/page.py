@@ -40,6 +40,8 @@ from .state import TABS, AppState, store_param
 from .story import Headline, WhereTimeGoes
 from .timeline import TimelinePanel
 from .widgets import Text, colored, glossary, relabel, tip, type_sizes, widget
+from .work import Job, Outcome, Working, job_of
+from .work import apply as apply_outcome
 
 pd: Any = importlib.import_module("pandas")  # Panel's own dependency (its tables take DataFrames); no stubs
 
@@ -56,6 +58,12 @@ class TextAlert(Text):
 
     def __init__(self, **params: Any) -> None:
         super().__init__(css_classes=["alert", "alert-danger"], **params)
+
+
+def compare_and_show(state: AppState, method: str) -> None:
+    """A comparison's button: compare (a store method, by name), then show the Compare tab."""
+    if getattr(state, method)() and state.comparison is not None:
+        state.tab = "Compare"
 
 
 class Page(pn.viewable.Viewer):
@@ -82,6 +90,8 @@ class Page(pn.viewable.Viewer):
     def _build(self) -> None:
         s, act = self.state, self.act
         self.alert = TextAlert(visible=False, sizing_mode="stretch_width")
+        self.working = Working(state=s, done=self._apply_outcome,
+                               sweep=lambda: self._cliff is not None and self._cliff.live)
         self.info = Text(sizing_mode="stretch_width", styles={"font-style": "italic"})
         self.headline = Headline(state=s)
         self.bars = WhereTimeGoes(state=s)
@@ -100,8 +110,8 @@ class Page(pn.viewable.Viewer):
                                    description="the measured run of NVIDIA's demand paging at this capacity, beside")
         # the same schedule through the other mechanism: what the UVM driver costs against pinned copies
         self.compare_mechanism = widget(pn.widgets.Button, "Same schedule through swap")
-        self.compare_twin.on_click(lambda _: self._compare(s.compare_with_twin))
-        self.compare_mechanism.on_click(lambda _: self._compare(s.compare_mechanisms))
+        self.compare_twin.on_click(lambda _: act(compare_and_show, s, "compare_with_twin"))
+        self.compare_mechanism.on_click(lambda _: act(compare_and_show, s, "compare_mechanisms"))
         # built when first shown: a page that never opens them (most) never pays for them
         self._cliff: PagingCliff | None = None
         self._finder: Finder | None = None
@@ -145,22 +155,31 @@ class Page(pn.viewable.Viewer):
 
     # --- actions ------------------------------------------------------------------------------------
     def act(self, method: Callable[..., Any], *args: Any) -> None:
-        """Run a store method; a bug in it must not blank the page: the page stays as it was and says it."""
+        """Run a store method (or a function of the store): served, one that may take seconds in the
+        server's work pool (`ui.work`), and the page shows its outcome once it comes; else here."""
+        job: Job | None = job_of(self.state, method, args) if self.changes.served else None
+        if job is not None:
+            self.working.start(job, self.changes.doc)
+        else:
+            self._act_here(method, *args)
+
+    def _act_here(self, method: Callable[..., Any], *args: Any) -> None:
+        """A bug in an action must not blank the page: the page stays as it was and says it."""
         try:
             method(*args)
         except Exception as e:
             self.state.restore(self._drawn, f"unexpected error ({type(e).__name__}): {e}")
+
+    def _apply_outcome(self, outcome: Outcome) -> None:
+        """A job's outcome, on the document's next tick (in its lock): drawn as a drag's answer is."""
+        with self.changes.held():
+            self._act_here(apply_outcome, self.state, outcome)
 
     def _act_held(self, method: Callable[..., Any], *args: Any) -> None:
         """`act` from a callback Bokeh runs in the document's lock: the answer and the story are drawn
         before it ends, and reach the browser before Bokeh's reply to the change that asked."""
         with self.changes.held():
             self.act(method, *args)
-
-    def _compare(self, method: Callable[[], bool]) -> None:
-        self.act(method)
-        if self.state.comparison is not None and not self.state.message:
-            self.state.tab = "Compare"  # show it
 
     def _tapped(self, selected: tuple[str, int] | None) -> None:
         """What a tap on the timeline picked is shown in the finder, whose card opens."""
@@ -336,7 +355,8 @@ class Page(pn.viewable.Viewer):
         session = pn.Column(controls, story, self._below, sizing_mode="stretch_width")
         self.tabs[:] = [(name, self._tab_holders.get(name, session)) for name in TABS]
         self._show_tab()
-        return [pn.Column(self.alert, self.info, self.banner, self.headline, self.tabs, sizing_mode="stretch_width")]
+        return [pn.Column(self.alert, self.info, self.working, self.banner, self.headline, self.tabs,
+                          sizing_mode="stretch_width")]
 
     def header(self) -> list[Any]:
         """In the template's header, on every screen: the lesson's start and the projector's switch."""
@@ -358,8 +378,9 @@ class Page(pn.viewable.Viewer):
 
     def close(self) -> None:
         """The browser tab is gone: cancel its GPU run (queued or running) and stop polling, so a closed
-        tab does not hold the GPU for the next person."""
+        tab does not hold the GPU for the next person; its work in the pool stops too."""
         self.gpu.close()
+        self.working.stop("")
 
     def session_destroyed(self, session_context: Any) -> None:
         """Bokeh's hook for the end of the page's server session: its tab is gone too."""

@@ -51,10 +51,13 @@ def served_template(state: AppState | None = None) -> Template:
         doc.on_session_destroyed(page.session_destroyed)
         page.gpu.tab_open = _tab_open(doc)
         page.gpu.visitor = _visitor(doc)
+        # one job in the work pool at a time per visitor; a page of no known address is one of its own
+        page.working.owner = page.gpu.visitor or f"page {id(page)}"
     if doc is None or not served:
         page.complete(sidebar)
         return template
     page.changes.attach(doc)
+    page.files.make_in = page.working.download
     warn_if_unguarded()
     pn.state.onload(lambda: page.complete(sidebar))  # the story first, the rest once drawn
     ClosedTabWrites.install()

@@ -243,6 +243,16 @@ class AppState(param.Parameterized):
                 notes=[f"the plan before the edits, simulated with {cost.name}"]))
         return self._unedited[1]
 
+    def unedited_kept(self) -> tuple[str, Session] | None:
+        """The unedited plan's simulation as `unedited` keeps it (by its cost model's name), if it is of the
+        loaded plan: to hand to another store of the same session (`keep_unedited`)."""
+        was, session = self._unedited
+        return None if was is None or was[0] is not self.loaded or session is None else (was[1], session)
+
+    def keep_unedited(self, cost_name: str, session: Session) -> None:
+        """Take `unedited`'s simulation of the loaded plan from another store of it (`unedited_kept`)."""
+        self._unedited = ((self.loaded, cost_name), session)
+
     def edits_text(self) -> str:
         """The edits of the shown plan against the loaded one, as a link holds them (empty: none)."""
         if not self.edited or self.loaded is None:

@@ -94,3 +94,4 @@ def glossary() -> Any:
     rows = "".join(f"<dt><b>{escape(term)}</b></dt><dd>{escape(text)}</dd>" for term, text in GLOSSARY.items())
     return pn.Card(pn.pane.HTML(f"<dl style='margin:0'>{rows}</dl>", sizing_mode="stretch_width"),
                    title="What the words mean", collapsed=True, sizing_mode="stretch_width")
+

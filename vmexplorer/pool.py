@@ -1,0 +1,281 @@
+"""The app's slow work (a simulation, a search, the paging cliff, reading an uploaded session, an export)
+in worker processes, so that the server's event loop only answers browsers and applies results.
+
+A page's work taking seconds on the event loop held every other visitor's page for as long: a
+Simulate of ResNet-152 held another visitor's GET for 14 s. `WorkPool.submit(fn, *args, owner=...)` runs
+`fn(*args)` in one of a few worker processes (multiprocessing's 'spawn' context: a worker starts clean,
+imports what it is told to at start and keeps it warm) and returns a `concurrent.futures.Future` of the
+result. Threads would not do: the work is Python and would hold the GIL from the event loop.
+
+Each owner (a visitor) has at most one job: a new one replaces the one they had, queued or running (its
+worker is terminated and a fresh one started in its place), and the replaced job's future raises
+`Cancelled`. Jobs wait in the order they came, so a visitor waits behind at most one job of each other
+visitor. A job that raises fails its future with `WorkFailed` and the error's text; a worker that dies (a
+crash, the kernel's out-of-memory killer) or passes `timeout_s` fails its job and is replaced. The server
+should use `shared_pool()`, one pool for all its pages.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+
+class WorkFailed(Exception):
+    """A job raised in its worker, or its worker died or ran past the pool's time limit: in words."""
+
+
+class Cancelled(Exception):
+    """A job that was cancelled, or replaced by its owner's next one, before it finished."""
+
+
+@dataclass(eq=False)
+class _Job:
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    owner: str
+    future: Future[Any] = field(default_factory=Future)
+    cancel: str = ""  # why it was cancelled while it ran: the worker running it stops it
+    started: float | None = None
+
+
+def _worker_main(conn: Any, preload: Sequence[str]) -> None:
+    """A worker process: run jobs from `conn` one at a time until it closes. Ctrl-C belongs to the server."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for name in preload:  # the first job should not wait for the imports
+        importlib.import_module(name)
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        fn, args = msg
+        try:
+            reply: tuple[str, Any] = ("done", fn(*args))
+        except Exception as e:
+            text = " ".join(str(e).split())
+            reply = ("failed", f"{type(e).__name__}: {text}" if text else type(e).__name__)
+        try:
+            conn.send(reply)
+        except Exception as e:  # a result that cannot be pickled must not leave the server waiting
+            conn.send(("failed", f"the result could not be sent back ({type(e).__name__}: {e})"))
+
+
+class _Worker:
+    """One worker process and the thread that feeds it the pool's jobs, one at a time."""
+
+    def __init__(self, pool: WorkPool, index: int) -> None:
+        self.pool, self.index = pool, index
+        self.proc: Any = None
+        self.conn: Any = None
+        self.thread = threading.Thread(target=self._loop, name=f"vmexplorer-work-{index}", daemon=True)
+
+    def start_process(self) -> None:
+        parent, child = self.pool._ctx.Pipe(duplex=True)
+        proc = self.pool._ctx.Process(target=_worker_main, args=(child, self.pool.preload),
+                                      name=f"vmexplorer-work-{self.index}", daemon=True)
+        proc.start()
+        child.close()  # so the pipe reports EOF when the worker dies
+        self.proc, self.conn = proc, parent
+
+    def stop_process(self) -> None:
+        proc, conn = self.proc, self.conn
+        self.proc = self.conn = None
+        if conn is not None:
+            conn.close()
+        if proc is not None and proc.is_alive():
+            proc.terminate()
+            proc.join(2)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(2)
+
+    def _loop(self) -> None:
+        pool = self.pool
+        while True:
+            job = pool._next()
+            if job is None:
+                return
+            try:
+                if self.proc is None or not self.proc.is_alive():
+                    self.stop_process()
+                    self.start_process()
+                self._run(job)
+            except Exception as e:  # the thread must not die: the pool goes on
+                self.stop_process()
+                pool._end(job, WorkFailed(f"the work's process failed: {type(e).__name__}: {e}"))
+            if self.proc is None and not pool._closed:
+                self.start_process()  # warm for the next job
+
+    def _run(self, job: _Job) -> None:
+        pool, conn, proc = self.pool, self.conn, self.proc
+        conn.send((job.fn, job.args))
+        while True:
+            if job.cancel:
+                self.stop_process()
+                pool._end(job, Cancelled(job.cancel))
+                return
+            assert job.started is not None
+            if time.monotonic() - job.started > pool.timeout_s:
+                self.stop_process()
+                pool._end(job, WorkFailed(f"it took longer than {pool.timeout_s:g} s, so it was stopped"))
+                return
+            try:
+                msg = conn.recv() if conn.poll(pool.poll_s) else None
+                gone = msg is None and not proc.is_alive() and not conn.poll(0)
+            except (EOFError, OSError):  # the pipe closed: the worker is gone
+                msg, gone = None, True
+            if msg is not None:
+                pool._end(job, msg[1] if msg[0] == "done" else WorkFailed(msg[1]))
+                return
+            if gone:
+                proc.join(2)
+                self.stop_process()
+                pool._end(job, WorkFailed(_died(proc.exitcode)))
+                return
+
+
+def _died(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            how = f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            how = f"was killed by signal {-code}"
+        if code == -signal.SIGKILL:
+            how += " (out of memory?)"
+    else:
+        how = f"exited with status {code}"
+    return f"the process doing it {how}; the server is fine"
+
+
+class WorkPool:
+    """Slow work in `workers` processes, one job per owner at a time. Thread-safe.
+
+    fn must be picklable (a module-level function) and so must its arguments and result. preload: modules
+    each worker imports as it starts. timeout_s: a job running longer is stopped and fails."""
+
+    def __init__(self, workers: int = 2, timeout_s: float = 120.0, preload: Sequence[str] = (),
+                 poll_s: float = 0.02) -> None:
+        if workers < 1:
+            raise ValueError("a WorkPool needs at least one worker")
+        self.timeout_s, self.preload, self.poll_s = timeout_s, tuple(preload), poll_s
+        self._ctx = multiprocessing.get_context("spawn")
+        self._cond = threading.Condition()
+        self._waiting: list[_Job] = []
+        self._running: dict[str, _Job] = {}  # by owner
+        self._closed = False
+        self._workers = [_Worker(self, i) for i in range(workers)]
+        for w in self._workers:
+            w.start_process()  # importing takes a second or two: started now, before anyone asks
+            w.thread.start()
+
+    def submit(self, fn: Callable[..., Any], *args: Any, owner: str = "") -> Future[Any]:
+        """Run `fn(*args)` in a worker; the owner's job before it (if any) is cancelled. An empty owner is
+        no one in particular: its jobs never replace each other."""
+        job = _Job(fn, args, owner)
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the work pool is closed")
+            if owner:
+                self._cancel_owner(owner, "replaced by a newer request")
+            self._waiting.append(job)
+            self._cond.notify_all()
+        return job.future
+
+    def cancel(self, owner: str, why: str = "cancelled") -> bool:
+        """Cancel `owner`'s job, waiting or running; False if they have none."""
+        with self._cond:
+            return self._cancel_owner(owner, why)
+
+    def place(self, future: Future[Any]) -> int | None:
+        """Where the job of `future` waits: 1 is next; None once it runs (or has ended)."""
+        with self._cond:
+            return next((i + 1 for i, j in enumerate(self._waiting) if j.future is future), None)
+
+    def close(self) -> None:
+        """Cancel what waits and what runs, and stop the workers."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            for job in [*self._waiting, *self._running.values()]:
+                job.cancel = "the server is stopping"
+                if job.started is None:
+                    job.future.set_exception(Cancelled(job.cancel))
+            self._waiting.clear()
+            self._cond.notify_all()
+        for w in self._workers:
+            w.thread.join(5)
+            w.stop_process()
+
+    def __enter__(self) -> WorkPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _cancel_owner(self, owner: str, why: str) -> bool:
+        waiting = [j for j in self._waiting if j.owner == owner]
+        for job in waiting:
+            self._waiting.remove(job)
+            job.future.set_exception(Cancelled(why))
+        running = self._running.get(owner)
+        if running is not None:
+            running.cancel = why
+        return bool(waiting) or running is not None
+
+    def _next(self) -> _Job | None:
+        with self._cond:
+            while not self._waiting and not self._closed:
+                self._cond.wait()
+            if self._closed:
+                return None
+            job = self._waiting.pop(0)
+            job.started = time.monotonic()
+            job.future.set_running_or_notify_cancel()
+            if job.owner:
+                self._running[job.owner] = job
+            return job
+
+    def _end(self, job: _Job, outcome: Any) -> None:
+        with self._cond:
+            if job.owner and self._running.get(job.owner) is job:
+                del self._running[job.owner]
+        if job.future.done():
+            return
+        if isinstance(outcome, Exception):
+            job.future.set_exception(outcome)
+        else:
+            job.future.set_result(outcome)
+
+
+WORKERS_ENV = "VMEXPLORER_WORK_PROCESSES"  # worker processes of the server's pool (default: the cores, 2 to 8)
+
+
+@lru_cache(maxsize=1)
+def shared_pool() -> WorkPool:
+    """The server's one pool, for all its pages (Panel runs the app's script once per browser session);
+    closed when the server exits."""
+    text = os.environ.get(WORKERS_ENV, "")
+    workers = int(text) if text.isdigit() and 1 <= int(text) <= 64 else min(max(os.cpu_count() or 2, 2), 8)
+    pool = WorkPool(workers, preload=("vmexplorer.ui.work",))
+    atexit.register(pool.close)
+    return pool
+
+
+def stop_shared_pool() -> None:
+    """As the server stops: its work is cancelled and its workers stopped (if it ever started them)."""
+    if shared_pool.cache_info().currsize:
+        shared_pool().close()
