@@ -8,14 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import bokeh
+import numpy as np
 import pytest
 
 from vmexplorer.fileio import OutputError
 from vmexplorer.graph import build_graph
 from vmexplorer.plan import Direction, Mode
-from vmexplorer.plots.export import export_html
+from vmexplorer.plots.export import drawn_part, export_html, standalone_html
 from vmexplorer.policies import compile_plan
-from vmexplorer.session import Session, new_session
+from vmexplorer.session import Session, load_session, new_session
 from vmexplorer.session.trace import COMPUTE, FAULTS, TO_DEVICE, TO_HOST, chrome_trace, export_chrome_trace
 from vmexplorer.simulator import H100_DEFAULT, simulate
 
@@ -101,6 +102,20 @@ def test_the_html_page_is_self_contained(session: Session, tmp_path: Path) -> No
     assert bokeh.__version__ in html and "Bokeh.embed" in html  # the library itself is inline
     assert len(html) > 500_000
     assert "iteration time" in html and "simulated" in html
+
+
+def test_a_session_of_more_rows_than_a_page_draws_is_drawn_as_its_typical_iteration_and_the_page_says_so(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    session = load_session(Path(__file__).resolve().parents[2] / "sample_sessions" / "vgg19-b64-uvm-60pct.measured.vms")
+    tl = session.timeline
+    assert tl.iterations > 1 and drawn_part(session) == (session, None)  # a recorded run: drawn whole
+    monkeypatch.setattr("vmexplorer.plots.export.MAX_DRAWN_ROWS", len(tl.op_index) - 1)
+    drawn, title = drawn_part(session)
+    typical = f"its typical iteration ({tl.typical_iteration() + 1} of {tl.iterations})"
+    assert drawn.timeline.iterations == 1 and title is not None and typical in title
+    assert np.array_equal(drawn.timeline.op_index, tl.op_index[tl.op_iteration == tl.typical_iteration()])
+    html = standalone_html(session).decode()
+    assert typical in html and f"{tl.iterations} hold" in html
 
 
 @pytest.mark.parametrize("export", [export_html, export_chrome_trace])

@@ -196,13 +196,17 @@ def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_export(args: argparse.Namespace) -> dict[str, Any]:
-    from ..plots.export import export_html
-    from ..session.trace import export_chrome_trace
-
     kind, out = ("html", args.html) if args.html is not None else ("chrome_trace", args.chrome_trace)
     _refuse_existing(out, args.force)
     session = _load(args.file)
-    (export_html if kind == "html" else export_chrome_trace)(session, out, force=args.force)
+    if kind == "html":
+        from ..plots.export import export_html  # Bokeh: a second of imports a trace has no use for
+
+        export_html(session, out, force=args.force)
+    else:
+        from ..session.trace import export_chrome_trace
+
+        export_chrome_trace(session, out, force=args.force)
     return {"path": str(out), "format": kind, "source": str(args.file)}
 
 

@@ -13,11 +13,14 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from bokeh.layouts import column
+from bokeh.models import ColumnDataSource
 from bokeh.resources import Resources
 
 from ..fileio import atomic_write
 from ..session import Session
+from ..session.iterations import typical_iteration
 from .summary import summary_table
 from .timeline import timeline_figure
 
@@ -36,11 +39,51 @@ def standalone_html(session: Session, story: Sequence[Any] = ()) -> bytes:
 
     p = session.plan
     title = f"vmexplorer: {p.model} batch {p.batch}, {p.policy} ({session.timeline.source})"
-    layout = column(summary_table(session), *story, timeline_figure(session), sizing_mode="stretch_width")
+    drawn, heading = drawn_part(session)
+    layout = column(summary_table(session), *story, timeline_figure(drawn, title=heading), sizing_mode="stretch_width")
+    models = layout.references()
+    _texts_as_unicode(models)
     page = Document()
     with patch_curdoc(page):
-        html: str = file_html(layout, _PageResources(frozenset(type(m) for m in layout.references())), title)
+        html: str = file_html(layout, _PageResources(frozenset(type(m) for m in models)), title)
     return html.encode()
+
+
+def _texts_as_unicode(models: Any) -> None:
+    """Each column of texts of the page's data sources as a numpy unicode array: Bokeh encodes an array
+    of objects value by value, half the time a page of 50,000 rows took, and a unicode array as one list,
+    the same JSON. (The page's models are its own: a live page's sources keep their columns.)"""
+    for model in models:
+        if isinstance(model, ColumnDataSource):
+            texts = {}
+            for name, column in model.data.items():
+                if isinstance(column, np.ndarray) and column.dtype == object and column.size:
+                    values = column.tolist()
+                    if set(map(type, values)) == {str}:
+                        texts[name] = np.array(values, dtype=str)
+            model.data.update(texts)
+
+
+# The most op and memory-operation rows a page draws. A session may hold a million (a thousand iterations,
+# or ResNet-152's every transfer ninety times over): drawn whole, its page took minutes and gigabytes to
+# write and would not open in a browser. Beyond this the page draws the typical iteration, which holds
+# the graph's ops and at most `MAX_MEMOPS` transfers, and says so; the summary is the whole session's.
+MAX_DRAWN_ROWS = 50_000
+
+
+def drawn_part(session: Session) -> tuple[Session, str | None]:
+    """What a page draws of `session`, with the title that says what it is: the whole session (and
+    None: the timeline's own title), or, when it has more than `MAX_DRAWN_ROWS` rows, its typical
+    iteration."""
+    tl = session.timeline
+    rows = len(tl.op_index) + len(tl.memop_index)
+    if rows <= MAX_DRAWN_ROWS or tl.iterations == 1:
+        return session, None
+    k = tl.typical_iteration()
+    return typical_iteration(session), (
+        f"{session.plan.policy} on {session.graph.model}: {tl.source}, its typical iteration ({k + 1} of "
+        f"{tl.iterations}): the {tl.iterations} hold {rows:,} op and transfer rows, more than a page draws "
+        "(`vmexplorer export --chrome-trace` writes every one)")
 
 
 class _PageResources(Resources):

@@ -199,6 +199,9 @@ def _largest(s: _Steps, n_tensors: int) -> tuple[np.ndarray, np.ndarray]:
     their bytes (0 where fewer are resident). Incremental: only a tensor that changed can enter the
     ranking, so the whole ranking is redone only when a ranked tensor itself changes."""
     level = [0] * n_tensors
+    # the same levels as an array, for a full ranking: an array made of the list each time was most of
+    # the time a long session's resident plot took
+    levels = np.zeros(n_tensors, dtype=np.int64)
     ranked: list[int] = []
     tensors = np.zeros((len(s.t_ns), LARGEST), dtype=np.int64)
     nbytes = np.zeros((len(s.t_ns), LARGEST), dtype=np.int64)
@@ -209,9 +212,10 @@ def _largest(s: _Steps, n_tensors: int) -> tuple[np.ndarray, np.ndarray]:
         changed = [t for t, _ in changes[first:end]]
         for t, d in changes[first:end]:
             level[t] += d
+            levels[t] += d
         first = end
         if any(t in ranked for t in changed):
-            candidates = np.argpartition(-np.array(level), min(LARGEST, n_tensors) - 1)[:LARGEST].tolist()
+            candidates = np.argpartition(-levels, min(LARGEST, n_tensors) - 1)[:LARGEST].tolist()
         else:
             floor = level[ranked[-1]] if len(ranked) == LARGEST else 0
             candidates = ranked + [t for t in set(changed) if level[t] > floor]

@@ -92,10 +92,12 @@ def summarize(graph: Graph, plan: Plan, timeline: Timeline) -> dict[str, float |
     n = max(tl.iterations, 1)
     moved = {Direction.TO_HOST: 0, Direction.TO_DEVICE: 0}
     nothing = elided(graph, plan)  # a swap copy of a tensor whose host copy is current moves no byte
-    for i in tl.memop_index:
-        m = plan.memops[int(i)]
-        if m.mode is not Mode.FAULT and int(i) not in nothing:
-            moved[m.direction] += m.nbytes
+    # how often each of the plan's memory operations ran, counted at C speed: a long session has a
+    # million rows, and its plan a few thousand operations (Python ints: the sum may pass int64)
+    runs = np.bincount(tl.memop_index.astype(np.int64), minlength=len(plan.memops)).tolist()
+    for i, (m, k) in enumerate(zip(plan.memops, runs)):
+        if k and m.mode is not Mode.FAULT and i not in nothing:
+            moved[m.direction] += k * m.nbytes
     fault_bytes = int(tl.op_fault_bytes.sum())
     return {
         "source": tl.source,

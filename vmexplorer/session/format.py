@@ -46,6 +46,10 @@ from .session import Session
 RATE_RANGE = (1e-3, 1e9)
 FIXED_NS_MAX = 1e9
 MAX_ITERATIONS = 1_000  # recorded in one session: a run times a handful, a simulation one
+# memory operations in one plan: the policies plan at most some 6,400 (uvm at ResNet-152's least capacity);
+# every tool works through the plan's operations one at a time (validating, naming, drawing), and a file
+# could otherwise hold 300,000 of them (a tensor sent to the host and back between every two ops)
+MAX_MEMOPS = 20_000
 OP_NS_MAX = 1e12
 SOURCES = ("simulated", "measured")
 _COST_FIELDS = tuple(f for f in RATES if f != "call_ns")  # the cost model's numbers up to schema 2
@@ -284,6 +288,9 @@ def _plan(r: Reader, value: Any, graph: Graph, config: Config, version: int) -> 
     m = r.table(d["memops"], "plan.memops",
                 {"tensor": INT, "direction": Direction, "mode": Mode, "origin": Origin,
                  "issue_after_op": INT, "complete_before_op": INT, "nbytes": INT})
+    if m["rows"] > MAX_MEMOPS:
+        r.fail(f"plan.memops has {m['rows']:,} rows; a plan holds at most {MAX_MEMOPS:,} memory operations "
+               "(the policies plan at most some 6,400)")
     n_t, n_o = len(graph.tensors), len(graph.ops)
     r.within(m, "issue_after_op", -1, n_o, "an op id (or -1 for the iteration start)")
     r.within(m, "complete_before_op", 0, n_o + 1, f"an op id (or {n_o} for the iteration end)")
@@ -298,7 +305,10 @@ def _plan(r: Reader, value: Any, graph: Graph, config: Config, version: int) -> 
             r.fail(f"{table['where']} row {i}: nbytes {table['nbytes'][i]} is more than its tensor's "
                    f"{sizes[i]} bytes")
     peak = r.scalar(d["peak_resident_bytes"], "plan.peak_resident_bytes", INT, 0)
-    memops = tuple(MemOp(t, Direction(di), Mode(mo), a, b, Origin(og), nb) for t, di, mo, og, a, b, nb in zip(
+    # the enums by value from dicts: an Enum call per value is most of the time a long plan takes here
+    direction = {e.value: e for e in Direction}
+    mode, origin = {e.value: e for e in Mode}, {e.value: e for e in Origin}
+    memops = tuple(MemOp(t, direction[di], mode[mo], a, b, origin[og], nb) for t, di, mo, og, a, b, nb in zip(
         m["tensor"].tolist(), m["direction"], m["mode"], m["origin"], m["issue_after_op"].tolist(),
         m["complete_before_op"].tolist(), m["nbytes"].tolist()))
     resident = tuple(zip(start["tensor"].tolist(), start["nbytes"].tolist()))

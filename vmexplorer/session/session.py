@@ -6,6 +6,7 @@ from __future__ import annotations
 import platform
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 
 import numpy as np
 
@@ -45,13 +46,25 @@ class Session:
     def time_split(self, iteration: int | None = None) -> TimeSplit:
         """Where the typical iteration's time went (`records.breakdown`), each op's own time from the
         session's cost model (a measured session's was fitted to the same model's `device` run)."""
+        if iteration is None:
+            return self._typical_split
+        return self._split(iteration)
+
+    @cached_property
+    def _typical_split(self) -> TimeSplit:
+        # a session never changes, and the page asks for this at every drawing: worked out once (and,
+        # made in the app's work pool, there: it travels with the session)
+        return self._split(None)
+
+    def _split(self, iteration: int | None) -> TimeSplit:
         cost = self.cost_model or H100_DEFAULT
         own = np.array([cost.compute_ns(op.name, op.flops, op.bytes_touched) for op in self.graph.ops])
         return time_split(self.graph, self.plan, self.timeline, own, iteration)
 
-    @property
+    @cached_property
     def summary(self) -> dict[str, float | int | str]:
-        """The timeline's figures; with collector records, theirs too, prefixed `measured_`."""
+        """The timeline's figures; with collector records, theirs too, prefixed `measured_`. Worked out
+        once: callers must not change the dict."""
         figures = summarize(self.graph, self.plan, self.timeline)
         if self.collected is not None:
             measured = collected_summary(self.timeline, self.collected)

@@ -34,61 +34,85 @@ KERNELS = 5
 
 def chrome_trace(session: Session) -> dict[str, Any]:
     """The trace-event document: ts and dur in microseconds, on the timeline's clock."""
-    return {"traceEvents": list(_events(session)), "displayTimeUnit": "ms", "metadata": _metadata(session)}
+    doc: dict[str, Any] = json.loads(b"".join(chrome_trace_chunks(session)))
+    return doc
 
 
 def chrome_trace_chunks(session: Session) -> Iterator[bytes]:
-    """`chrome_trace` as JSON with sorted keys, in pieces: a long measured session has millions of
-    events, and a dict for each at once would take gigabytes where the text takes a few hundred MB."""
-    meta = json.dumps(_metadata(session), sort_keys=True, separators=(",", ":"), allow_nan=False)
-    yield f'{{"displayTimeUnit":"ms","metadata":{meta},"traceEvents":['.encode()
-    batch: list[dict[str, Any]] = []
+    """`chrome_trace` as JSON with sorted keys, in pieces: a long session has a million events or more,
+    and a dict for each at once would take gigabytes where the text takes a few hundred MB."""
+    yield f'{{"displayTimeUnit":"ms","metadata":{_dumps(_metadata(session))},"traceEvents":['.encode()
     first = True
-    for event in _events(session):
-        batch.append(event)
-        if len(batch) == 10_000:
-            yield (b"" if first else b",") + _json_items(batch)
-            batch, first = [], False
-    if batch:
-        yield (b"" if first else b",") + _json_items(batch)
+    for chunk in _event_texts(session):
+        yield (b"" if first else b",") + chunk.encode()
+        first = False
     yield b"]}"
-
-
-def _json_items(events: list[dict[str, Any]]) -> bytes:
-    return json.dumps(events, sort_keys=True, separators=(",", ":"), allow_nan=False)[1:-1].encode()
 
 
 def export_chrome_trace(session: Session, path: str | os.PathLike[str], force: bool = False) -> None:
     atomic_write(path, chrome_trace_chunks(session), force=force)
 
 
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
 @dataclass(frozen=True)
 class _Family:
-    """Events of one kind, made one at a time: `make(i)` is the i-th, at `ts[i]` on thread `tid[i]`."""
+    """Events of one kind: the i-th is at `ts[i]` on thread `tid[i]`, and `texts(rows)` is the JSON of the
+    events at `rows` (an array of i), keys sorted. What is the same for many events (an op's or a memory
+    operation's name and figures) is encoded once and each event's own numbers written into it: a dict
+    per event, encoded one at a time, took 25 s for the largest session a file may hold."""
 
     meta: bool  # metadata ("M") events, which come first
     ts: np.ndarray
     tid: np.ndarray
-    make: Callable[[int], dict[str, Any]]
+    texts: Callable[[np.ndarray], list[str]]
 
 
-def _events(session: Session) -> Iterator[dict[str, Any]]:
-    """Every event, metadata first, then by time and thread (ties in the order the families are made):
-    the order is found on numpy keys, and each event is made only as it is written."""
+_CHUNK = 20_000  # events encoded and written at a time: the text of each chunk is a few MB
+
+
+def _event_texts(session: Session) -> Iterator[str]:
+    """Every event's JSON, metadata first, then by time and thread (ties in the order the families are
+    made), in comma-joined chunks: the order is found on numpy keys, and each event is made only as its
+    chunk is written."""
     families = _families(session)
-    if not families:
-        return
     keys = [np.concatenate([f.ts for f in families]), np.concatenate([f.tid for f in families]),
             np.concatenate([np.full(len(f.ts), not f.meta) for f in families])]
     starts = np.cumsum([0] + [len(f.ts) for f in families])
-    for i in np.lexsort((keys[1], keys[0], keys[2])).tolist():
-        k = int(np.searchsorted(starts, i, "right")) - 1
-        yield families[k].make(i - int(starts[k]))
+    order = np.lexsort((keys[1], keys[0], keys[2]))
+    family = np.searchsorted(starts, order, "right") - 1
+    for a in range(0, len(order), _CHUNK):
+        rows, which = order[a:a + _CHUNK], family[a:a + _CHUNK]
+        out = np.empty(len(rows), dtype=object)
+        for k in np.flatnonzero(np.bincount(which, minlength=len(families))).tolist():
+            at = np.flatnonzero(which == k)
+            out[at] = families[k].texts(rows[at] - starts[k])
+        yield ",".join(out.tolist())
 
 
 def _meta(events: list[dict[str, Any]]) -> _Family:
+    texts = [_dumps(e) for e in events]
     return _Family(True, np.zeros(len(events)), np.array([e["tid"] for e in events], dtype=np.int64),
-                   events.__getitem__)
+                   lambda rows: [texts[i] for i in rows.tolist()])
+
+
+# Events are written as text, keys in the order json.dumps(sort_keys=True) writes them: a complete span is
+# {"args":{...},"cat":C,"dur":D,"name":N,"ph":"X","pid":P,"tid":T,"ts":TS} and a counter
+# {"args":{...},"name":N,"ph":"C","pid":P,"tid":0,"ts":TS}, times in µs. Each family writes its rows in that
+# layout, a row's own numbers into pieces encoded once (a call per event was a fifth of the time).
+
+
+def _us(start: np.ndarray, end: np.ndarray) -> tuple[list[float], list[float]]:
+    """Spans' starts and durations in µs, worked out by numpy (each as Python works it out from the ns:
+    the times are whole numbers below 2**53, or floats, so both round alike)."""
+    return (start / 1000).tolist(), ((end - start) / 1000).tolist()
+
+
+def _counter(args: str, name: str, pid: int, ts: float) -> str:
+    """A counter ("C") event at `ts` (µs); `args` and `name` already JSON."""
+    return f'{{"args":{args},"name":{name},"ph":"C","pid":{pid},"tid":0,"ts":{ts!r}}}'
 
 
 def _families(session: Session) -> list[_Family]:
@@ -100,42 +124,69 @@ def _families(session: Session) -> list[_Family]:
              for tid, name in THREADS.items()]
     meta += [{"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}}
              for tid in THREADS]
+    threads = np.array([_thread(m.direction, m.mode) for m in p.memops], dtype=np.int64)
 
-    def op_span(row: int) -> dict[str, Any]:
-        op = g.ops[int(tl.op_index[row])]
-        start, end = tl.op_start_ns[row].item(), tl.op_end_ns[row].item()
-        return _span(pid, COMPUTE, op.name, op.phase.value, start, end,
-                     {"op": op.name, "kind": op.kind, "phase": op.phase.value, "layer": op.layer,
-                      "iteration": int(tl.op_iteration[row]), "stall_ns": tl.op_stall_ns[row].item(),
-                      "fault_bytes": int(tl.op_fault_bytes[row])})
+    def resident(rows: np.ndarray) -> list[str]:  # a counter's layout (above), written out
+        return [f'{{"args":{{"resident":{b!r}}},"name":"resident bytes","ph":"C","pid":{pid},"tid":0,"ts":{t!r}}}'
+                for t, b in zip((tl.resident_t_ns[rows] / 1000).tolist(), tl.resident_bytes[rows].tolist())]
 
-    def memop_span(row: int) -> dict[str, Any]:
-        i = int(tl.memop_index[row])
-        m = p.memops[i]
+    out = [_meta(meta),
+           _Family(False, tl.op_start_ns / 1000, np.full(len(tl.op_index), COMPUTE), _op_spans(g, tl, pid)),
+           _Family(False, tl.memop_start_ns / 1000, threads[tl.memop_index], _memop_spans(session, pid)),
+           _Family(False, tl.resident_t_ns / 1000, np.zeros(len(tl.resident_t_ns), dtype=np.int64), resident)]
+    if session.collected is not None:
+        out += _collected_families(session, pid)
+    return out
+
+
+def _op_spans(g: Graph, tl: Timeline, pid: int) -> Callable[[np.ndarray], list[str]]:
+    """Each op row's span; what is the op's (its name, kind, phase, layer) encoded once per op."""
+    # an op row's event is these pieces with its own numbers between them (a span's layout, above)
+    parts = [("," + _dumps({"kind": o.kind, "layer": o.layer, "op": o.name, "phase": o.phase.value})[1:-1]
+              + ',"stall_ns":', f'}},"cat":{_dumps(o.phase.value)},"dur":',
+              f',"name":{_dumps(o.name)},"ph":"X","pid":{pid},"tid":{COMPUTE},"ts":') for o in g.ops]
+
+    def texts(rows: np.ndarray) -> list[str]:
+        cols = (tl.op_index[rows], tl.op_iteration[rows].astype(np.int64), tl.op_fault_bytes[rows].astype(np.int64),
+                tl.op_stall_ns[rows])
+        out = []
+        for i, it, fault, stall, ts, dur in zip(*(c.tolist() for c in cols), *_us(tl.op_start_ns[rows],
+                                                                                  tl.op_end_ns[rows])):
+            a, b, c = parts[i]
+            out.append(f'{{"args":{{"fault_bytes":{fault},"iteration":{it}{a}{stall!r}{b}{dur!r}{c}{ts!r}}}')
+        return out
+    return texts
+
+
+def _memop_spans(session: Session, pid: int) -> Callable[[np.ndarray], list[str]]:
+    """Each memory operation row's span; what is the plan's (tensor, bytes, direction, ...) encoded once
+    per memory operation of the plan."""
+    g, p, tl = session.graph, session.plan, session.timeline
+    parts = []
+    for i, m in enumerate(p.memops):
         tensor = g.tensors[m.tensor]
         verb = "prefetch" if m.direction is Direction.TO_DEVICE else "offload"
         if m.origin is Origin.DRIVER and p.mechanism is Mechanism.SWAP:  # no driver: forced copies
             verb = "copy in on demand" if m.direction is Direction.TO_DEVICE else "copy out"
         elif m.origin is Origin.DRIVER:
             verb = "fault" if m.mode is Mode.FAULT else "evict"
-        return _span(pid, _thread(m.direction, m.mode), f"{verb} {tensor.name}", f"memop.{m.origin.value}",
-                     tl.memop_start_ns[row].item(), tl.memop_end_ns[row].item(),
-                     {"tensor": tensor.name, "bytes": m.nbytes, "direction": m.direction.value,
-                      "mode": m.mode.value, "origin": m.origin.value, "iteration": int(tl.memop_iteration[row]),
-                      "memop": i, "issue_after_op": m.issue_after, "complete_before_op": m.complete_before})
+        # a row's event is these pieces with its own numbers between them (a span's layout, above): its
+        # iteration goes among the args, in the order of sorted keys
+        before = _dumps({"bytes": m.nbytes, "complete_before_op": m.complete_before, "direction": m.direction.value,
+                         "issue_after_op": m.issue_after})
+        after = _dumps({"memop": i, "mode": m.mode.value, "origin": m.origin.value, "tensor": tensor.name})
+        cat, name = _dumps(f"memop.{m.origin.value}"), _dumps(f"{verb} {tensor.name}")
+        parts.append((f'{{"args":{before[:-1]},"iteration":', f',{after[1:]},"cat":{cat},"dur":',
+                      f',"name":{name},"ph":"X","pid":{pid},"tid":{_thread(m.direction, m.mode)},"ts":'))
 
-    def resident(row: int) -> dict[str, Any]:
-        return {"ph": "C", "pid": pid, "tid": 0, "name": "resident bytes", "ts": tl.resident_t_ns[row].item() / 1000,
-                "args": {"resident": tl.resident_bytes[row].item()}}
-
-    threads = np.array([_thread(m.direction, m.mode) for m in p.memops], dtype=np.int64)
-    out = [_meta(meta),
-           _Family(False, tl.op_start_ns / 1000, np.full(len(tl.op_index), COMPUTE), op_span),
-           _Family(False, tl.memop_start_ns / 1000, threads[tl.memop_index], memop_span),
-           _Family(False, tl.resident_t_ns / 1000, np.zeros(len(tl.resident_t_ns), dtype=np.int64), resident)]
-    if session.collected is not None:
-        out += _collected_families(session, pid)
-    return out
+    def texts(rows: np.ndarray) -> list[str]:
+        out = []
+        for i, it, ts, dur in zip(tl.memop_index[rows].tolist(), tl.memop_iteration[rows].astype(np.int64).tolist(),
+                                  *_us(tl.memop_start_ns[rows], tl.memop_end_ns[rows])):
+            a, b, c = parts[i]
+            out.append(f"{a}{it}{b}{dur!r}{c}{ts!r}}}")
+        return out
+    return texts
 
 
 def _collected_families(session: Session, pid: int) -> list[_Family]:
@@ -166,58 +217,64 @@ def _kernel_families(c: Collected, pid: int, compute: int | None) -> tuple[list[
         name = "kernels (CUPTI)" if s == compute else f"kernels (CUPTI), stream {s}"
         meta += [{"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": name}},
                  {"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}}]
+    names, kernel = [_dumps(n) for n in c.kernel_names], _dumps("kernel")
 
-    def kernel(row: int) -> dict[str, Any]:
-        stream = int(c.kernel_stream[row])
-        return _span(pid, tids[stream], c.kernel_names[int(c.kernel_name[row])], "kernel",
-                     c.kernel_start_ns[row].item(), c.kernel_end_ns[row].item(),
-                     {"iteration": int(c.kernel_iteration[row]), "stream": stream})
+    def texts(rows: np.ndarray) -> list[str]:
+        cols = (c.kernel_name[rows], c.kernel_iteration[rows], c.kernel_stream[rows])
+        return [f'{{"args":{{"iteration":{it},"stream":{s}}},"cat":{kernel},"dur":{dur!r},"name":{names[n]},'
+                f'"ph":"X","pid":{pid},"tid":{tids[s]},"ts":{ts!r}}}'  # a span's layout (above), written out
+                for n, it, s, ts, dur in zip(*(col.astype(np.int64).tolist() for col in cols),
+                                             *_us(c.kernel_start_ns[rows], c.kernel_end_ns[rows]))]
 
     kernel_tids = np.array([tids[s] for s in c.kernel_stream.tolist()], dtype=np.int64)
-    return [_meta(meta), _Family(False, c.kernel_start_ns / 1000, kernel_tids, kernel)], tids
+    return [_meta(meta), _Family(False, c.kernel_start_ns / 1000, kernel_tids, texts)], tids
 
 
 def _copy_families(c: Collected, pid: int, tid: int) -> list[_Family]:
     """The memory copies' thread `tid` and their spans."""
-    def copy(row: int) -> dict[str, Any]:
-        nbytes = int(c.memcpy_bytes[row])
-        return _span(pid, tid, f"memcpy {MEMCPY_KINDS[int(c.memcpy_kind[row])]} {format_bytes(nbytes)}", "memcpy",
-                     c.memcpy_start_ns[row].item(), c.memcpy_end_ns[row].item(),
-                     {"iteration": int(c.memcpy_iteration[row]), "stream": int(c.memcpy_stream[row]),
-                      "bytes": nbytes})
+    memcpy = _dumps("memcpy")
+    # each distinct kind and size named once, a copy's name found by one key (sizes are below 2**50, so
+    # the key stays in int64): a file's copies repeat a few
+    kinds = len(MEMCPY_KINDS)
+    pairs, name_of = np.unique(c.memcpy_bytes * kinds + c.memcpy_kind, return_inverse=True)
+    names = [_dumps(f"memcpy {MEMCPY_KINDS[key % kinds]} {format_bytes(key // kinds)}") for key in pairs.tolist()]
+    name_of = name_of.reshape(-1)
+
+    def texts(rows: np.ndarray) -> list[str]:  # a span's layout (above), written out
+        cols = (name_of[rows], c.memcpy_bytes[rows], c.memcpy_iteration[rows], c.memcpy_stream[rows])
+        return [f'{{"args":{{"bytes":{b},"iteration":{it},"stream":{s}}},"cat":{memcpy},"dur":{dur!r},'
+                f'"name":{names[n]},"ph":"X","pid":{pid},"tid":{tid},"ts":{ts!r}}}'
+                for n, b, it, s, ts, dur in zip(*(col.astype(np.int64).tolist() for col in cols),
+                                                *_us(c.memcpy_start_ns[rows], c.memcpy_end_ns[rows]))]
 
     return [_meta([{"ph": "M", "pid": pid, "tid": tid, "name": "thread_name",
                     "args": {"name": "memory copies (CUPTI)"}},
                    {"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}}]),
-            _Family(False, c.memcpy_start_ns / 1000, np.full(len(c.memcpy_bytes), tid), copy)]
+            _Family(False, c.memcpy_start_ns / 1000, np.full(len(c.memcpy_bytes), tid), texts)]
 
 
 def _counter_family(g: Graph, tl: Timeline, c: Collected, pid: int, compute: int | None) -> _Family:
-    """The unified-memory counters' tracks: what each op saw (`per_op`), from its start."""
+    """The unified-memory counters' tracks: what each op saw (`per_op`), from its start; two events per
+    op row, in order of start (fault groups, then bytes each way), then two at the end back to 0."""
     figures = per_op(g, tl, c, compute)
     order = np.argsort(tl.op_start_ns, kind="stable")
+    last = float(tl.op_end_ns.max())
+    ts = np.append(np.repeat(tl.op_start_ns[order], 2), [last] * 2) / 1000
+    groups, pages = (np.append(figures[k][order].astype(np.int64), 0).tolist()
+                     for k in ("fault_groups", "faulted_pages"))
+    htod, dtoh = (np.append(figures[k][order], 0.0).tolist() for k in ("window_bytes_htod", "window_bytes_dtoh"))
+    names = _dumps("fault_groups"), _dumps("UM bytes htod/dtoh")
 
-    def counter(i: int) -> dict[str, Any]:  # two per op row, in order of start, then two at the end
-        row = int(order[i // 2]) if i < 2 * len(order) else None
-        ts = (tl.op_start_ns[row] if row is not None else float(tl.op_end_ns.max())) / 1000
-        if i % 2 == 0:
-            groups = 0 if row is None else int(figures["fault_groups"][row])
-            pages = 0 if row is None else int(figures["faulted_pages"][row])
-            return {"ph": "C", "pid": pid, "tid": 0, "name": "fault_groups", "ts": ts,
-                    "args": {"fault_groups": groups, "faulted_pages": pages}}
-        htod = 0 if row is None else round(float(figures["window_bytes_htod"][row]))
-        dtoh = 0 if row is None else round(float(figures["window_bytes_dtoh"][row]))
-        return {"ph": "C", "pid": pid, "tid": 0, "name": "UM bytes htod/dtoh", "ts": ts,
-                "args": {"htod": htod, "dtoh": dtoh}}
+    def texts(rows: np.ndarray) -> list[str]:
+        out = []
+        for i, t in zip(rows.tolist(), ts[rows].tolist()):
+            j = i // 2
+            args = (f'{{"fault_groups":{groups[j]},"faulted_pages":{pages[j]}}}' if i % 2 == 0 else
+                    f'{{"dtoh":{round(dtoh[j])},"htod":{round(htod[j])}}}')
+            out.append(_counter(args, names[i % 2], pid, t))
+        return out
 
-    ts = np.append(np.repeat(tl.op_start_ns[order], 2), [tl.op_end_ns.max()] * 2) / 1000
-    return _Family(False, ts, np.zeros(len(ts), dtype=np.int64), counter)
-
-
-def _span(pid: int, tid: int, name: str, cat: str, start_ns: float, end_ns: float,
-          args: dict[str, Any]) -> dict[str, Any]:
-    return {"ph": "X", "pid": pid, "tid": tid, "name": name, "cat": cat, "ts": start_ns / 1000,
-            "dur": (end_ns - start_ns) / 1000, "args": args}
+    return _Family(False, ts, np.zeros(len(ts), dtype=np.int64), texts)
 
 
 def _thread(direction: Direction, mode: Mode) -> int:
