@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+WORKER_NICE = 10  # how much less CPU a worker gets than the server's event loop when both want it
+
 
 class WorkFailed(Exception):
     """A job raised in its worker, or its worker died or ran past the pool's time limit: in words."""
@@ -52,6 +54,8 @@ class _Job:
 def _worker_main(conn: Any, preload: Sequence[str]) -> None:
     """A worker process: run jobs from `conn` one at a time until it closes. Ctrl-C belongs to the server."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(os, "nice"):  # the event loop first: a page waiting on its answer, not on someone's search
+        os.nice(WORKER_NICE)
     for name in preload:  # the first job should not wait for the imports
         importlib.import_module(name)
     while True:
