@@ -2,6 +2,7 @@
 
     python bench/bench_load.py [--users 20] [--seconds 60] [--interval 3.5] [--stagger 0.5]
                                [--root DIR] [--profile-server FILE.prof]
+                               [--hostile [--tuned-seconds S] [--upload-file FILE]]
 
 Serves `vmexplorer/app.py` of `--root` (default: this checkout) with `panel serve` (one process) on a
 free loopback port, as bench_page.py does, and measures the server, not the clients: all users are
@@ -50,6 +51,16 @@ replies, lost connections, exceptions), the time each user took to open the page
 pulled), the server's resident memory (VmRSS, sampled every 0.5 s: at start, peak, at end) and the CPU
 seconds of the server and of this client process, with the server's CPU per answered drag while every
 page was open. Appends a dated line to bench/results/bench_load.txt.
+
+`--hostile` adds, beside the ordinary users, the hostile visitors of issue 32 (bench/load_hostile.py says
+what each does): one pressing Simulate on ResNet-152 and `tuned` at its bounds, one uploading the largest
+file the loader accepts, one GETting Panel's module route, and a prober GETting a static file every 0.5 s
+and the page every 5 s (the issue's goals: the drags' p95 under 0.5 s, no GET waiting over 1 s). Each comes
+from a loopback address of its own (the app keeps each visitor, by address, to one job at a time), and the
+ordinary users from one each (127.0.1.<k+1>); the server is `vmexplorer serve` (the guarded routes and
+the websocket's message limit are set there). Reports what each did and when it was answered, the GETs'
+waits, the server's RSS (its process, and with its worker processes) and whether it still served at the
+end. `--tuned-seconds S` lowers tuned's search seconds (a smoke run); `--upload-file FILE` uploads FILE.
 
 `--profile-server FILE` runs the server under cProfile (`python -m cProfile -o FILE -m panel serve
 ...`, stopped with SIGINT so the profile is written) and prints its top functions: where the server's
@@ -294,6 +305,7 @@ class User:
         self.tensor_id: int | None = None  # the tensor whose marker this user drags, once chosen
         self.earlier = True  # the direction of the next drag: alternates, so markers stay near their place
         self.closing = False
+        self.source_ip: str | None = None  # the address it connects from (None: the system's choice)
 
     async def run(self) -> None:
         reader = None
@@ -316,11 +328,13 @@ class User:
     async def open(self) -> None:
         """As a tab opens the page: GET it (the server builds the session), connect, pull the document."""
         t = time.monotonic()
-        page = await AsyncHTTPClient().fetch(self.url, request_timeout=OPEN_TIMEOUT_S)
+        page = await AsyncHTTPClient().fetch(HTTPRequest(self.url, request_timeout=OPEN_TIMEOUT_S,
+                                                         network_interface=self.source_ip))
         token = TOKEN.search(page.body.decode())
         if token is None:
             raise LookupError("no session token in the page")
-        request = HTTPRequest(self.url.replace("http://", "ws://", 1) + "/ws", request_timeout=OPEN_TIMEOUT_S)
+        request = HTTPRequest(self.url.replace("http://", "ws://", 1) + "/ws", request_timeout=OPEN_TIMEOUT_S,
+                              network_interface=self.source_ip)
         ws = await websocket_connect(request, subprotocols=["bokeh", token.group(1)], max_message_size=1 << 30)
         self.wire = Wire(ws)
         ack = await self.wire.read()
@@ -424,15 +438,20 @@ class User:
 # --- the server, and what it used
 
 def tree(pid: int) -> list[int]:
-    """`pid` and its children (`vmexplorer serve --num-procs N` forks N serving processes)."""
-    kids = []
+    """`pid` and its descendants (`vmexplorer serve --num-procs N` forks N serving processes, and each
+    server process starts worker processes)."""
+    parents: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                kids.append(int(stat.parent.name))
+            parents.setdefault(int(stat.read_text().rsplit(")", 1)[1].split()[1]), []).append(int(stat.parent.name))
         except (OSError, ValueError, IndexError):
             continue
-    return [pid, *kids]
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        todo.extend(parents.get(p, []))
+    return found
 
 
 def tree_rss_kib(pid: int) -> int:
@@ -478,11 +497,12 @@ class Sample:
     rss_kib: int
     server_cpu_s: float
     client_cpu_s: float
+    main_rss_kib: int  # the server's first process alone, without the processes it started
 
 
 def sample_usage(pid: int, samples: list[Sample], stop: threading.Event) -> None:
     while not stop.is_set():
-        samples.append(Sample(time.monotonic(), tree_rss_kib(pid), tree_cpu_s(pid), own_cpu_s()))
+        samples.append(Sample(time.monotonic(), tree_rss_kib(pid), tree_cpu_s(pid), own_cpu_s(), rss_kib(pid)))
         stop.wait(0.5)
 
 
@@ -491,33 +511,49 @@ def at_or_after(samples: list[Sample], t: float) -> Sample:
 
 
 async def drive(url: str, users: int, seconds: float, interval: float, stagger: float, seed: int,
-                tally: Tally) -> None:
-    AsyncHTTPClient.configure(None, max_clients=users + 2)  # tornado's default of 10 would queue page GETs here
+                tally: Tally, hostile: Any = None) -> None:
+    # tornado's default of 10 would queue page GETs here (the hostile tabs open pages too)
+    AsyncHTTPClient.configure(None, max_clients=users + (4 if hostile else 2))
     warm = User(url, 0.0, interval, Tally(), 0, seed)  # the server's first session imports and reads the most
     await warm.run()
     if warm.tally.errors:
         raise RuntimeError(f"the warm-up session failed: {warm.tally.errors[0]}")
     tally.started_at = time.monotonic()
+    if hostile is not None:
+        hostile.start(url)
     tasks = []
-    for k in range(users):
-        tasks.append(asyncio.create_task(User(url, seconds, interval, tally, k, seed + 1 + k).run()))
-        await asyncio.sleep(stagger)  # a class opening the page within a few seconds, not in one instant
-    await asyncio.wait_for(asyncio.gather(*tasks), seconds + OPEN_TIMEOUT_S + LATE_S + 60)
+    try:
+        for k in range(users):
+            user = User(url, seconds, interval, tally, k, seed + 1 + k)
+            if hostile is not None:  # a class: each browser from an address of its own
+                user.source_ip = hostile.ordinary_address(k)
+            tasks.append(asyncio.create_task(user.run()))
+            await asyncio.sleep(stagger)  # a class opening the page within a few seconds, not in one instant
+        await asyncio.wait_for(asyncio.gather(*tasks), seconds + OPEN_TIMEOUT_S + LATE_S + 60)
+    finally:
+        if hostile is not None:
+            await hostile.finish(url)
 
 
-def run_load(root: Path, args: argparse.Namespace) -> tuple[Tally, list[Sample]]:
+def run_load(root: Path, args: argparse.Namespace, hostile: Any = None) -> tuple[Tally, list[Sample]]:
     tally, samples = Tally(), list[Sample]()
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_load_serve_{os.getpid()}.log"
+    if hostile is not None:
+        hostile.tally.log = log
     with served(root, log, launcher=args.launcher, profile=args.profile_server, procs=args.num_procs) as (url, proc):
         stop = threading.Event()
         sampler = threading.Thread(target=sample_usage, args=(proc.pid, samples, stop), daemon=True)
         sampler.start()
         try:
-            asyncio.run(drive(url, args.users, args.seconds, args.interval, args.stagger, args.seed, tally))
+            asyncio.run(drive(url, args.users, args.seconds, args.interval, args.stagger, args.seed, tally, hostile))
+            if hostile is not None and proc.poll() is not None:
+                hostile.tally.serving_at_end = False
+                hostile.tally.end_check += f"; the server process had exited (status {proc.poll()})"
         finally:
             stop.set()
             sampler.join()
-            samples.append(Sample(time.monotonic(), tree_rss_kib(proc.pid), tree_cpu_s(proc.pid), own_cpu_s()))
+            samples.append(Sample(time.monotonic(), tree_rss_kib(proc.pid), tree_cpu_s(proc.pid), own_cpu_s(),
+                                  rss_kib(proc.pid)))
     return tally, samples
 
 
@@ -586,7 +622,7 @@ def print_over_time(tally: Tally, window_s: float = 10.0) -> None:
               f"answered {spread([d.answered_s for d in ds])}")
 
 
-def report(tally: Tally, samples: list[Sample], args: argparse.Namespace) -> str:
+def report(tally: Tally, samples: list[Sample], args: argparse.Namespace, hostile: Any = None) -> str:
     for e in sorted(set(tally.errors)):
         print("  error:", e)
     for e in sorted({d.refused for d in tally.drags if d.refused})[:5]:
@@ -604,6 +640,12 @@ def report(tally: Tally, samples: list[Sample], args: argparse.Namespace) -> str
             f"{len(tally.errors)} errors; page open (GET to document pulled) p50 {pct(c, .5):.1f} s, worst "
             f"{max(c, default=float('nan')):.1f} s; {usage_figures(tally, samples, opened)}")
     print(line)
+    if hostile is not None:
+        from load_hostile import drag_p95
+
+        p95 = (drag_p95([d.answered_s for d in tally.drags]), drag_p95([d.answered_s for d in later]))
+        line += "; " + hostile.report(samples, p95, tally.started_at,
+                                      [(d.user, d.sent_at, d.answered_s) for d in tally.drags], opened)
     return line
 
 
@@ -630,20 +672,38 @@ def main() -> int:
     ap.add_argument("--root", type=Path, default=ROOT, help="a checkout whose vmexplorer/app.py to serve")
     ap.add_argument("--profile-server", type=Path, default=None, metavar="FILE",
                     help="run the server under cProfile, write its profile to FILE and print its top functions")
+    ap.add_argument("--hostile", action="store_true",
+                    help="add issue 32's hostile visitors (Simulate of ResNet-152 and tuned at its bounds, the "
+                         "largest upload, the module route, a GET prober); serves with `vmexplorer serve`")
+    ap.add_argument("--tuned-seconds", type=float, default=None, metavar="S",
+                    help="with --hostile: tuned's search seconds (default: the bound the page gives its input)")
+    ap.add_argument("--upload-file", type=Path, default=None, metavar="FILE",
+                    help="with --hostile: the file to upload (default: the largest the loader accepts, built)")
     args = ap.parse_args()
     root = args.root.resolve()
     if args.profile_server is not None:
         args.profile_server = args.profile_server.resolve()
-    tally, samples = run_load(root, args)
-    line = report(tally, samples, args)
+    hostile = None
+    if args.hostile:
+        args.launcher = True  # the guarded routes and the websocket's message limit are `vmexplorer serve`'s
+        sys.modules.setdefault("bench_load", sys.modules[__name__])  # the helper imports this module by name
+        from load_hostile import Hostile
+
+        hostile = Hostile.made(args.upload_file, args.tuned_seconds)
+    elif args.tuned_seconds is not None or args.upload_file is not None:
+        ap.error("--tuned-seconds and --upload-file go with --hostile")
+    tally, samples = run_load(root, args, hostile)
+    line = report(tally, samples, args, hostile)
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     where = "" if root == ROOT else f" [served from {root}]"
+    if args.hostile and args.tuned_seconds is not None:
+        where += f" [tuned's search seconds {args.tuned_seconds:g}, not its bound]"
     if args.profile_server is not None:
         where += " [server under cProfile]"
         print_profile(args.profile_server)
     with open(RESULTS, "a") as f:
         f.write(f"{stamp} ({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}){where}: {line}\n")
-    return 0 if not tally.errors else 1
+    return 0 if not tally.errors and (hostile is None or hostile.ok) else 1
 
 
 if __name__ == "__main__":

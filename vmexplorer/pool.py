@@ -265,7 +265,14 @@ class WorkPool:
             job.future.set_result(outcome)
 
 
-WORKERS_ENV = "VMEXPLORER_WORK_PROCESSES"  # worker processes of the server's pool (default: the cores, 2 to 8)
+WORKERS_ENV = "VMEXPLORER_WORK_PROCESSES"  # worker processes of the server's pool (default: `default_workers`)
+
+
+def default_workers(server_processes: int = 1) -> int:
+    """Worker processes for each of a server's processes: one core is left to the event loops (on two
+    cores, two workers beside the loop slowed every visitor's drag: the cores were hyperthreads of one),
+    the rest shared, at least one each."""
+    return max(1, min(8, ((os.cpu_count() or 2) - server_processes) // server_processes))
 
 
 @lru_cache(maxsize=1)
@@ -273,7 +280,7 @@ def shared_pool() -> WorkPool:
     """The server's one pool, for all its pages (Panel runs the app's script once per browser session);
     closed when the server exits."""
     text = os.environ.get(WORKERS_ENV, "")
-    workers = int(text) if text.isdigit() and 1 <= int(text) <= 64 else min(max(os.cpu_count() or 2, 2), 8)
+    workers = int(text) if text.isdigit() and 1 <= int(text) <= 64 else default_workers()
     pool = WorkPool(workers, preload=("vmexplorer.ui.work",))
     atexit.register(pool.close)
     return pool

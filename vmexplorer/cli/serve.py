@@ -34,11 +34,11 @@ def cmd_serve(args: argparse.Namespace) -> dict[str, Any]:
     _stderr("vmexplorer: starting the app's server: loading Panel and Bokeh, reading the sample sessions and "
             "building a first page, so that the first visitor does not wait for them ...")
     server = _app_server(args, procs)  # with several processes, each goes on from here on its own
-    from vmexplorer.pool import WORKERS_ENV, shared_pool, stop_shared_pool
+    from vmexplorer.pool import WORKERS_ENV, default_workers, shared_pool, stop_shared_pool
 
     # the pages' slow work goes to worker processes, started now (they import as the server starts), the
     # machine's cores shared among the server's processes
-    os.environ.setdefault(WORKERS_ENV, str(max(1, (os.cpu_count() or 2) // procs)))
+    os.environ.setdefault(WORKERS_ENV, str(default_workers(procs)))
     shared_pool()
     loop = server.io_loop
     url = f"http://{args.address or 'localhost'}:{server.port}/app"
