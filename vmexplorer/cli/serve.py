@@ -40,6 +40,7 @@ def cmd_serve(args: argparse.Namespace) -> dict[str, Any]:
     # machine's cores shared among the server's processes
     os.environ.setdefault(WORKERS_ENV, str(default_workers(procs)))
     shared_pool()
+    _quieter_collections()
     loop = server.io_loop
     url = f"http://{args.address or 'localhost'}:{server.port}/app"
     first = _task_id() in (None, 0)
@@ -67,6 +68,19 @@ def cmd_serve(args: argparse.Namespace) -> dict[str, Any]:
         stop_spare_pages()
         stop_shared_pool()
     return {"url": url, "process": _task_id() or 0, "processes": procs}
+
+
+def _quieter_collections() -> None:
+    """Python's full collections walk every object the server holds (a class's pages: hundreds of
+    thousands) on the event loop: 0.5-0.7 s each, about one a drag's ten seconds under load, each a stall
+    for every visitor. What the start made (modules, samples, the first page) lives as long as the
+    server: frozen out of the walks. Young objects are collected less often, so fewer outlive a drag to
+    make the full walks come round."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
 
 
 def _cannot_listen(address: str | None, port: int, error: OSError) -> UsageError:
