@@ -27,7 +27,7 @@ STAGES = (
     ("collectors",),
     ("engine",),
     ("plots",),
-    ("worker",),
+    ("worker", "pool"),
     ("ui",),
     ("app", "cli", "__main__"),
 )

@@ -21,7 +21,7 @@ from ..session.files import MAX_FILE_BYTES
 from ..units import format_bytes, quoted
 
 CHUNK_BYTES = 4 * 2**20
-MAX_NAME = 200  # characters of a file's name kept: it is shown, quoted, and names nothing on the server
+MAX_NAME = 1024  # characters of a file's name kept: it is shown, quoted, and names nothing on the server
 # a piece's message (its bytes and its fields; base64, where a browser sends them so): the largest the
 # server need take from a page
 UPLOAD_MESSAGE_BYTES = -(-CHUNK_BYTES * 4 // 3) + 2**20
