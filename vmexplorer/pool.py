@@ -78,6 +78,27 @@ def _worker_main(conn: Any, preload: Sequence[str]) -> None:
             conn.send(("failed", f"the result could not be sent back ({type(e).__name__}: {e})"))
 
 
+def start_process(ctx: Any, target: Callable[..., None], args: tuple[Any, ...], name: str) -> tuple[Any, Any]:
+    """A worker process of `ctx` running `target(conn, *args)`, and the server's end of its pipe."""
+    parent, child = ctx.Pipe(duplex=True)
+    proc = ctx.Process(target=target, args=(child, *args), name=name, daemon=True)
+    proc.start()
+    child.close()  # so the pipe reports EOF when the worker dies
+    return proc, parent
+
+
+def stop_process(proc: Any, conn: Any) -> None:
+    """Close a worker's pipe and end it: terminated, killed if it does not go."""
+    if conn is not None:
+        conn.close()
+    if proc is not None and proc.is_alive():
+        proc.terminate()
+        proc.join(2)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(2)
+
+
 class _Worker:
     """One worker process and the thread that feeds it the pool's jobs, one at a time."""
 
@@ -88,24 +109,13 @@ class _Worker:
         self.thread = threading.Thread(target=self._loop, name=f"vmexplorer-work-{index}", daemon=True)
 
     def start_process(self) -> None:
-        parent, child = self.pool._ctx.Pipe(duplex=True)
-        proc = self.pool._ctx.Process(target=_worker_main, args=(child, self.pool.preload),
-                                      name=f"vmexplorer-work-{self.index}", daemon=True)
-        proc.start()
-        child.close()  # so the pipe reports EOF when the worker dies
-        self.proc, self.conn = proc, parent
+        self.proc, self.conn = start_process(self.pool._ctx, _worker_main, (self.pool.preload,),
+                                             f"vmexplorer-work-{self.index}")
 
     def stop_process(self) -> None:
         proc, conn = self.proc, self.conn
         self.proc = self.conn = None
-        if conn is not None:
-            conn.close()
-        if proc is not None and proc.is_alive():
-            proc.terminate()
-            proc.join(2)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(2)
+        stop_process(proc, conn)
 
     def _loop(self) -> None:
         pool = self.pool

@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, TypeVar
 
+from .pool import start_process, stop_process
+
 if TYPE_CHECKING:
     from .plan import Plan
     from .session import Session
@@ -182,25 +184,14 @@ class _Slot:
         self.thread = threading.Thread(target=self._loop, name=f"vmexplorer-gpu-{device}", daemon=True)
 
     def _start_worker(self) -> None:
-        parent, child = self.queue._ctx.Pipe(duplex=True)
         self.stop = self.queue._ctx.Event()  # a killed worker may have died holding the old one's lock
-        proc = self.queue._ctx.Process(target=_worker_main, args=(child, self.stop, self.device),
-                                       name=f"vmexplorer-worker-{self.device}", daemon=True)
-        proc.start()
-        child.close()  # so the pipe reports EOF when the worker dies
-        self.proc, self.conn = proc, parent
+        self.proc, self.conn = start_process(self.queue._ctx, _worker_main, (self.stop, self.device),
+                                             f"vmexplorer-worker-{self.device}")
 
     def kill_worker(self) -> None:
         proc, conn = self.proc, self.conn
         self.proc = self.conn = None
-        if conn is not None:
-            conn.close()
-        if proc is not None and proc.is_alive():
-            proc.terminate()
-            proc.join(2)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(2)
+        stop_process(proc, conn)
 
     def _loop(self) -> None:
         q = self.queue
