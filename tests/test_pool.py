@@ -133,3 +133,23 @@ def test_closing_cancels_what_waits_and_stops_the_workers() -> None:
             f.result(10)
     with pytest.raises(RuntimeError, match="closed"):
         pool.submit(pid_after, 0)
+
+
+def test_a_job_that_would_wait_behind_another_owners_starts_an_extra_worker_up_to_the_cap_which_leaves_when_idle(
+        ) -> None:
+    with WorkPool(1, max_workers=2, idle_s=3.0) as pool:
+        slow = pool.submit(pid_after, 6, owner="searching")
+        _until(lambda: pool.place(slow) is None)  # running
+        quick = pool.submit(pid_after, 0, owner="simulating")
+        quick_pid = quick.result(30)
+        assert not slow.done(), "the second owner's job waited out the first"
+        assert pool.size == 2 and quick_pid != slow.result(30)
+        # the cap reached: a third owner's job waits its turn
+        slow = pool.submit(pid_after, 3, owner="searching")
+        other = pool.submit(pid_after, 3, owner="simulating")
+        _until(lambda: pool.place(slow) is None and pool.place(other) is None)  # both running
+        third = pool.submit(pid_after, 0, owner="opening")
+        assert pool.size == 2 and pool.place(third) == 1
+        third.result(30)
+        assert slow.done() or other.done()  # it ran once one of them had ended
+        _until(lambda: pool.size == 1, timeout=15)  # the extra worker left once idle

@@ -25,20 +25,9 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 if __name__.startswith("bokeh"):  # served by `panel serve`
-    from panel.io.resources import LOCAL_DIST
-
-    from vmexplorer.ui.serving import served_template
+    from vmexplorer.ui.serving import serve_document
 
     doc = pn.state.curdoc
     assert doc is not None  # Bokeh serves this script into a document
-    # where Panel's stylesheets are served from, which Panel writes into a session's document as it renders
-    # its page; `vmexplorer serve` renders one page for every visitor and builds each visitor's session when
-    # the browser connects (cli/serve.py), so that session's page is never rendered: without this its models would
-    # name stylesheets on Panel's CDN, not reachable offline
-    doc.template_variables.setdefault("dist_url", f"{pn.state.rel_path}/{LOCAL_DIST}" if pn.state.rel_path
-                                      else LOCAL_DIST)
     pn.extension("tabulator")  # the tables come after the first document: their scripts are asked for by name
-    # the template adds its parts to the document one root at a time, and Bokeh walks every model at each:
-    # frozen, it walks them once
-    with doc.models.freeze():
-        served_template().servable()
+    serve_document(doc)

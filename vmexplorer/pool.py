@@ -9,10 +9,12 @@ result. Threads would not do: the work is Python and would hold the GIL from the
 
 Each owner (a visitor) has at most one job: a new one replaces the one they had, queued or running (its
 worker is terminated and a fresh one started in its place), and the replaced job's future raises
-`Cancelled`. Jobs wait in the order they came, so a visitor waits behind at most one job of each other
-visitor. A job that raises fails its future with `WorkFailed` and the error's text; a worker that dies (a
-crash, the kernel's out-of-memory killer) or passes `timeout_s` fails its job and is replaced. The server
-should use `shared_pool()`, one pool for all its pages.
+`Cancelled`. While every worker is busy, a new job starts an extra worker (up to `max_workers`; it
+leaves once idle), so a visitor's job does not wait behind another's; past the cap, jobs wait in the
+order they came, a visitor behind at most one job of each other visitor. A job that raises fails its
+future with `WorkFailed` and the error's text; a worker that dies (a crash, the kernel's out-of-memory
+killer) or passes `timeout_s` fails its job and is replaced. The server should use `shared_pool()`, one
+pool for all its pages.
 """
 
 from __future__ import annotations
@@ -100,10 +102,11 @@ def stop_process(proc: Any, conn: Any) -> None:
 
 
 class _Worker:
-    """One worker process and the thread that feeds it the pool's jobs, one at a time."""
+    """One worker process and the thread that feeds it the pool's jobs, one at a time; an extra one starts
+    its process for its first job and leaves the pool once idle."""
 
-    def __init__(self, pool: WorkPool, index: int) -> None:
-        self.pool, self.index = pool, index
+    def __init__(self, pool: WorkPool, index: int, extra: bool = False) -> None:
+        self.pool, self.index, self.extra = pool, index, extra
         self.proc: Any = None
         self.conn: Any = None
         self.thread = threading.Thread(target=self._loop, name=f"vmexplorer-work-{index}", daemon=True)
@@ -120,8 +123,9 @@ class _Worker:
     def _loop(self) -> None:
         pool = self.pool
         while True:
-            job = pool._next()
+            job = pool._next(self)
             if job is None:
+                self.stop_process()  # the pool closed, or an extra worker it no longer needs
                 return
             try:
                 if self.proc is None or not self.proc.is_alive():
@@ -182,16 +186,19 @@ class WorkPool:
     each worker imports as it starts. timeout_s: a job running longer is stopped and fails."""
 
     def __init__(self, workers: int = 2, timeout_s: float = 120.0, preload: Sequence[str] = (),
-                 poll_s: float = 0.02) -> None:
+                 poll_s: float = 0.02, max_workers: int | None = None, idle_s: float = 60.0) -> None:
         if workers < 1:
             raise ValueError("a WorkPool needs at least one worker")
-        self.timeout_s, self.preload, self.poll_s = timeout_s, tuple(preload), poll_s
+        self.timeout_s, self.preload, self.poll_s, self.idle_s = timeout_s, tuple(preload), poll_s, idle_s
+        self.workers, self.max_workers = workers, max(workers, max_workers or workers)
         self._ctx = multiprocessing.get_context("spawn")
         self._cond = threading.Condition()
         self._waiting: list[_Job] = []
         self._running: dict[str, _Job] = {}  # by owner
+        self._working: set[_Worker] = set()  # workers running a job
         self._closed = False
         self._workers = [_Worker(self, i) for i in range(workers)]
+        self._made = workers  # workers ever made: each one's name
         for w in self._workers:
             w.start_process()  # importing takes a second or two: started now, before anyone asks
             w.thread.start()
@@ -206,8 +213,22 @@ class WorkPool:
             if owner:
                 self._cancel_owner(owner, "replaced by a newer request")
             self._waiting.append(job)
+            # every worker busy with someone else's job: one more, up to the cap, rather than a visitor
+            # waiting out another's search
+            idle = len(self._workers) - len(self._working)
+            if idle < len(self._waiting) and len(self._workers) < self.max_workers:
+                extra = _Worker(self, self._made, extra=True)
+                self._made += 1
+                self._workers.append(extra)
+                extra.thread.start()  # its process is started by its thread, off the caller's
             self._cond.notify_all()
         return job.future
+
+    @property
+    def size(self) -> int:
+        """Worker processes now: `workers`, and extras (up to `max_workers`) while jobs would wait."""
+        with self._cond:
+            return len(self._workers)
 
     def cancel(self, owner: str, why: str = "cancelled") -> bool:
         """Cancel `owner`'s job, waiting or running; False if they have none."""
@@ -231,7 +252,9 @@ class WorkPool:
                     job.future.set_exception(Cancelled(job.cancel))
             self._waiting.clear()
             self._cond.notify_all()
-        for w in self._workers:
+        with self._cond:
+            workers = list(self._workers)
+        for w in workers:
             w.thread.join(5)
             w.stop_process()
 
@@ -251,12 +274,21 @@ class WorkPool:
             running.cancel = why
         return bool(waiting) or running is not None
 
-    def _next(self) -> _Job | None:
+    def _next(self, worker: _Worker) -> _Job | None:
+        """The next job for `worker`; None when the pool closes, or for an extra worker idle for `idle_s`
+        (it leaves the pool)."""
         with self._cond:
+            self._working.discard(worker)
+            deadline = time.monotonic() + self.idle_s
             while not self._waiting and not self._closed:
-                self._cond.wait()
+                left = deadline - time.monotonic() if worker.extra else None
+                if left is not None and left <= 0:
+                    self._workers.remove(worker)
+                    return None
+                self._cond.wait(left)
             if self._closed:
                 return None
+            self._working.add(worker)
             job = self._waiting.pop(0)
             job.started = time.monotonic()
             job.future.set_running_or_notify_cancel()
@@ -277,6 +309,7 @@ class WorkPool:
 
 
 WORKERS_ENV = "VMEXPLORER_WORK_PROCESSES"  # worker processes of the server's pool (default: `default_workers`)
+MAX_WORKERS_ENV = "VMEXPLORER_MAX_WORK_PROCESSES"  # with the extras started while jobs would wait (default: 2 more)
 
 
 def default_workers(server_processes: int = 1) -> int:
@@ -290,11 +323,17 @@ def default_workers(server_processes: int = 1) -> int:
 def shared_pool() -> WorkPool:
     """The server's one pool, for all its pages (Panel runs the app's script once per browser session);
     closed when the server exits."""
-    text = os.environ.get(WORKERS_ENV, "")
-    workers = int(text) if text.isdigit() and 1 <= int(text) <= 64 else default_workers()
-    pool = WorkPool(workers, preload=("vmexplorer.ui.work",))
+    workers = _env_workers(WORKERS_ENV) or default_workers()
+    # two more while visitors' jobs would wait: a visitor's Simulate does not wait out another's minute of
+    # search (they share the cores instead); more would hold more memory than a class's laptop server has
+    pool = WorkPool(workers, preload=("vmexplorer.ui.work",), max_workers=_env_workers(MAX_WORKERS_ENV) or workers + 2)
     atexit.register(pool.close)
     return pool
+
+
+def _env_workers(name: str) -> int | None:
+    text = os.environ.get(name, "")
+    return int(text) if text.isdigit() and 1 <= int(text) <= 64 else None
 
 
 def stop_shared_pool() -> None:

@@ -18,8 +18,6 @@ processes has one queue in each; a run takes its GPU through a lock on a file na
 (`DeviceLock`), so runs from every process (and every server on the machine) still go one at a time. `gpu_available()`
 says whether CuPy and a GPU are there without importing CuPy here: it asks a short subprocess, once,
 and remembers the answer; `gpu_check()` asks it in a background thread so a page never waits for it.
-`Spare` makes one object (the app: a page's view) ahead of need in a background thread while the
-server is quiet.
 """
 
 from __future__ import annotations
@@ -39,7 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from .pool import start_process, stop_process
 
@@ -471,57 +469,6 @@ def _env_count(name: str, default: int) -> int:
     print(f"vmexplorer: {name}={text[:20]!r} is not a count from 1 to 10000; using {default}", file=sys.stderr)
     return default
 
-
-T = TypeVar("T")
-
-
-class Spare(Generic[T]):
-    """One object made ahead of need by a background thread while the server is quiet: `take` hands it
-    over (None while none is ready) and the next is made once no take has come for `quiet_s`, so that
-    a burst of takes (a class opening the page at once) is not slowed by making spares it cannot use.
-    A `make` that raises is not tried again: every later take is None and callers make their own."""
-
-    def __init__(self, make: Callable[[], T], quiet_s: float = 1.0) -> None:
-        self._make, self._quiet_s = make, quiet_s
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._ready: T | None = None
-        self._last_take = time.monotonic() - quiet_s
-        self._closed = False
-        self.failed: str | None = None  # why `make` raised, if it did
-        self._thread = threading.Thread(target=self._run, name="spare", daemon=True)
-        self._thread.start()
-
-    def take(self) -> T | None:
-        with self._lock:
-            got, self._ready = self._ready, None
-            self._last_take = time.monotonic()
-        self._wake.set()
-        return got
-
-    def close(self, wait_s: float = 0.0) -> None:
-        """Make no more; with `wait_s`, wait that long for one being made: a thread still building models
-        while the interpreter shuts down can abort the process."""
-        self._closed = True
-        self._wake.set()
-        if wait_s > 0:
-            self._thread.join(wait_s)
-
-    def _run(self) -> None:
-        while not self._closed and self.failed is None:
-            with self._lock:
-                wait = None if self._ready is not None else self._last_take + self._quiet_s - time.monotonic()
-            if wait is None or wait > 0:  # one ready, or a take too recent: sleep until a take wakes us
-                self._wake.wait(wait)
-                self._wake.clear()
-                continue
-            try:
-                made = self._make()
-            except Exception as e:  # a spare is an optimisation: the caller makes its own
-                self.failed = f"{type(e).__name__}: {e}"
-                return
-            with self._lock:
-                self._ready = made
 
 
 # --- is there a GPU? -------------------------------------------------------------------------------

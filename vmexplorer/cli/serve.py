@@ -154,13 +154,22 @@ def _app_server(args: argparse.Namespace, procs: int = 1) -> Any:
     # it from one session, and build each visitor's own when the browser connects, after it has loaded
     # the scripts. Built at the request instead, the session's build competes with the browser for the
     # CPU as it starts the page, and holds up the scripts' requests behind it
+    from bokeh.settings import settings
+    from panel.io.application import build_single_handler_application
+
     from vmexplorer.ui.routes import guarded_patterns, session_key
+    from vmexplorer.ui.serving import PagesAhead
     from vmexplorer.ui.upload import UPLOAD_MESSAGE_BYTES
 
     pn.config.reuse_sessions = True
     pn.config.session_key_func = session_key
+    # Bokeh checks every new document's models for mistakes and logs what it finds: a tenth of a second
+    # of each visitor's session on the event loop, for a page whose models the tests check
+    settings.perform_document_validation.set_value(False)
+    application = build_single_handler_application(str(app))
+    application.add(PagesAhead())  # each visitor's page made in a thread before the session is built
     try:
-        return pn.serve({"app": str(app)}, port=args.port, address=args.address, extra_patterns=guarded_patterns(),
+        return pn.serve({"app": application}, port=args.port, address=args.address, extra_patterns=guarded_patterns(),
                         websocket_origin=args.allow_websocket_origin, show=False, start=False, verbose=False,
                         warm=procs == 1, num_procs=procs, compress_response=True,
                         websocket_max_message_size=UPLOAD_MESSAGE_BYTES)

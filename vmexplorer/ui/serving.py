@@ -1,24 +1,33 @@
 """The page as a server serves it: in a template, with a spare page made ahead for the next visitor, the
 link kept in the browser's address, and a closed tab's GPU run cancelled.
 
-`vmexplorer/app.py` (what `panel serve` runs, once per browser session) calls `served_template()`. This
-module is imported once per server process, so what it keeps (the spare page) outlives a served script's
-module, which Bokeh clears when its session ends.
+`vmexplorer/app.py` (what `panel serve` runs, once per browser session) calls `serve_document()`.
+`vmexplorer serve` adds `PagesAhead` to the application, which builds each visitor's document off the
+event loop before that. This module is imported once per server process, so what it keeps (the page
+maker) outlives a served script's module, which Bokeh clears when its session ends.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+import threading
+import time
+import weakref
 from collections.abc import Callable
-from typing import Any
+from concurrent.futures import Future
+from typing import Any, Generic, TypeVar
 
 import panel as pn
+from bokeh.application.handlers.handler import Handler
+from panel.io.state import set_curdoc
 
-from ..worker import Spare
 from .link import parse
 from .page import Page
 from .routes import warn_if_unguarded
 from .state import AppState
+
+_log = logging.getLogger(__name__)
 
 
 class Template(pn.template.VanillaTemplate):
@@ -33,13 +42,39 @@ class Template(pn.template.VanillaTemplate):
     _resources = {"css": {}}
 
 
+def serve_document(doc: Any) -> None:
+    """Fill the served document of one browser tab (what `vmexplorer/app.py` does for each session): with
+    the page `PagesAhead` built around it in the spare thread, or else built now."""
+    page = documents_made_ahead().pop(doc, None)
+    if page is not None:
+        # Panel sends a document's changes at once only from the thread it was built in, and queues them
+        # from any other: the document is the event loop's from now on
+        pn.state._thread_id = threading.get_ident()
+        _in_session(page, doc, None)
+        return
+    _set_dist_url(doc)
+    # the template adds its parts to the document one root at a time, and Bokeh walks every model at each:
+    # frozen, it walks them once
+    with doc.models.freeze():
+        served_template().servable()
+
+
 def served_template(state: AppState | None = None) -> Template:
     """The page of one browser tab in its template; served, wired to the tab's document."""
     doc = pn.state.curdoc
     served = doc is not None and doc.session_context is not None
-    # served, the default page was made while the server waited for this visitor (`spare_pages`): the
-    # session the browser waits for is built in the time the template and its models take
+    # served, the default page may have been made while the server waited for this visitor
     page = (spare_pages().take() if served and state is None else None) or Page(state)
+    template, sidebar = _template(page, doc)
+    if doc is None or not served:
+        page.complete(sidebar)
+        return template
+    _in_session(page, doc, sidebar)
+    return template
+
+
+def _template(page: Page, doc: Any) -> tuple[Template, pn.Column]:
+    """`page` in its template, and the template's sidebar (empty until the page is complete)."""
     page.gpu.follow_gpu_check()  # in this session: a spare was made with no session to poll in
     # the sidebar is one root, not one per widget (a template makes a root of each item): a document of a
     # few roots instead of dozens, each of which the browser would lay out on its own
@@ -53,23 +88,168 @@ def served_template(state: AppState | None = None) -> Template:
         page.gpu.visitor = _visitor(doc)
         # one job in the work pool at a time per visitor; a page of no known address is one of its own
         page.working.owner = page.gpu.visitor or f"page {id(page)}"
-    if doc is None or not served:
-        page.complete(sidebar)
-        return template
+    return template, sidebar
+
+
+def _in_session(page: Page, doc: Any, sidebar: pn.Column | None) -> None:
+    """On the event loop, the served page joined to its session; `sidebar`, if given, filled once the
+    browser has drawn the rest."""
     page.changes.attach(doc)
     page.files.make_in = page.working.download
     warn_if_unguarded()
-    pn.state.onload(lambda: page.complete(sidebar))  # the story first, the rest once drawn
+    if sidebar is not None:
+        pn.state.onload(lambda: page.complete(sidebar))  # the story first, the rest once drawn
     ClosedTabWrites.install()
     if pn.state.location is not None:
         follow_address(page, pn.state.location)
-    return template
+
+
+def _set_dist_url(doc: Any) -> None:
+    from panel.io.resources import LOCAL_DIST
+
+    # where Panel's stylesheets are served from, which Panel writes into a session's document as it renders
+    # its page; `vmexplorer serve` renders one page for every visitor and builds each visitor's session when
+    # the browser connects (cli/serve.py), so that session's page is never rendered: without this its models
+    # would name stylesheets on Panel's CDN, not reachable offline
+    doc.template_variables.setdefault("dist_url", f"{pn.state.rel_path}/{LOCAL_DIST}" if pn.state.rel_path
+                                      else LOCAL_DIST)
+
+
+class PagesAhead(Handler):
+    """A Bokeh handler, beside the app's script, that has each visitor's document built in the spare
+    page's thread before Bokeh runs the script on the event loop (Bokeh lets a session hook make the
+    session wait): the page, its template and their models, whole (the sidebar too, which a page built on
+    the loop adds once the browser has drawn the rest). A document is most of a second of Python; built
+    on the loop, a class opening the page together held every visitor's requests and drags for seconds.
+    Built in the thread, one at a time, in turn, the loop goes on answering, sharing the interpreter with
+    it, and is left the document's encoding for the browser."""
+
+    def modify_document(self, doc: Any) -> None:
+        pass  # the app's script fills the document (`serve_document`): with what was built here, if anything
+
+    async def on_session_created(self, session_context: Any) -> None:
+        import asyncio
+
+        doc = session_context._document  # as Panel's own session hook reaches it
+        try:
+            page = await asyncio.wrap_future(spare_pages().order(functools.partial(_document_ahead, doc)))
+        except Exception as e:  # the script builds it on the loop instead, from nothing
+            _log.warning("building a page's document ahead failed (%s: %s); built on the event loop instead",
+                         type(e).__name__, e)
+            doc.clear()
+            return
+        if page is not None:
+            documents_made_ahead()[doc] = page
+
+
+def _document_ahead(doc: Any, page: Page) -> None:
+    """In the spare thread: `doc` filled with `page` in its template, complete, as the app's script would."""
+    with set_curdoc(doc):
+        _set_dist_url(doc)
+        template, sidebar = _template(page, doc)
+        page.complete(sidebar)
+        with doc.models.freeze():
+            template.servable()
+
+
+@functools.lru_cache(maxsize=1)
+def documents_made_ahead() -> weakref.WeakKeyDictionary[Any, Page]:
+    """Each document `PagesAhead` built, with its page, until the app's script takes it."""
+    return weakref.WeakKeyDictionary()
+
+
+T = TypeVar("T")
+
+
+class Spare(Generic[T]):
+    """Objects made in a background thread, ahead of need: one spare made while the server is quiet, and
+    the ones ordered (`order`) made one at a time, in the order asked.
+
+    `take` hands the spare over at once (None while none is ready). `order` is for a caller that can wait
+    (the server's session hook): the spare if one is ready, else one made next for it, so that a class
+    opening the page together has its pages made in turn off the event loop. The spare is made again once
+    no take or order has come for `quiet_s`: a burst is not slowed by spares it cannot use. A `make` that
+    raises is not tried again: its order, and every take and order after it, get None (`failed` says why),
+    and callers make their own."""
+
+    def __init__(self, make: Callable[[], T], quiet_s: float = 1.0) -> None:
+        self._make, self._quiet_s = make, quiet_s
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._ready: T | None = None
+        self._orders: list[tuple[Future[T | None], Callable[[T], Any] | None]] = []
+        self._last_take = time.monotonic() - quiet_s
+        self._closed = False
+        self.failed: str | None = None  # why `make` raised, if it did
+        self._thread = threading.Thread(target=self._run, name="spare", daemon=True)
+        self._thread.start()
+
+    def take(self) -> T | None:
+        with self._lock:
+            got, self._ready = self._ready, None
+            self._last_take = time.monotonic()
+        self._wake.set()
+        return got
+
+    def order(self, then: Callable[[T], Any] | None = None) -> Future[T | None]:
+        """The spare, or one made for this order after the ones before it; None once making has failed or
+        the maker is closed (the caller makes its own). `then(made)` is done in the thread before it is
+        handed over (a page's document built around it); if it raises, the future does."""
+        future: Future[T | None] = Future()
+        with self._lock:
+            self._last_take = time.monotonic()
+            if self._closed or self.failed is not None:
+                future.set_result(None)
+            else:
+                self._orders.append((future, then))
+        self._wake.set()
+        return future
+
+    def close(self, wait_s: float = 0.0) -> None:
+        """Make no more (orders waiting get None); with `wait_s`, wait that long for one being made: a
+        thread still building models while the interpreter shuts down can abort the process."""
+        self._closed = True
+        self._wake.set()
+        if wait_s > 0:
+            self._thread.join(wait_s)
+
+    def _run(self) -> None:
+        while not self._closed and self.failed is None:
+            with self._lock:
+                order = self._orders.pop(0) if self._orders else None
+                made, self._ready = (self._ready, None) if order is not None else (None, self._ready)
+                wait = None if self._ready is not None else self._last_take + self._quiet_s - time.monotonic()
+            if order is None and (wait is None or wait > 0):  # a spare ready, or a take too recent: sleep
+                self._wake.wait(wait)
+                self._wake.clear()
+                continue
+            if made is None:
+                try:
+                    made = self._make()
+                except Exception as e:  # a spare is an optimisation: the caller makes its own
+                    self.failed = f"{type(e).__name__}: {e}"
+            if order is None:
+                with self._lock:
+                    self._ready = made
+                continue
+            future, then = order
+            try:
+                if made is not None and then is not None:
+                    then(made)
+            except Exception as e:
+                future.set_exception(e)
+            else:
+                future.set_result(made)
+        with self._lock:
+            orders, self._orders = self._orders, []
+        for future, _ in orders:
+            future.set_result(None)
 
 
 @functools.lru_cache(maxsize=1)
 def spare_pages() -> Spare[Page]:
-    """The server's spare page of the default sample, made in a background thread once no page has opened
-    for two seconds; one per server process."""
+    """The server's page maker: the pages `PagesAhead` orders for the visitors, and a spare of the default
+    sample made once no page has opened for two seconds; one per server process."""
     return Spare(_spare_page, quiet_s=2.0)
 
 
