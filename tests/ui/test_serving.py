@@ -67,6 +67,8 @@ def test_a_visitors_document_is_built_whole_in_the_makers_thread_and_the_script_
     page = serving.documents_made_ahead()[doc]
     roots = list(doc.roots)
     assert roots and _has_text(doc, "how CNN training pages GPU memory")  # the whole page, its sidebar too
+    # no busy spinner: Panel's turns with any visitor's callback, in every tab
+    assert not [m for m in doc.models if "loader" in getattr(m, "css_classes", [])]
     with set_curdoc(doc):
         serving.serve_document(doc)
         assert pn.state._thread_id == threading.get_ident()  # Panel sends the document's changes from here on

@@ -79,8 +79,11 @@ def _template(page: Page, doc: Any) -> tuple[Template, pn.Column]:
     # the sidebar is one root, not one per widget (a template makes a root of each item): a document of a
     # few roots instead of dozens, each of which the browser would lay out on its own
     sidebar = pn.Column(sizing_mode="stretch_width")
+    # no busy spinner: Panel's spins in every tab while any visitor's callback runs (its busy state is the
+    # server's), and each of its turns sets every open tab's spinner, a patch to each: a fifth of the event
+    # loop's time with a class's pages open. The page says what it is doing itself (`Working`)
     template = Template(title="vmexplorer", sidebar=[sidebar], main=page.main(), header=page.header(),
-                        sidebar_width=330)
+                        sidebar_width=330, busy_indicator=None)
     if doc is not None:  # the page follows its document's session; built outside a server, there is none
         # a bound method: it holds the page, and the page all it needs to cancel its run
         doc.on_session_destroyed(page.session_destroyed)
