@@ -81,6 +81,9 @@ def _quieter_collections() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 20)
+    # the page maker's thread builds pages beside the event loop: the loop, each time it comes back from
+    # the network, waits for the interpreter at most this long (Python's default, 5 ms, a few times a drag)
+    sys.setswitchinterval(0.001)
 
 
 def _cannot_listen(address: str | None, port: int, error: OSError) -> UsageError:
