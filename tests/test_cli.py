@@ -466,18 +466,24 @@ def test_info_holds_the_session_against_its_bound(sessions: dict[str, Path], tmp
     ratio = simulated.summary["iteration_ns"] / simulated.bound.lower_bound_ns
     assert code == 0 and (f"lower bound {format_ns(simulated.bound.lower_bound_ns)}, set by migration bandwidth"
                           in table) and f"this simulated iteration is {ratio:.1f}x it" in table
-    # a file with no bound stored (older than the bound, or measured before calibration) gets one worked
-    # out under its cost model, or the default without one, and says so
+    # a file with no bound stored (older than the bound) gets one worked out under its cost model, and says so
     bare = tmp_path / "bare.vms"
     measured = load_session(SAMPLES / "vgg19-b64-uvm-50pct.measured.vms")
-    save_session(dataclasses.replace(measured, cost_model=None, bound=None), bare)
+    save_session(dataclasses.replace(measured, bound=None), bare)
     doc = run_json(capsys, "info", str(bare))
-    expected = lower_bound(measured.graph, measured.plan.capacity, H100_DEFAULT)
+    expected = lower_bound(measured.graph, measured.plan.capacity, measured.cost_model)
     assert (doc["bound"], doc["bound_stored"], doc["bound_cost_model"]) == (expected.as_json(), False,
-                                                                            H100_DEFAULT.name)
+                                                                            measured.cost_model.name)
     code, table, _ = run(capsys, "info", str(bare))
     ratio = measured.summary["iteration_ns"] / expected.lower_bound_ns
     assert f"this measured iteration is {ratio:.1f}x it" in table and "worked out now" in table
+    # a measured one with no cost model has no bound: the default is another GPU's (an H100's, uncalibrated)
+    save_session(dataclasses.replace(measured, cost_model=None, bound=None), bare, force=True)
+    doc = run_json(capsys, "info", str(bare))
+    assert (doc["bound"], doc["bound_cost_model"]) == (None, None)
+    code, table, _ = run(capsys, "info", str(bare))
+    assert code == 0 and "lower bound: none (no cost model of the GPU it ran on" in table
+    assert H100_DEFAULT.name not in table
 
 
 def test_calibrating_a_device_run_says_its_transfer_rates_were_not_fitted_and_times_are_integers(

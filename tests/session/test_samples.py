@@ -52,3 +52,65 @@ def test_the_samples_of_one_gpu_and_model_carry_one_cost_model_so_a_configuratio
         key = (s.environment.get("gpu", ""), s.graph.model, s.graph.batch)
         by_gpu_and_model.setdefault(key, set()).add(repr(s.cost_model))
     assert by_gpu_and_model and all(len(models) == 1 for models in by_gpu_and_model.values())
+
+
+MEASURED = [p for p in SAMPLES if ".measured." in p.name]
+
+
+@pytest.mark.parametrize("path", MEASURED, ids=[p.name for p in MEASURED])
+def test_a_measured_sample_is_judged_by_its_own_gpus_model_and_is_no_faster_than_its_bound(path: Path) -> None:
+    import numpy as np
+
+    from vmexplorer.session.samples import short_gpu
+
+    session = load_session(path)
+    assert session.cost_model is not None, "a measured sample without its GPU's cost model"
+    assert short_gpu(session.environment["gpu"]) in session.cost_model.name
+    bound = session.bound or bound_for(session.graph, session.plan, session.cost_model)
+    assert bound is not None
+    assert float(np.median(session.timeline.timed_ns())) >= bound.lower_bound_ns
+
+
+def _rerun(path: Path, gpu: str) -> tuple[object, object, object]:
+    """A sample's run as the engine hands it back, as if measured on `gpu`."""
+    from vmexplorer.engine.executor import RunResult
+
+    s = load_session(path)
+    result = RunResult(s.timeline, (2.3,), {**s.environment, "gpu": gpu}, collected=s.collected)
+    return s.graph, s.plan, result
+
+
+def test_a_fresh_run_is_judged_by_its_own_gpu_the_samples_model_else_its_own_calibration() -> None:
+    import numpy as np
+
+    from vmexplorer.engine.executor import measured_session
+
+    device = next(p for p in MEASURED if p.name == "h200-vgg19-b64-device.measured.vms")
+    paging = next(p for p in MEASURED if p.name == "h200-vgg19-b64-belady-50pct.measured.vms")
+    h200 = load_session(device).cost_model
+    # on the H200: the model its samples of this graph were calibrated with, whatever the policy
+    for path in (device, paging):
+        session = measured_session(*_rerun(path, "NVIDIA H200"))
+        assert session.cost_model == h200 and session.bound is not None
+    # on a GPU with no samples: calibrated on itself, never the H100's default; a paging run says what that
+    # costs its bound
+    for path in (device, paging):
+        session = measured_session(*_rerun(path, "NVIDIA B200"))
+        assert session.cost_model is not None and "calibrated on this run (NVIDIA B200)" in session.cost_model.name
+        assert session.bound is not None
+        assert float(np.median(session.timeline.timed_ns())) >= session.bound.lower_bound_ns
+        stalls = [note for note in session.notes if "hold the paging's stalls" in note]
+        assert bool(stalls) == (path is paging)
+
+
+@pytest.mark.parametrize("path", MEASURED, ids=[p.name for p in MEASURED])
+def test_a_measured_run_calibrated_on_itself_is_no_faster_than_the_bound_that_gives(path: Path) -> None:
+    # what a fresh run on a GPU without samples is judged by (engine.executor.measured_session), and what
+    # the app simulates an uploaded run's edits with
+    import numpy as np
+
+    from vmexplorer.simulator import calibrate
+
+    s = load_session(path)
+    bound = bound_for(s.graph, s.plan, calibrate(s.graph, s.plan, s.timeline))
+    assert bound is not None and float(np.median(s.timeline.timed_ns())) >= bound.lower_bound_ns

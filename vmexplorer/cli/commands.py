@@ -118,13 +118,16 @@ def cmd_info(args: argparse.Namespace) -> dict[str, Any]:
 
     session = _load(args.file)
     cost = session.cost_model
+    # a measured session is judged by its own GPU's model: with none, it has no bound (another GPU's model
+    # would put one above a faster GPU's measurement)
+    unjudged = session.timeline.source == "measured" and cost is None
     # a file from before the bound (schema 6 and older) has none stored: it is worked out here, the same way
-    bound = session.bound or bound_for(session.graph, session.plan, cost)
+    bound = session.bound or (None if unjudged else bound_for(session.graph, session.plan, cost))
     return {"path": str(args.file), "config": _config(session.plan), "created": session.created,
             "cost_model": getattr(cost, "name", None), "environment": session.environment,
             "notes": list(session.notes), "summary": session.summary,
             "bound": None if bound is None else bound.as_json(), "bound_stored": session.bound is not None,
-            "bound_cost_model": (cost or H100_DEFAULT).name}
+            "bound_cost_model": None if unjudged else (cost or H100_DEFAULT).name}
 
 
 def cmd_calibrate(args: argparse.Namespace) -> dict[str, Any]:
@@ -237,7 +240,11 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
         raise
     except Exception as e:  # a CUDA or cuDNN failure is the run's, reported in one line
         raise RunFailed(f"the GPU run failed: {type(e).__name__}: {e}") from None
-    session = measured_session(graph, plan, result, notes=(
+    given = _cost_session(getattr(args, "cost_model", None))
+    # a --cost-model of this GPU and graph judges the run; another GPU's or graph's planned it, no more
+    own = given.cost_model if given is not None and given.graph.key == graph.key and \
+        given.environment.get("gpu") == result.environment.get("gpu") else None
+    session = measured_session(graph, plan, result, cost_model=own, notes=(
         "fault bytes per op are the plan's; measured faults come with the CUPTI collector", *reports, *args.note))
     save_session(session, args.out, force=args.force)
     return {"path": str(args.out), "config": _config(session.plan), "summary": session.summary,

@@ -131,7 +131,9 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
     _plan_args(p)
     p.add_argument("--cost-model", type=Path, metavar="FILE",
                    help="--policy tuned searches with the cost model calibrated on a measured session FILE (the "
-                        "GPU's own rates) instead of the uncalibrated H100 default; the run itself is measured")
+                        "GPU's own rates) instead of the uncalibrated H100 default; the run itself is measured, and "
+                        "judged (its bound) by FILE's model where FILE ran this graph on this GPU, else by the "
+                        "samples' model of this GPU, else (device) by its own calibration")
     p.add_argument("--iterations", type=int, default=5, metavar="N", help="iterations timed (default 5)")
     p.add_argument("--warmup", type=int, default=1, metavar="N", help="iterations run first, not recorded")
     p.add_argument("--counted", type=int, default=1, metavar="N",

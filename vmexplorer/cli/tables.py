@@ -176,6 +176,8 @@ def _info_bound_line(doc: dict[str, Any]) -> str:
     from ..simulator.bound import Bound
     from ..units import format_ns
 
+    if doc["bound"] is None and doc.get("bound_cost_model") is None:
+        return "lower bound: none (no cost model of the GPU it ran on: `vmexplorer calibrate` fits one)"
     if doc["bound"] is None:
         return "lower bound: none (the capacity is below what any plan needs)"
     b = Bound(**doc["bound"])

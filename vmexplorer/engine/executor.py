@@ -105,17 +105,33 @@ class RunResult:
 
 
 def measured_session(graph: Graph, plan: Plan, result: RunResult, where: str = "",
-                     notes: Sequence[str] = ()) -> Any:
+                     notes: Sequence[str] = (), cost_model: Any = None) -> Any:
     """The session of a run: its timeline, environment and collector records; its notes say where it
-    ran (the GPU, then `where`) and its losses, then `notes`, then each collector that did not run."""
-    from ..session import new_session
+    ran (the GPU, then `where`) and its losses, then `notes`, then each collector that did not run.
 
+    It is judged by its own GPU (its cost model, and the bound under it): `cost_model` (a model calibrated
+    on this GPU, which the caller vouches for), else the one the samples of this graph on this GPU were
+    calibrated with, else one calibrated on the run itself (a paging run's op times then hold its stalls,
+    which a note says), never another GPU's."""
+    from ..session import new_session
+    from ..session.samples import gpu_cost_model
+    from ..simulator import calibrate
+
+    gpu = result.environment.get("gpu", "")
+    own = cost_model or (gpu_cost_model(graph, gpu) if gpu else None)
+    itself: tuple[str, ...] = ()
+    if own is None:
+        own = calibrate(graph, plan, result.timeline, name=f"calibrated on this run ({gpu or 'its GPU'})")
+        if any(m.nbytes for m in plan.memops):
+            itself = (f"no cost model of {graph.model} batch {graph.batch} on {gpu or 'this GPU'}: the run is "
+                      "judged by one calibrated on itself, whose op times hold the paging's stalls "
+                      "(`vmexplorer calibrate --device` fits the op times of a device run on the same GPU)",)
     losses = ", ".join(f"{x:.4f}" for x in result.losses)
     unavailable = [f"{st.name} collector unavailable: {st.reason}"
                    for st in getattr(result.collected, "status", ()) if not st.available]
-    return new_session(graph, plan, result.timeline, environment=result.environment, collected=result.collected,
-                       notes=(f"measured on {result.environment.get('gpu', 'a GPU')}{where}; losses {losses}",
-                              *notes, *unavailable))
+    return new_session(graph, plan, result.timeline, own, environment=result.environment, collected=result.collected,
+                       notes=(f"measured on {gpu or 'a GPU'}{where}; losses {losses}",
+                              *notes, *itself, *unavailable))
 
 
 def execute(graph: Graph, plan: Plan, settings: RunSettings = RunSettings(),

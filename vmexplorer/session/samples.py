@@ -16,6 +16,7 @@ from pathlib import Path
 from ..config import Mechanism, share_of_footprint
 from ..graph import Graph
 from ..policies import non_default_options
+from ..simulator import CostModel
 from .files import load_session
 from .session import Session, SessionError
 
@@ -147,6 +148,20 @@ def measured_samples(graph: Graph, capacity: int, policy: str, gpu: str | None =
             if (x.source, x.key, x.policy, x.defaults) == ("measured", graph.key, policy, True)
             and (x.capacity >= graph.footprint if policy == "device" else x.capacity == capacity)
             and x.mechanism is (Mechanism.UVM if policy == "device" else mechanism) and gpu in (None, x.gpu)]
+
+
+def gpu_cost_model(graph: Graph, gpu: str) -> CostModel | None:
+    """The cost model the measured samples of `graph` (model, batch, image size) on `gpu` were calibrated
+    with (one per GPU and graph: the recordings of its sample set pooled), or None where there are none."""
+    for name, x in sorted(sample_index().items(), key=lambda item: item[1].policy != "device"):
+        if (x.source, x.key, x.gpu) == ("measured", graph.key, gpu):
+            try:
+                cost = read_sample(name).cost_model
+            except SessionError:
+                continue
+            if cost is not None:
+                return cost
+    return None
 
 
 def sweep_samples(shown: Session) -> list[SampleInfo]:

@@ -81,13 +81,16 @@ def new_session(graph: Graph, plan: Plan, timeline: Timeline, cost_model: CostMo
     (the engine passes the GPU, its driver and CUDA). `collected`: the collectors' records of a
     measured run (see `vmexplorer.records.collected`), checked against the timeline. `bound`: the
     plan's graph and capacity against `simulator.bound.lower_bound` (under the cost model it used); a
-    measured session given none gets `bound_for` its plan, as every run is held against the bound
-    (its simulated kin are made where the bound is at hand, and some many times a second)."""
+    measured session given none gets `bound_for` its plan under its `cost_model`, as every run is held
+    against the bound (its simulated kin are made where the bound is at hand, and some many times a
+    second), and no bound without a cost model: a measured run is judged by its own GPU's."""
     check_matches(graph, plan)
     check_collected(collected, timeline)
     if bound is not None and not isinstance(bound, Bound):
         raise SessionError(f"bound should be a simulator.bound.Bound, not {type(bound).__name__}")
-    if bound is None and timeline.source == "measured":
+    if bound is None and timeline.source == "measured" and cost_model is not None:
+        # under its own GPU's model only: another GPU's (the uncalibrated H100 default) would put the bound
+        # above a faster GPU's measurement; a measured session with none has no bound
         bound = bound_for(graph, plan, cost_model)
     env = {"vmexplorer": __version__, "python": platform.python_version(),
            "platform": platform.platform(), "numpy": np.__version__}
