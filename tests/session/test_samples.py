@@ -99,7 +99,7 @@ def test_a_fresh_run_is_judged_by_its_own_gpu_the_samples_model_else_its_own_cal
         assert session.cost_model is not None and "calibrated on this run (NVIDIA B200)" in session.cost_model.name
         assert session.bound is not None
         assert float(np.median(session.timeline.timed_ns())) >= session.bound.lower_bound_ns
-        stalls = [note for note in session.notes if "hold the paging's stalls" in note]
+        stalls = [note for note in session.notes if "include the waits its moves caused" in note]
         assert bool(stalls) == (path is paging)
 
 

@@ -124,7 +124,7 @@ def measured_session(graph: Graph, plan: Plan, result: RunResult, where: str = "
         own = calibrate(graph, plan, result.timeline, name=f"calibrated on this run ({gpu or 'its GPU'})")
         if any(m.nbytes for m in plan.memops):
             itself = (f"no cost model of {graph.model} batch {graph.batch} on {gpu or 'this GPU'}: the run is "
-                      "judged by one calibrated on itself, whose op times hold the paging's stalls "
+                      "judged by one calibrated on itself, whose op times include the waits its moves caused "
                       "(`vmexplorer calibrate --device` fits the op times of a device run on the same GPU)",)
     losses = ", ".join(f"{x:.4f}" for x in result.losses)
     unavailable = [f"{st.name} collector unavailable: {st.reason}"
