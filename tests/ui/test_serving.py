@@ -39,6 +39,15 @@ def wait_for(check: Callable[[], Any], timeout_s: float = 10.0) -> Any:
     return None
 
 
+def _session_created(context: BokehSessionContext) -> None:
+    """Bokeh's session hook, run as the server runs it: awaited on an event loop (one of its own here, in a
+    thread: the test process may have one running)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, serving.PagesAhead().on_session_created(context)).result(120)
+
+
 def _has_text(doc: Document, text: str) -> bool:
     return any(text in str(getattr(model, "text", "")) for model in doc.models)
 
@@ -62,7 +71,7 @@ def test_a_visitors_document_is_built_whole_in_the_makers_thread_and_the_script_
 
     monkeypatch.setattr(serving, "_document_ahead", recorded)
     doc, context = _session_document("ahead")
-    asyncio.run(serving.PagesAhead().on_session_created(context))
+    _session_created(context)
     assert built_in == ["spare"]
     page = serving.documents_made_ahead()[doc]
     roots = list(doc.roots)
@@ -86,7 +95,7 @@ def test_a_document_whose_build_ahead_fails_is_emptied_and_the_script_builds_it(
 
     monkeypatch.setattr(serving, "_document_ahead", half_built)
     doc, context = _session_document("failed")
-    asyncio.run(serving.PagesAhead().on_session_created(context))
+    _session_created(context)
     assert not doc.roots and doc not in serving.documents_made_ahead()
     with set_curdoc(doc):
         serving.serve_document(doc)

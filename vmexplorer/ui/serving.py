@@ -103,8 +103,12 @@ def _in_session(page: Page, doc: Any, sidebar: pn.Column | None) -> None:
     if sidebar is not None:
         pn.state.onload(lambda: page.complete(sidebar))  # the story first, the rest once drawn
     ClosedTabWrites.install()
-    if pn.state.location is not None:
-        follow_address(page, pn.state.location)
+    location = pn.state.location
+    if location is not None:
+        # once the browser has the document: what a link opens changes the page, and changes made while
+        # the browser connects, to a document built ahead, did not reach it (a lesson step's link showed
+        # the default page)
+        pn.state.onload(lambda: follow_address(page, location))
 
 
 def _set_dist_url(doc: Any) -> None:
