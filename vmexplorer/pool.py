@@ -33,7 +33,7 @@ from functools import lru_cache
 from typing import Any
 
 WORKER_NICE = 5  # less CPU for a worker than for the server's event loop when both want it (10 starved a lesson step
-# of a browser test under CI load past 60 s; bench_load --hostile was measured at 10)
+# of a browser test under CI load past 60 s)
 
 
 class WorkFailed(Exception):
@@ -190,7 +190,7 @@ class WorkPool:
         if workers < 1:
             raise ValueError("a WorkPool needs at least one worker")
         self.timeout_s, self.preload, self.poll_s, self.idle_s = timeout_s, tuple(preload), poll_s, idle_s
-        self.workers, self.max_workers = workers, max(workers, max_workers or workers)
+        self.max_workers = max(workers, max_workers or workers)
         self._ctx = multiprocessing.get_context("spawn")
         self._cond = threading.Condition()
         self._waiting: list[_Job] = []

@@ -7,6 +7,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import panel as pn
@@ -48,6 +49,13 @@ def _session_created(context: BokehSessionContext) -> None:
         pool.submit(asyncio.run, serving.PagesAhead().on_session_created(context)).result(120)
 
 
+def _script(doc: Document) -> None:
+    """The app's script run into `doc` by Panel's application, as `vmexplorer serve` builds it."""
+    from panel.io.application import build_single_handler_application
+
+    build_single_handler_application(str(Path(serving.__file__).parents[1] / "app.py")).initialize_document(doc)
+
+
 def _has_text(doc: Document, text: str) -> bool:
     return any(text in str(getattr(model, "text", "")) for model in doc.models)
 
@@ -78,8 +86,8 @@ def test_a_visitors_document_is_built_whole_in_the_makers_thread_and_the_script_
     assert roots and _has_text(doc, "how CNN training pages GPU memory")  # the whole page, its sidebar too
     # no busy spinner: Panel's turns with any visitor's callback, in every tab
     assert not [m for m in doc.models if "loader" in getattr(m, "css_classes", [])]
+    _script(doc)  # as Panel runs the app's script, on this (the event loop's) thread
     with set_curdoc(doc):
-        serving.serve_document(doc)
         assert pn.state._thread_id == threading.get_ident()  # Panel sends the document's changes from here on
     assert doc not in serving.documents_made_ahead()
     assert list(doc.roots) == roots, "the script built nothing again"

@@ -223,7 +223,8 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     parts = _collector_parts(args.collectors)
     _refuse_existing(args.out, args.force)
     cupy()  # says plainly when there is no GPU, before `tuned` searches for seconds or anything is allocated
-    planned = _compile(args)
+    given = _cost_session(getattr(args, "cost_model", None))
+    planned = _compile(args, given)
     graph, plan, reports = planned.graph, planned.plan, planned.reports
     fit = iterations_that_fit(graph, plan)
     if args.iterations + args.counted > fit:  # refused before the GPU works, not when its session is saved
@@ -240,7 +241,6 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
         raise
     except Exception as e:  # a CUDA or cuDNN failure is the run's, reported in one line
         raise RunFailed(f"the GPU run failed: {type(e).__name__}: {e}") from None
-    given = _cost_session(getattr(args, "cost_model", None))
     # a --cost-model of this GPU and graph judges the run; another GPU's or graph's planned it, no more
     own = given.cost_model if given is not None and given.graph.key == graph.key and \
         given.environment.get("gpu") == result.environment.get("gpu") else None
@@ -267,7 +267,7 @@ class RunFailed(RuntimeError):
     """The GPU run itself failed (CUDA, cuDNN): nothing was written."""
 
 
-def _compile(args: argparse.Namespace) -> Planned:
+def _compile(args: argparse.Namespace, measured: Any = None) -> Planned:
     """The policy's plan of the arguments' configuration (`session.planned.plan_for`) under the cost model
     it is simulated with (`--cost-model`'s, or the default): a policy that searches in the simulator
     (`tuned`) searches with that same model, so the plan it keeps is the one the simulation shows best."""
@@ -277,7 +277,7 @@ def _compile(args: argparse.Namespace) -> Planned:
     from ..units import format_bytes, parse_bytes
 
     path = getattr(args, "cost_model", None)
-    measured = _cost_session(path)  # a bad file is refused before the work
+    measured = measured or _cost_session(path)  # a bad file is refused before the work
     graph = build_graph(args.model, args.batch, args.image_size)
     try:
         capacity = parse_bytes(args.capacity, graph.footprint)

@@ -37,6 +37,7 @@ from ..plan import Direction, Mechanism, Mode, Plan
 from ..plan.validate import validate_plan
 from ..records.collected import CUPTI, PARTS
 from ..records.spans import Timeline, resident_curve
+from ..simulator import CostModel
 from . import gpu
 from .init import initial_value
 from .memory import Arena, DeadBytes, dead_bytes
@@ -105,7 +106,7 @@ class RunResult:
 
 
 def measured_session(graph: Graph, plan: Plan, result: RunResult, where: str = "",
-                     notes: Sequence[str] = (), cost_model: Any = None) -> Any:
+                     notes: Sequence[str] = (), cost_model: CostModel | None = None) -> Any:
     """The session of a run: its timeline, environment and collector records; its notes say where it
     ran (the GPU, then `where`) and its losses, then `notes`, then each collector that did not run.
 

@@ -46,10 +46,7 @@ def serve_document(doc: Any) -> None:
     """Fill the served document of one browser tab (what `vmexplorer/app.py` does for each session): with
     the page `PagesAhead` built around it in the spare thread, or else built now."""
     page = documents_made_ahead().pop(doc, None)
-    if page is not None:
-        # Panel sends a document's changes at once only from the thread it was built in, and queues them
-        # from any other: the document is the event loop's from now on
-        pn.state._thread_id = threading.get_ident()
+    if page is not None:  # Panel has claimed the document for the event loop's thread before this script
         _in_session(page, doc, None)
         return
     _set_dist_url(doc)
