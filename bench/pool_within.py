@@ -4,7 +4,7 @@ goal asks about, where the pool is to hold at most half of save_on_cpu's peak.
     python bench/pool_within.py [--peaks bench/results/h200/bench_save_on_cpu.json]
         [--out bench/results/h200/pool_within_half.json]
 
-The pool (`engine.swap.plan_pool`, what the engine allocates) outgrows the capacity a plan is made for by
+The pool (`plan.pool.plan_pool`, what the engine allocates) outgrows the capacity a plan is made for by
 its placement's fragmentation, so the capacity that gives a pool within a limit is found by trying: from
 50% of the footprint down in steps of a whole percent, `belady`, `vdnn` and `autovm` through swap at each,
 until some plan's pool fits, and `LOOK_FURTHER` steps more (a smaller capacity may still be faster, with a
@@ -32,11 +32,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from vmexplorer.config import Config, Mechanism  # noqa: E402
-from vmexplorer.engine.executor import kept_tensors  # noqa: E402
-from vmexplorer.engine.swap import plan_pool  # noqa: E402
 from vmexplorer.graph import Graph, build_graph  # noqa: E402
 from vmexplorer.plan import Plan  # noqa: E402
 from vmexplorer.plan.plan import PlanError  # noqa: E402
+from vmexplorer.plan.pool import kept_tensors, plan_pool  # noqa: E402
 from vmexplorer.session import load_session  # noqa: E402
 from vmexplorer.session.planned import plan_for  # noqa: E402
 from vmexplorer.simulator import CostModel, simulate  # noqa: E402

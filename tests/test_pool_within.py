@@ -19,7 +19,7 @@ def small():  # noqa: ANN201
 
 @pytest.fixture(autouse=True)
 def quick_placement(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("vmexplorer.engine.swap.IMPROVE_PLACEMENTS", 0)
+    monkeypatch.setattr("vmexplorer.plan.pool.IMPROVE_PLACEMENTS", 0)
 
 
 def test_the_choice_fits_the_limit_and_is_the_fastest_fitting_plan_tried(small) -> None:  # noqa: ANN001

@@ -14,7 +14,7 @@ Rows go to stdout as JSON lines and to DIR/bench_swap.json (DIR: $OUT, else the 
 
 needs no GPU: for every configuration the H200 samples cover (AlexNet b256 and ResNet-50 b64 at 50%, VGG-19 b64
 at 50, 60, 75 and 90%) and every policy that runs through swap (tuned searching with the same cost model),
-the pool `engine.swap.plan_pool` places, against the capacity: how often, and by how much, its greedy
+the pool `plan.pool.plan_pool` places, against the capacity: how often, and by how much, its greedy
 placement needs more than the capacity.
 """
 
@@ -64,9 +64,8 @@ CONFIGS = (("alexnet", 256, (50,)), ("vgg19", 64, (50, 60, 75, 90)), ("resnet50"
 def placements(cost_model: Path) -> list[dict]:
     """The pool of every recorded configuration's swap plan, against its capacity (no GPU)."""
     from vmexplorer.config import Config, Mechanism
-    from vmexplorer.engine.executor import kept_tensors
-    from vmexplorer.engine.swap import plan_pool
     from vmexplorer.graph import build_graph
+    from vmexplorer.plan.pool import kept_tensors, plan_pool
     from vmexplorer.session import load_session
     from vmexplorer.session.planned import plan_for
 

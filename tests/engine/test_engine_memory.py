@@ -11,17 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vmexplorer.engine.memory import (
-    ALIGN,
-    DEVICE_ALIGN,
-    ResourceError,
-    check_resources,
-    dead_bytes,
-    layout,
-    peak_bytes,
-    plan_offsets,
-)
+from vmexplorer.engine.memory import ALIGN, ResourceError, check_resources, dead_bytes, layout
 from vmexplorer.graph import build_graph
+from vmexplorer.plan.placement import DEVICE_ALIGN, peak_bytes, plan_offsets
 
 GiB = 2**30
 SMALL = [("resnet18", 4, 64), ("alexnet", 8, 64), ("vgg11", 2, 64)]

@@ -11,11 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import graph, swap_cases
 
-from vmexplorer.engine.executor import kept_tensors
 from vmexplorer.engine.schedule import Ledger, StepKind, Stream, schedule
-from vmexplorer.engine.swap import plan_pool, stays
 from vmexplorer.graph import Graph, Kind, Op, Phase, Tensor
 from vmexplorer.plan import Direction, Mechanism, Mode
+from vmexplorer.plan.pool import kept_tensors, plan_pool, stays
 from vmexplorer.plan.residency import check
 from vmexplorer.policies import compile_plan
 

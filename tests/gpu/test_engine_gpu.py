@@ -182,7 +182,7 @@ def test_swapping_never_changes_the_math(model, batch, size):
 
 
 def test_a_swap_run_takes_its_pool_plus_the_convolution_workspace_and_no_more():
-    from vmexplorer.engine.swap import plan_pool
+    from vmexplorer.plan.pool import plan_pool
 
     graph = build_graph("resnet18", 64)
     kw = dict(iterations=2, warmup=1, collect=False)
@@ -202,8 +202,8 @@ def test_a_swap_run_takes_its_pool_plus_the_convolution_workspace_and_no_more():
 
 
 def test_a_swap_run_s_copies_are_cupti_memcpy_records_of_the_plan_s_bytes():
-    from vmexplorer.engine.swap import plan_pool
     from vmexplorer.plan import Direction
+    from vmexplorer.plan.pool import plan_pool
     from vmexplorer.records.collected import CUPTI, MEMCPY_KINDS
 
     graph = build_graph("vgg11", 16, 64)

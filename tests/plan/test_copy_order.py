@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from vmexplorer.engine.schedule import StepKind, Stream, schedule
-from vmexplorer.engine.swap import plan_pool
 from vmexplorer.graph import build_graph
 from vmexplorer.plan import Direction, MemOp, Mode, Origin, Plan, PlanError
 from vmexplorer.plan.copies import asynchronous, call_before, check_copy_order, earliest_deadline
+from vmexplorer.plan.pool import plan_pool
 from vmexplorer.plan.validate import validate_plan
 from vmexplorer.policies import Simulation, compile_plan, order_copies
 from vmexplorer.session import load_session

@@ -34,6 +34,7 @@ from ..details import memop_range_name, op_range_name
 from ..graph import Graph
 from ..graph.ops import OPS, op_attrs
 from ..plan import Direction, Mechanism, Mode, Plan
+from ..plan.pool import KEPT_SUFFIXES, kept_tensors
 from ..plan.validate import validate_plan
 from ..records.collected import CUPTI, PARTS
 from ..records.spans import Timeline, resident_curve
@@ -49,7 +50,6 @@ from .swap import SwapArena
 # records, NVML samples (`vmexplorer.records.collected.PARTS` names them).
 COLLECTOR_PARTS = tuple(p.name for p in PARTS)
 _PAGED_UNCOUNTED: list[bool] = []  # whether this process has paged managed memory without CUPTI counting
-_KEPT_SUFFIXES = (".weight.grad", ".bias.grad", ".mask")  # what keep_weights returns beside persistent tensors
 
 
 @dataclass(frozen=True)
@@ -264,7 +264,7 @@ def _run_result(cp: Any, graph: Graph, plan: Plan, arena: Arena | SwapArena, set
     weights = {}
     if settings.keep_weights:
         weights = {t.name: arena.read(i) for i, t in enumerate(graph.tensors)
-                   if t.persistent or t.name.endswith(_KEPT_SUFFIXES)}
+                   if t.persistent or t.name.endswith(KEPT_SUFFIXES)}
     timeline, offsets, lengths = _timeline(graph, plan, records)
     timeline = replace(timeline, counted=sum(r["counted"] for r in records))
     collected = _collected(collectors, [r["t0"] for r in records], offsets, lengths) if settings.collect else None
@@ -278,13 +278,6 @@ def _memory_use(cp: Any, graph: Graph, arena: Arena | SwapArena, ledger: Ledger,
         use = replace(use, fragmentation_bytes=arena.pool.fragmentation, over_capacity_bytes=arena.pool.over_capacity,
                       pinned_host_bytes=arena.host_layout.total)
     return use
-
-
-def kept_tensors(graph: Graph, keep_weights: bool) -> frozenset[int]:
-    """Tensors an op creates that the host reads after the iteration, so no later tensor may take their
-    bytes in the pool: the loss, and with `keep_weights` the weight gradients and dropout masks."""
-    return frozenset(t for t, tensor in enumerate(graph.tensors) if not tensor.persistent and (
-        tensor.name == "loss.value" or keep_weights and tensor.name.endswith(_KEPT_SUFFIXES)))
 
 
 def _start_collectors(parts: tuple[str, ...], nvml_interval_s: float) -> list[Collector]:

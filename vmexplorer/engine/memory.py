@@ -1,10 +1,8 @@
 """Where a run's tensors live: one pool, each tensor at an offset planned from its lifetime.
 
-A static memory plan, as an allocator would reach at best: tensors alive at the same op never share a
-byte, and a tensor that has died leaves its bytes to those created later, so the pool is the graph's
-footprint plus alignment (and, rarely, a little fragmentation), not the sum of every tensor. The planner
-is greedy, in the spirit of tinygrad's `schedule/memory.py` and TFLite's greedy arenas: persistent tensors
-first, then the rest by size (first fit) or op by op from the busiest (best fit); the smaller pool wins.
+Tensors alive at the same op never share a byte, and a tensor that has died leaves its bytes to those
+created later (`plan.placement`), so the pool is the graph's footprint plus alignment (and, rarely, a
+little fragmentation), not the sum of every tensor.
 
 Managed memory for the paging policies, each tensor on its own 2 MiB blocks: the driver migrates managed
 memory in 2 MiB blocks, and no two tensors alive at once share one, so moving a tensor never drags a live
@@ -23,15 +21,13 @@ from typing import Any
 import numpy as np
 
 from ..graph import Graph
+from ..plan.placement import DEVICE_ALIGN, Span, aligned, plan_offsets
 from ..units import format_bytes
 
 ALIGN = 2 << 20  # the driver migrates managed memory in 2 MiB blocks
-DEVICE_ALIGN = 512  # CuPy's own allocation unit: every tensor stays aligned for cuDNN and vector loads
 MANAGED_SHARE = 0.5  # managed memory stays well under the free device memory (docs/design.md's safety rule)
 DEVICE_SHARE = 0.9
 HOST_SHARE = 0.8
-
-Span = tuple[int, int]  # (first op, last op) a tensor's bytes must hold; -1 and len(ops): across iterations
 
 
 class ResourceError(RuntimeError):
@@ -59,88 +55,12 @@ def spans(graph: Graph, keep: Collection[int] = ()) -> tuple[Span, ...]:
                  for i, t in enumerate(graph.tensors))
 
 
-def aligned(nbytes: int, align: int) -> int:
-    return -(-max(nbytes, 1) // align) * align
-
-
-def peak_bytes(sizes: Sequence[int], lifetimes: Sequence[Span], n_ops: int) -> int:
-    """The most bytes alive at any op: no pool can be smaller."""
-    delta = np.zeros(n_ops + 1, dtype=np.int64)
-    for size, (first, last) in zip(sizes, lifetimes):
-        delta[max(first, 0)] += size
-        delta[min(last, n_ops - 1) + 1] -= size
-    return int(np.cumsum(delta[:n_ops]).max(initial=0))
-
-
 def layout(graph: Graph, align: int = ALIGN, keep: Collection[int] = ()) -> Layout:
     lifetimes = spans(graph, keep)
     sizes = tuple(aligned(t.nbytes, align) for t in graph.tensors)
     offsets = plan_offsets(sizes, lifetimes, len(graph.ops))
     total = max((o + s for o, s in zip(offsets, sizes)), default=0)
     return Layout(offsets, sizes, lifetimes, total, align)
-
-
-def plan_offsets(sizes: Sequence[int], lifetimes: Sequence[Span], n_ops: int) -> tuple[int, ...]:
-    """Offsets at which no two tensors alive at the same op overlap; of two greedy orders, the one whose
-    pool is smaller. Sizes should already be aligned: offsets are sums of sizes."""
-    persistent = [t for t, (first, _) in enumerate(lifetimes) if first < 0]
-    by_size = persistent + sorted(set(range(len(sizes))) - set(persistent),
-                                  key=lambda t: (-sizes[t], lifetimes[t][0], t))
-    candidates = [_place(by_size, sizes, lifetimes, best_fit=False),
-                  _place(_by_breadth(sizes, lifetimes, n_ops, persistent), sizes, lifetimes, best_fit=True)]
-    return min(candidates, key=lambda offs: (max((o + s for o, s in zip(offs, sizes)), default=0)))
-
-
-def _by_breadth(sizes: Sequence[int], lifetimes: Sequence[Span], n_ops: int, persistent: list[int],
-                period: int | None = None) -> list[int]:
-    """Tensors op by op, the op with the most bytes alive first, each op's tensors largest first.
-    With `period`, a lifetime running past it goes on from the period's start (see `_place`)."""
-    first = np.array([s for s, _ in lifetimes]).reshape(1, -1)
-    last = np.array([e for _, e in lifetimes]).reshape(1, -1)
-    ops = np.arange(n_ops).reshape(-1, 1)
-    alive = (first <= ops) & (ops <= last)
-    if period is not None:
-        alive |= (first <= ops + period) & (ops + period <= last)
-    busiest = np.argsort(-(alive * np.array(sizes)).sum(axis=1), kind="stable")
-    order, seen = list(persistent), set(persistent)
-    for k in busiest:
-        for t in sorted(np.flatnonzero(alive[k]).tolist(), key=lambda t: (-sizes[t], lifetimes[t][0], t)):
-            if t not in seen:
-                seen.add(t)
-                order.append(t)
-    return order + [t for t in range(len(sizes)) if t not in seen]
-
-
-def _place(order: Sequence[int], sizes: Sequence[int], lifetimes: Sequence[Span], best_fit: bool,
-           period: int | None = None) -> tuple[int, ...]:
-    """Each tensor in `order` at the lowest gap between those already placed and alive with it that holds
-    it (`best_fit`: the tightest such gap), else above them all. With `period`, the ops repeat: lifetimes
-    start within one period and are at most one long, and one running past its end goes on from its start
-    (two clash when they share an op modulo the period)."""
-    n = len(order)
-    first, last, lo, hi = (np.zeros(n, dtype=np.int64) for _ in range(4))
-    offsets = [0] * len(sizes)
-    shifts = (0,) if period is None else (0, -period, period)
-    for m, t in enumerate(order):
-        a, b = lifetimes[t]
-        clash = np.zeros(m, dtype=bool)
-        for shift in shifts:
-            clash |= (first[:m] + shift <= b) & (a <= last[:m] + shift)
-        los, his = lo[:m][clash], hi[:m][clash]
-        at = 0
-        if los.size:
-            by = np.argsort(los, kind="stable")
-            los, reach = los[by], np.maximum.accumulate(his[by])
-            starts = np.concatenate(([0], reach[:-1]))
-            gaps = los - starts
-            fits = np.flatnonzero(gaps >= sizes[t])
-            if fits.size:
-                at = int(starts[fits[np.argmin(gaps[fits])] if best_fit else fits[0]])
-            else:
-                at = int(reach[-1])
-        offsets[t] = at
-        first[m], last[m], lo[m], hi[m] = a, b, at, at + sizes[t]
-    return tuple(offsets)
 
 
 Range = tuple[int, int]  # [start, end) bytes in the pool

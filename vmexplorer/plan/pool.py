@@ -1,0 +1,173 @@
+"""The swap mechanism's device pool, planned with no CUDA: where each stay of a swap plan sits in it.
+
+Under `swap` no driver pages anything: a tensor is in the pool or on the host whole, and moves by
+cudaMemcpyAsync. It takes pool bytes for a stay: from the moment its copy in starts (or the op creating
+it runs) until its copy out completes (or its last op has run). A tensor brought back may land at another
+offset, so offsets belong to stays, not tensors; they are planned here, with no CUDA, so that no two
+stays that hold the pool at the same op share a byte. The iteration repeats, so a stay that crosses its
+end (a weight brought in late for the next iteration's first ops) holds its bytes on both sides of it.
+
+Where a stay takes over bytes another held earlier in the iteration, its first step waits for that
+stay's end (`SwapPool.waits`): the copy out reading them, or the op they died at. Across iterations the
+executor synchronises every stream, so these waits stay within one. A tensor copied in and straight back
+out before any op touches it (the repair making room with a copy still arriving) holds no bytes at any op:
+its host copy is already what it would bring and take back, so neither copy moves anything (`elided`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..graph import Graph
+from ..units import format_bytes
+from .placement import DEVICE_ALIGN, aligned, by_breadth, place
+from .plan import Plan
+from .stays import Event, Stay, stays
+
+KEPT_SUFFIXES = (".weight.grad", ".bias.grad", ".mask")  # what keep_weights returns beside persistent tensors
+
+
+def kept_tensors(graph: Graph, keep_weights: bool) -> frozenset[int]:
+    """Tensors an op creates that the host reads after the iteration, so no later tensor may take their
+    bytes in the pool: the loss, and with `keep_weights` the weight gradients and dropout masks."""
+    return frozenset(t for t, tensor in enumerate(graph.tensors) if not tensor.persistent and (
+        tensor.name == "loss.value" or keep_weights and tensor.name.endswith(KEPT_SUFFIXES)))
+
+
+@dataclass(frozen=True)
+class SwapPool:
+    """Where each stay is in the device pool, and what placing them there costs."""
+
+    stays: tuple[Stay, ...]
+    offsets: tuple[int, ...]  # per stay, bytes from the pool's start
+    sizes: tuple[int, ...]  # per stay: its tensor's bytes, aligned
+    total: int  # the pool's bytes
+    peak: int  # the most (aligned) bytes in the pool at any op: no placement can do with less
+    capacity: int
+    kept_bytes: int  # tensors the host reads after the iteration, kept to its end: they may raise the peak so much
+    elided: frozenset[int]  # memory operations that move nothing
+    waits: dict[Event, tuple[Event, ...]]  # a step's waits for the ends of the stays whose bytes it takes
+
+    def offsets_at_ops(self, n_ops: int) -> list[dict[int, int]]:
+        """Per op, each tensor in the pool while it runs -> its stay's offset."""
+        out: list[dict[int, int]] = [{} for _ in range(n_ops)]
+        for s, offset in zip(self.stays, self.offsets):
+            for k in range(s.first, s.last + 1):
+                out[k % n_ops][s.tensor] = offset
+        return out
+
+    @property
+    def fragmentation(self) -> int:
+        """Pool bytes no stay can use: the pool less its peak."""
+        return self.total - self.peak
+
+    @property
+    def over_capacity(self) -> int:
+        return max(self.total - self.capacity, 0)
+
+    def describe(self) -> str:
+        """One line for the run's environment."""
+        over = (f"{format_bytes(self.over_capacity)} over the capacity {format_bytes(self.capacity)}"
+                if self.over_capacity else f"within the capacity {format_bytes(self.capacity)}")
+        return (f"{self.total} bytes ({format_bytes(self.total)}), {over}; the plan's peak {self.peak} bytes, "
+                f"fragmentation {self.total - self.peak} bytes; kept to the iteration's end {self.kept_bytes} bytes")
+
+
+def plan_pool(graph: Graph, plan: Plan, kept: Collection[int] = (), align: int = DEVICE_ALIGN,
+              improve: int | None = None) -> SwapPool:
+    """Offsets for a swap plan's stays: the smallest pool `_offsets` finds, improving for `improve` stay
+    placements (default `IMPROVE_PLACEMENTS`)."""
+    all_stays, elided = stays(graph, plan, kept)
+    n = len(graph.ops)
+    sizes = tuple(aligned(graph.tensors[s.tensor].nbytes, align) for s in all_stays)
+    spans = [(s.first, s.last) for s in all_stays]
+    peak, kept_bytes = _peak(all_stays, sizes, n, kept)
+    offsets = _offsets(sizes, spans, n, [i for i, s in enumerate(all_stays) if s.begin is None and s.end is None],
+                       max(plan.capacity, peak), IMPROVE_PLACEMENTS if improve is None else improve)
+    total = _top(offsets, sizes)
+    return SwapPool(all_stays, offsets, sizes, total, peak, plan.capacity, kept_bytes, elided,
+                    pool_waits(all_stays, offsets, sizes))
+
+
+IMPROVE_PLACEMENTS = 20_000  # stays placed in all while improving a pool that outgrows its target (about 1 s)
+
+
+def _top(offsets: Sequence[int], sizes: Sequence[int]) -> int:
+    return max((o + s for o, s in zip(offsets, sizes)), default=0)
+
+
+def _offsets(sizes: Sequence[int], spans: Sequence[tuple[int, int]], n: int, always: list[int],
+             target: int, improve: int) -> tuple[int, ...]:
+    """The smallest of `memory`'s greedy placements (stays that are always there first, then by size, by
+    the busiest op, or by time; first or best fit), then, while it outgrows `target`, the stays sticking
+    out above it moved earlier in the order, as far as a seeded draw says ("squeaky wheel"): the best
+    pool found within a fixed number of placements, so a plan always gets the same offsets."""
+    rest = sorted(set(range(len(sizes))) - set(always))
+    orders = [always + sorted(rest, key=lambda i: (-sizes[i], spans[i][0], i)),
+              by_breadth(sizes, spans, n, always, period=n),
+              always + sorted(rest, key=lambda i: (spans[i][0], -sizes[i], i))]
+    tried = [(place(order, sizes, spans, fit, period=n), order, fit) for order in orders for fit in (False, True)]
+    offsets, order, fit = min(tried, key=lambda t: _top(t[0], sizes))
+    rng = np.random.default_rng(0)
+    best, order = offsets, list(order)
+    for _ in range(improve // max(len(sizes), 1)):
+        if _top(best, sizes) <= target:
+            break
+        out = [i for i in order if offsets[i] + sizes[i] > target and i not in always]
+        position = {i: j for j, i in enumerate(order)}
+        for i in sorted(out if len(out) <= 3 else rng.choice(out, len(out) // 2, replace=False).tolist(),
+                        key=position.__getitem__):
+            j = order.index(i)
+            order.insert(max(len(always), j - int(rng.integers(1, j + 2))), order.pop(j))
+        offsets = place(order, sizes, spans, fit, period=n)
+        if _top(offsets, sizes) < _top(best, sizes):
+            best = offsets
+    return best
+
+
+def _peak(all_stays: Sequence[Stay], sizes: Sequence[int], n: int, kept: Collection[int]) -> tuple[int, int]:
+    """The most bytes in the pool at one op, and the kept tensors' bytes (what keeping them to the
+    iteration's end can add to the plan's peak at most)."""
+    held = np.zeros(2 * n, dtype=np.int64)
+    for s, size in zip(all_stays, sizes):
+        held[s.first:s.last + 1] += size
+    kept_bytes = sum({s.tensor: size for s, size in zip(all_stays, sizes) if s.tensor in kept}.values())
+    return int((held[:n] + held[n:]).max(initial=0)), kept_bytes
+
+
+def pool_waits(all_stays: Sequence[Stay], offsets: Sequence[int],
+               sizes: Sequence[int]) -> dict[Event, tuple[Event, ...]]:
+    """For each stay's begin, the ends of the stays that held any of its bytes earlier in the iteration;
+    of those, only the latest for each byte (a later one has waited for the earlier itself)."""
+    ends = np.array([i for i, s in enumerate(all_stays) if s.end is not None], dtype=np.int64)
+    end_at = np.array([all_stays[j].end_at for j in ends], dtype=np.int64)
+    lows = np.array(offsets, dtype=np.int64)[ends]
+    highs = lows + np.array(sizes, dtype=np.int64)[ends]
+    waits: dict[Event, list[Event]] = {}
+    for i, s in enumerate(all_stays):
+        if s.begin is None:
+            continue
+        lo, hi = offsets[i], offsets[i] + sizes[i]
+        found = np.flatnonzero((end_at < s.begin_at) & (lows < hi) & (lo < highs))
+        before = ends[found[np.argsort(-end_at[found], kind="stable")]].tolist()
+        covered: list[tuple[int, int]] = []
+        for j in before:
+            piece = (max(lo, offsets[j]), min(hi, offsets[j] + sizes[j]))
+            if not _covers(covered, piece):
+                end = all_stays[j].end
+                assert end is not None
+                waits.setdefault(s.begin, []).append(end)
+                covered.append(piece)
+    return {k: tuple(dict.fromkeys(v)) for k, v in waits.items()}
+
+
+def _covers(ranges: list[tuple[int, int]], piece: tuple[int, int]) -> bool:
+    at = piece[0]
+    for s, e in sorted(ranges):
+        if s > at:
+            break
+        at = max(at, e)
+    return at >= piece[1]
