@@ -9,7 +9,8 @@ from functools import cache
 from hypothesis import strategies as st
 
 from vmexplorer.graph import Graph, build_graph
-from vmexplorer.plan import Move
+from vmexplorer.plan import Move, Plan, PlanError
+from vmexplorer.policies import compile_plan
 
 MOVERS = ["autovm", "belady", "vdnn", "tuned", "manual"]  # the policies that plan moves: swap takes them
 
@@ -55,3 +56,19 @@ def swap_cases(draw: st.DrawFn, models: Sequence[tuple[str, int]], max_batch: in
     options = draw(AUTOVM_OPTIONS) if policy == "autovm" else {}
     moves = draw(manual_moves(g)) if policy == "manual" else []
     return g, capacity, policy, options, moves
+
+
+POOL_REFUSED = "the pool holding this plan needs"  # compile_plan's refusal of a swap plan its pool cannot hold
+
+
+def swap_plan(g: Graph, capacity: int, policy: str, options: dict | None = None, moves: Sequence[Move] = (),
+              **kwargs: object) -> Plan:
+    """`compile_plan` under swap at `capacity` or, where no pool holding its plan fits there (near the least
+    capacity a graph runs in), at a tenth over its footprint."""
+    for at in (capacity, g.footprint * 11 // 10):
+        try:
+            return compile_plan(g, at, policy, options, moves=moves, mechanism="swap", **kwargs)  # type: ignore[arg-type]
+        except PlanError as e:
+            if POOL_REFUSED not in str(e):
+                raise
+    raise AssertionError(f"no swap plan of {policy} for {g.key} fits even 110% of its footprint")

@@ -590,7 +590,7 @@ def test_autovm_plan_simulates_faster_than_uvm(capsys: pytest.CaptureFixture[str
         assert doc["config"]["policy"] == policy
         assert doc["config"]["capacity_bytes"] == graph.footprint // 2
         assert doc["summary"]["source"] == "simulated"
-        assert set(doc["plan"]) == {"peak_resident_bytes", "resident_at_start", "memops", "moves"}
+        assert set(doc["plan"]) == {"peak_resident_bytes", "room_bytes", "resident_at_start", "memops", "moves"}
     assert autovm["plan"]["moves"] and not uvm["plan"]["moves"]
     memop = autovm["plan"]["memops"][0]
     assert set(memop) == {"tensor", "nbytes", "direction", "mode", "origin", "issue_after",
@@ -756,7 +756,8 @@ def test_info_shows_config_environment_summary_and_notes(sessions: dict[str, Pat
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     doc = run_json(capsys, "info", str(sessions["autovm"]))
     assert set(doc) == {"path", "config", "created", "cost_model", "environment", "notes", "summary", "bound",
-                        "bound_stored", "bound_cost_model"}
+                        "bound_stored", "bound_cost_model", "room_bytes", "device_memory"}
+    assert doc["device_memory"] is None and doc["room_bytes"] == doc["config"]["capacity_bytes"]  # simulated, uvm
     assert doc["config"]["policy"] == "autovm" and doc["config"]["model"] == "vgg19"
     assert doc["notes"] == ["autovm test"]
     assert doc["summary"]["source"] == "simulated"

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 from scripts import bench_script
-from strategies import graph
+from strategies import graph, swap_plan
 
-from vmexplorer.config import Mechanism
 from vmexplorer.graph.graph import Phase
 from vmexplorer.plan.validate import validate_plan
 from vmexplorer.policies import compile_plan
@@ -57,5 +56,5 @@ def test_the_reordered_graph_computes_as_much_and_plans_through_swap(model: str,
     device = [simulate(x, compile_plan(x, x.footprint, "device")).op_end_ns.max() for x in (g, r)]
     assert device[0] == device[1]
     capacity = max(g.footprint // 2, *r.min_capacity[:1])
-    plan = compile_plan(r, capacity, "belady", mechanism=Mechanism.SWAP)
+    plan = swap_plan(r, capacity, "belady")  # where no pool holds a plan at half the footprint, a larger one
     validate_plan(r, plan)

@@ -9,7 +9,7 @@ from functools import cache
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import graph, swap_cases
+from strategies import graph, swap_cases, swap_plan
 
 from vmexplorer.engine.schedule import Ledger, StepKind, Stream, schedule
 from vmexplorer.graph import Graph, Kind, Op, Phase, Tensor
@@ -19,13 +19,13 @@ from vmexplorer.plan.residency import check
 from vmexplorer.policies import compile_plan
 
 SMALL = [("alexnet", 96), ("vgg11", 32), ("resnet18", 32), ("resnet50", 32)]  # batch 1 to 3
-HYP = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+HYP = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
 def swap_plans(draw: st.DrawFn):
     g, capacity, policy, options, moves = draw(swap_cases(SMALL, 3))
-    return g, compile_plan(g, capacity, policy, options, moves=moves, mechanism="swap")
+    return g, swap_plan(g, capacity, policy, options, moves)
 
 
 @cache

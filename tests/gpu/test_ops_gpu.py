@@ -577,6 +577,6 @@ def test_convolutions_launched_through_the_backend_call_give_the_frontends_resul
         again[out][...] = cp.nan
         workspace = cp.empty(conv.workspace_bytes, cp.uint8)
         conv.graph.execute(dict(zip(conv.tensors, (v.data.ptr for v in again))), workspace.data.ptr,
-                           handle=conv2d._handle(cp.cuda.runtime.getDevice()))
+                           handle=conv2d.cudnn_handle(cp.cuda.runtime.getDevice()))
         cp.cuda.get_current_stream().synchronize()
         np.testing.assert_array_equal(bits(again[out]), bits((a, b, c)[out]), err_msg=which)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from strategies import swap_plan
 
 from vmexplorer.engine.schedule import StepKind, Stream, schedule
 from vmexplorer.graph import build_graph
@@ -41,8 +42,8 @@ def ordered(name: str) -> Plan:
 
 
 def small_swap_plan() -> tuple:
-    graph = build_graph("vgg11", 16, 64)
-    return graph, compile_plan(graph, max(graph.footprint // 2, graph.min_capacity[0]), "belady", mechanism="swap")
+    graph = build_graph("resnet18", 16, 64)
+    return graph, swap_plan(graph, graph.footprint // 2, "vdnn")
 
 
 def test_with_no_order_each_copy_is_called_just_before_the_op_that_waits_for_it() -> None:

@@ -45,8 +45,10 @@ def test_the_same_search_asked_twice_is_the_same_plan_and_another_cost_model_sea
 
 
 def test_a_swap_plan_takes_the_copy_order_its_cost_model_simulates_fastest() -> None:
-    planned = plan_for(config("belady", Mechanism.SWAP), FAST_COPIES)
-    ordered = compile_plan(GRAPH, CAPACITY, "belady", mechanism=Mechanism.SWAP,
+    graph = build_graph("resnet18", 32, 64)  # vgg11 at 64 px has no swap plan below its footprint that a pool holds
+    capacity = graph.footprint // 2
+    planned = plan_for(Config("resnet18", 32, 64, capacity, "belady", {}, Mechanism.SWAP), FAST_COPIES)
+    ordered = compile_plan(graph, capacity, "belady", mechanism=Mechanism.SWAP,
                            simulation=Simulation(simulate, lower_bound, FAST_COPIES))
     assert planned.plan == ordered
 

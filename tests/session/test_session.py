@@ -26,6 +26,7 @@ from vmexplorer.plan.copies import earliest_deadline
 from vmexplorer.policies import POLICIES, compile_plan
 from vmexplorer.records import Timeline
 from vmexplorer.records.collected import MEMCPY_KINDS, UM_KINDS, Collected, CollectorStatus, thin
+from vmexplorer.records.device_memory import DeviceMemory
 from vmexplorer.session import (
     Session,
     SessionError,
@@ -194,9 +195,17 @@ def set_in(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
     return change
 
 
+def without_schema_10(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document without schema 10's fields (`device_memory`, `plan.room_bytes`)."""
+    doc.pop("device_memory", None)
+    doc["plan"].pop("room_bytes", None)
+    return doc
+
+
 def without_mechanism(doc: dict[str, Any]) -> dict[str, Any]:
-    """The document without schema 8's fields (`config.mechanism`, the cost model's swap rates) and schema
-    9's (`plan.copy_order`)."""
+    """The document without schema 8's fields (`config.mechanism`, the cost model's swap rates) and the
+    later ones (schema 9's `plan.copy_order`, schema 10's)."""
+    without_schema_10(doc)
     del doc["config"]["mechanism"]
     doc["plan"].pop("copy_order", None)
     for rate in SWAP_RATES:
@@ -227,7 +236,9 @@ def as_version(version: int) -> Callable[[dict[str, Any]], None]:
         elif version < 8:
             without_mechanism(doc)
         elif version < 9:
-            del doc["plan"]["copy_order"]
+            del without_schema_10(doc)["plan"]["copy_order"]
+        elif version < 10:
+            without_schema_10(doc)
         doc["schema_version"] = version
         if version < 6 and doc["cost_model"] is not None:
             del doc["cost_model"]["fault_bytes_per_ns_by_kind"]
@@ -278,13 +289,23 @@ BAD_FILES: list[tuple[str, Callable[[bytes], bytes], str]] = [
     ("serialised directions in a schema 6 cost model",
      rewrite(lambda doc: (without_mechanism(doc).update(schema_version=6), doc.pop("bound"))),
      'unexpected field "serialises_directions"'),
-    ("a mechanism in a schema 7 file", rewrite(set_in("schema_version", 7)), 'unexpected field "mechanism"'),
+    ("a mechanism in a schema 7 file", rewrite(lambda doc: without_schema_10(doc).update(schema_version=7)),
+     'unexpected field "mechanism"'),
     ("swap rates in a schema 7 cost model",
-     rewrite(lambda doc: (doc["config"].pop("mechanism"), doc["plan"].pop("copy_order"),
+     rewrite(lambda doc: (without_schema_10(doc), doc["config"].pop("mechanism"), doc["plan"].pop("copy_order"),
                           doc.update(schema_version=7))),
      'unexpected field "swap_'),
-    ("a copy order in a schema 8 file", rewrite(set_in("schema_version", 8)),
+    ("a copy order in a schema 8 file", rewrite(lambda doc: without_schema_10(doc).update(schema_version=8)),
      'plan has an unexpected field "copy_order"'),
+    ("device memory in a schema 9 file", rewrite(set_in("schema_version", 9)),
+     'the file has an unexpected field "device_memory"'),
+    ("a room in a schema 9 plan", rewrite(lambda doc: (doc.pop("device_memory"), doc.update(schema_version=9))),
+     'plan has an unexpected field "room_bytes"'),
+    ("a room over the capacity", rewrite(set_in("plan.room_bytes", lambda _: 2**40)),
+     "plan.room_bytes is 1099511627776, more than the capacity"),
+    ("a negative room", rewrite(set_in("plan.room_bytes", -1)), "plan.room_bytes is -1, expected at least 0"),
+    ("device memory in a simulated session", rewrite(set_in("device_memory", {"total_bytes": 1})),
+     "device_memory is what a measured run took; this session is simulated"),
     ("a copy order in a uvm plan", rewrite(set_in("plan.copy_order", [0])),
      "plan: the plan is uvm but has a copy order"),
     ("a copy order of text", rewrite(set_in("plan.copy_order", ["<b>1</b>"])),
@@ -676,6 +697,41 @@ def test_a_bound_and_one_way_migrations_are_saved_and_a_schema_6_file_loads_with
     as_version(6)(doc)
     old = session_from_bytes(gzip.compress(json.dumps(doc).encode()))
     assert old.bound is None and old.cost_model.serialises_directions is True  # managed memory's driver
+
+
+MEMORY = DeviceMemory(total_bytes=150 << 30, context_bytes=600 << 20, free_before_bytes=140 << 30,
+                      least_free_bytes=(140 << 30) - (3 << 30), pool_bytes=2 << 30, scratch_bytes=1 << 30,
+                      ledger_peak_bytes=2 << 30, managed=False)
+
+
+def test_a_measured_run_keeps_the_device_memory_it_took_and_a_swap_plan_its_room_through_a_file(
+        recorded: Session, session: Session) -> None:
+    s = dataclasses.replace(recorded, device_memory=MEMORY)
+    back = session_from_bytes(session_to_bytes(s))
+    assert back.device_memory == MEMORY and back.device_memory.taken_bytes == 3 << 30
+    unmeasured = dataclasses.replace(MEMORY, context_bytes=None)
+    assert session_from_bytes(session_to_bytes(dataclasses.replace(s, device_memory=unmeasured))).device_memory \
+        == unmeasured
+    graph = build_graph("vgg19", 64)
+    plan = compile_plan(graph, graph.footprint // 2, "belady", mechanism="swap")
+    assert 0 < plan.room_bytes < plan.capacity  # VGG-19's pool outgrows the capacity at full room
+    swap = new_session(graph, plan, simulate(graph, plan, H100_DEFAULT), H100_DEFAULT)
+    assert session_from_bytes(session_to_bytes(swap)).plan.room_bytes == plan.room_bytes
+
+
+@pytest.mark.parametrize("field, value, expected", [
+    ("least_free_bytes", (150 << 30) + 1, "should rise in that order"),
+    ("total_bytes", -1, "device_memory.total_bytes is -1, expected at least 0"),
+    ("managed", "yes", "device_memory.managed should be true or false"),
+    ("context_bytes", "<b>600</b>", "device_memory.context_bytes should be a whole number"),
+])
+def test_a_device_memory_that_cannot_be_is_refused(recorded: Session, tmp_path: Path, field: str, value: Any,
+                                                   expected: str) -> None:
+    path = tmp_path / "bad.vms"
+    good = session_to_bytes(dataclasses.replace(recorded, device_memory=MEMORY))
+    path.write_bytes(rewrite(set_in(f"device_memory.{field}", value))(good))
+    with pytest.raises(SessionError, match=expected.replace("(", r"\(")):
+        load_session(path)
 
 
 def test_a_swap_session_keeps_its_mechanism_copy_order_and_swap_rates_through_a_file(session: Session) -> None:

@@ -8,6 +8,7 @@ from functools import cache
 
 import numpy as np
 import pytest
+from strategies import swap_plan
 
 from vmexplorer.config import Config, Mechanism
 from vmexplorer.graph import Graph, build_graph
@@ -36,12 +37,12 @@ def test_no_swap_plan_simulates_faster_than_the_swap_bound(cost: CostModel, mode
                                                            share: float) -> None:
     g = graph(model, batch, size)
     capacity = max(int(g.footprint * share), g.min_capacity[0])
-    bound = lower_bound(g, capacity, cost, Mechanism.SWAP)
     for policy, spec in POLICIES.items():
         if spec.uvm_only:
             continue
-        plan = compile_plan(g, capacity, policy, mechanism="swap")
+        plan = swap_plan(g, capacity, policy)
         simulated = float(np.median(simulate(g, plan, cost).iteration_ns()))
+        bound = lower_bound(g, plan.capacity, cost, Mechanism.SWAP)
         assert bound.lower_bound_ns <= simulated, (policy, bound, simulated)
 
 

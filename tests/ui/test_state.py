@@ -229,7 +229,7 @@ def test_the_same_schedule_through_swap_is_one_click_away_simulated_with_the_ses
 
 
 def test_a_swap_configuration_is_refused_for_a_policy_that_runs_under_uvm_only(state: AppState) -> None:
-    assert state.simulate_config("vgg19", 64, "45%", "belady", {}, "swap"), state.message
+    assert state.simulate_config("vgg19", 64, "55%", "belady", {}, "swap"), state.message
     s = state.session
     assert s.plan.mechanism == "swap" and "through swap" in state.origin
     assert not state.simulate_config("vgg19", 64, "50%", "uvm", {}, "swap")

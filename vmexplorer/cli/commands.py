@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     from ..graph import Graph
     from ..plan import Plan
+    from ..session import Session
     from ..session.planned import Planned
     from ..simulator import CostModel
 
@@ -127,7 +128,18 @@ def cmd_info(args: argparse.Namespace) -> dict[str, Any]:
             "cost_model": getattr(cost, "name", None), "environment": session.environment,
             "notes": list(session.notes), "summary": session.summary,
             "bound": None if bound is None else bound.as_json(), "bound_stored": session.bound is not None,
-            "bound_cost_model": None if unjudged else (cost or H100_DEFAULT).name}
+            "bound_cost_model": None if unjudged else (cost or H100_DEFAULT).name,
+            "room_bytes": session.plan.planned_with, "device_memory": _device_memory(session)}
+
+
+def _device_memory(session: Session) -> dict[str, Any] | None:
+    """What a measured run took of the GPU's memory, with the figures people read first worked out."""
+    m = session.device_memory
+    if m is None:
+        return None
+    capacity = session.plan.capacity
+    return {**m.as_json(), "taken_bytes": m.taken_bytes, "over_capacity_bytes": m.over(capacity),
+            "line": m.describe(capacity)}
 
 
 def cmd_calibrate(args: argparse.Namespace) -> dict[str, Any]:
@@ -378,7 +390,8 @@ def plan_doc(graph: Graph, plan: Plan, summary: dict[str, Any], cost_model: str)
              for mv in plan.moves]
     resident = [{"tensor": tnames[t], "nbytes": nbytes} for t, nbytes in plan.resident_at_start]
     return {"config": _config(plan), "cost_model": cost_model, "summary": summary,
-            "plan": {"peak_resident_bytes": plan.peak_resident, "resident_at_start": resident,
+            "plan": {"peak_resident_bytes": plan.peak_resident, "room_bytes": plan.planned_with,
+                     "resident_at_start": resident,
                      "memops": memops, "moves": moves}}
 
 

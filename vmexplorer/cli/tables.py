@@ -190,12 +190,31 @@ def _info_bound_line(doc: dict[str, Any]) -> str:
     return text
 
 
+def _info_memory_lines(doc: dict[str, Any]) -> list[str]:
+    """The room a swap plan was made in, where it is less than the capacity, and what a measured run took."""
+    from ..units import format_bytes
+
+    out = []
+    capacity, room = doc["config"].get("capacity_bytes"), doc.get("room_bytes")
+    if isinstance(capacity, int) and isinstance(room, int) and room < capacity:
+        out.append(f"planned with {format_bytes(room)} of room ({room / capacity:.1%} of the capacity), so that the "
+                   "swap pool holding it fits the capacity")
+    memory = doc.get("device_memory")
+    if isinstance(memory, dict):
+        out.append(f"device memory: {_safe(memory['line'])}")
+    elif doc["summary"].get("source") == "measured":
+        out.append("device memory: not recorded (a session of schema 9 or older: on the H100 and in the first H200 "
+                   "samples, convolution workspaces lay outside the capacity)")
+    return out
+
+
 def table_info(doc: dict[str, Any]) -> str:
     env = doc["environment"] if isinstance(doc["environment"], dict) else {"environment": doc["environment"]}
     notes = "\n".join(f"- {_safe(n)}" for n in doc["notes"]) or "(none)"
     return "\n".join([_safe(doc["path"]), f"{_config_line(doc['config'])}",
                       f"created {_safe(doc['created'])}; cost model {_safe(doc['cost_model'] or '-')}",
-                      _info_bound_line(doc), _title("summary"), _pairs(doc["summary"]), _title("environment"),
+                      _info_bound_line(doc), *_info_memory_lines(doc), _title("summary"), _pairs(doc["summary"]),
+                      _title("environment"),
                       _pairs(env), _title("notes"), notes])
 
 

@@ -37,6 +37,7 @@ from ..plan import Direction, Mechanism, Mode, Plan
 from ..plan.pool import KEPT_SUFFIXES, kept_tensors
 from ..plan.validate import validate_plan
 from ..records.collected import CUPTI, PARTS
+from ..records.device_memory import DeviceMemory
 from ..records.spans import Timeline, resident_curve
 from ..simulator import CostModel
 from . import gpu
@@ -73,8 +74,9 @@ class RunSettings:
     keep_weights: bool = False  # return persistent tensors, weight gradients and dropout masks at the end
     # Under managed memory, discard dead pages the capacity has no room for and populate new tensors' on
     # the device (CUDA 13), so the device never holds more than the capacity. Off, dead pages stay on the
-    # device until a new tensor takes them over in place (none ever moves): on the H200 the discard and
-    # populate calls cost more time than that saved (bench/results/h200/bench_device_pool_paging.txt)
+    # device until a new tensor takes them over in place (none ever moves), beyond the capacity; the
+    # executor's ledger holds live tensors only then. Off as the H200 showed discarding cost 2-6x the
+    # iteration under uvm (bench/results/h200/bench_device_pool_paging.txt, honest_memory.txt)
     discard: bool = False
 
 
@@ -103,6 +105,7 @@ class RunResult:
     weights: dict[str, np.ndarray] = field(default_factory=dict)
     collected: Any = None  # vmexplorer.records.collected.Collected, when settings.collect
     memory: MemoryUse | None = None
+    device_memory: DeviceMemory | None = None  # what the run took of the GPU's memory, all in
 
 
 def measured_session(graph: Graph, plan: Plan, result: RunResult, where: str = "",
@@ -131,6 +134,7 @@ def measured_session(graph: Graph, plan: Plan, result: RunResult, where: str = "
     unavailable = [f"{st.name} collector unavailable: {st.reason}"
                    for st in getattr(result.collected, "status", ()) if not st.available]
     return new_session(graph, plan, result.timeline, own, environment=result.environment, collected=result.collected,
+                       device_memory=result.device_memory,
                        notes=(f"measured on {gpu or 'a GPU'}{where}; losses {losses}",
                               *notes, *itself, *unavailable))
 
@@ -142,6 +146,7 @@ def execute(graph: Graph, plan: Plan, settings: RunSettings = RunSettings(),
     validate_plan(graph, plan)
     cp.get_default_memory_pool().free_all_blocks()  # what an earlier run cached is free for this one
     cp.cuda.runtime.free(0)  # makes the CUDA context, which CUPTI needs before it is configured
+    gpu.make_handles()  # they count with the context (`gpu.context_bytes`), not with the run
     # CUPTI's unified-memory counters follow only managed memory allocated after they were first
     # enabled in the process (on the H100, a run that allocated first recorded no migration at all),
     # so the collectors start before the arena
@@ -191,6 +196,7 @@ def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena | SwapArena, settings: 
     losses: list[float] = []
     timed = settings.warmup + settings.iterations
     total = timed + counted
+    least_free = int(cp.cuda.runtime.memGetInfo()[0])  # the arena is allocated, its tensors placed
     try:
         for it in range(total):
             if should_stop is not None and should_stop():
@@ -206,6 +212,7 @@ def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena | SwapArena, settings: 
             _iteration(cp, graph, plan, arena, streams, steps, attrs, ledger, ranges, events, operands)
             for s in streams.values():
                 s.synchronize()
+            least_free = min(least_free, int(cp.cuda.runtime.memGetInfo()[0]))
             for c in collectors:
                 c.flush()
             losses.append(float(arena.read(loss)))
@@ -216,7 +223,8 @@ def _run(cp: Any, graph: Graph, plan: Plan, arena: Arena | SwapArena, settings: 
     finally:
         for c in collectors:
             c.stop()
-    return _run_result(cp, graph, plan, arena, settings, ledger, dead, environment, records, losses, collectors)
+    return _run_result(cp, graph, plan, arena, settings, ledger, dead, environment, records, losses, collectors,
+                       least_free)
 
 
 def _write_initial_values(graph: Graph, arena: Arena | SwapArena, seed: int) -> None:
@@ -224,6 +232,9 @@ def _write_initial_values(graph: Graph, arena: Arena | SwapArena, seed: int) -> 
         value = initial_value(graph, t, seed)
         if value is not None:
             arena.write(t, value)
+
+
+UNLIMITED_ROOM = 2**60  # every dead byte waits on the device for its next tensor
 
 
 def _environment_and_ledger(graph: Graph, plan: Plan, arena: Arena | SwapArena, settings: RunSettings,
@@ -234,6 +245,7 @@ def _environment_and_ledger(graph: Graph, plan: Plan, arena: Arena | SwapArena, 
     environment = {**gpu.environment(), "mechanism": plan.mechanism.value}
     kept = kept_tensors(graph, settings.keep_weights)
     dead = None
+    held = None
     if isinstance(arena, SwapArena):
         environment["dead_data"] = "reused in the pool (under swap a dead tensor's bytes are simply taken over)"
         environment["swap_pool"] = arena.pool.describe()
@@ -246,21 +258,27 @@ def _environment_and_ledger(graph: Graph, plan: Plan, arena: Arena | SwapArena, 
                 dead = dead_bytes(arena.layout, len(graph.ops), room_per_op(graph, plan, kept))
             environment["dead_data"] = (f"discarded ({', '.join(gpu.DISCARD_CALLS)})" if why is None else
                                         f"left on the device until reused ({why})")
-        ledger = Ledger(graph, _place(graph, plan, arena, streams[Stream.COMPUTE], dead))
+            # dead bytes left waiting on the device for their next tensor: within the room where discarded,
+            # every one of them otherwise, beyond the capacity
+            held = (dead if dead is not None else
+                    dead_bytes(arena.layout, len(graph.ops), [UNLIMITED_ROOM] * len(graph.ops))).held
+        placed = _place(graph, plan, arena, streams[Stream.COMPUTE], dead)
+        # the ledger holds live tensors (a temporary from its op to its last) and, beside them, dead bytes
+        ledger = Ledger(graph, [b if t.persistent else 0 for b, t in zip(placed, graph.tensors)], release_dead=True,
+                        kept=kept, held=held)
     return environment, dead, ledger
 
 
 def _run_result(cp: Any, graph: Graph, plan: Plan, arena: Arena | SwapArena, settings: RunSettings, ledger: Ledger,
                 dead: DeadBytes | None, environment: dict[str, str], records: list[dict[str, Any]],
-                losses: list[float], collectors: list[Collector]) -> RunResult:
+                losses: list[float], collectors: list[Collector], least_free: int) -> RunResult:
     """What the run measured, after its last iteration: memory use, kept weights, the timeline of the
     recorded iterations and the collectors' records."""
     memory = _memory_use(cp, graph, arena, ledger, dead)
-    if isinstance(arena, SwapArena):  # the pool is real device memory: what the run took shows it
-        environment["swap_device_bytes_taken"] = (
-            f"{memory.device_bytes_taken} bytes (cudaMemGetInfo before the pool, less after the run): the pool's "
-            f"{memory.pool_bytes} and CuPy's {memory.workspace_bytes} (convolution workspaces), and "
-            f"{memory.device_bytes_taken - memory.pool_bytes - memory.workspace_bytes} more")
+    device_memory = DeviceMemory(
+        int(cp.cuda.runtime.memGetInfo()[1]), gpu.context_bytes(), arena.free_before,
+        min(least_free, int(cp.cuda.runtime.memGetInfo()[0]), arena.free_before), arena.pool_bytes,
+        memory.workspace_bytes, ledger.peak, arena.managed)
     weights = {}
     if settings.keep_weights:
         weights = {t.name: arena.read(i) for i, t in enumerate(graph.tensors)
@@ -268,7 +286,8 @@ def _run_result(cp: Any, graph: Graph, plan: Plan, arena: Arena | SwapArena, set
     timeline, offsets, lengths = _timeline(graph, plan, records)
     timeline = replace(timeline, counted=sum(r["counted"] for r in records))
     collected = _collected(collectors, [r["t0"] for r in records], offsets, lengths) if settings.collect else None
-    return RunResult(timeline, tuple(losses[settings.warmup:]), environment, weights, collected, memory)
+    return RunResult(timeline, tuple(losses[settings.warmup:]), environment, weights, collected, memory,
+                     device_memory)
 
 
 def _memory_use(cp: Any, graph: Graph, arena: Arena | SwapArena, ledger: Ledger, dead: DeadBytes | None) -> MemoryUse:

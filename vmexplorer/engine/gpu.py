@@ -7,6 +7,8 @@ on a machine with no GPU.
 from __future__ import annotations
 
 import platform
+import subprocess
+import sys
 from functools import lru_cache
 from typing import Any
 
@@ -102,6 +104,56 @@ def populate(ranges: list[tuple[int, int]], stream: Any, device: int = 0) -> Non
         (err,) = rt.cudaMemDiscardAndPrefetchBatchAsync(ptrs, sizes, len(ranges), [_location(True, device)], [0], 1,
                                                         0, stream.ptr)
         _check(err, f"cudaMemDiscardAndPrefetchBatchAsync of {sum(sizes)} bytes in {len(ranges)} ranges")
+
+
+# Run in a process of its own: NVML's used memory before and after the CUDA context and the handles the
+# engine makes (cuBLAS through CuPy, cuDNN through its frontend), nothing else allocated.
+_CONTEXT_PROBE = """
+import sys, pynvml
+pynvml.nvmlInit()
+device = pynvml.nvmlDeviceGetHandleByPciBusId(sys.argv[1])
+before = pynvml.nvmlDeviceGetMemoryInfo(device).used
+import cupy
+cupy.cuda.Device(int(sys.argv[2])).use()
+cupy.cuda.runtime.free(0)
+cupy.cuda.device.get_cublas_handle()
+try:
+    import cudnn
+    cudnn.create_handle()
+except ImportError:
+    pass
+cupy.cuda.runtime.deviceSynchronize()
+print(pynvml.nvmlDeviceGetMemoryInfo(device).used - before)
+"""
+
+
+@lru_cache(maxsize=8)
+def context_bytes(device: int = 0) -> int | None:
+    """The device memory a CUDA context and the engine's library handles take, measured once per process
+    on their own (a process of their own, by NVML); None where that cannot be measured. Other work on
+    the GPU in that second would be counted too: the lent GPU runs ours alone."""
+    cp = cupy()
+    bus = cp.cuda.runtime.deviceGetPCIBusId(device)
+    try:
+        out = subprocess.run([sys.executable, "-c", _CONTEXT_PROBE, bus, str(device)], capture_output=True,
+                             text=True, timeout=120, check=True)
+        taken = int(out.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+    return taken if taken > 0 else None
+
+
+def make_handles(device: int = 0) -> None:
+    """The library handles a run uses, made before its memory is first read, so that they count with the
+    context and not with the run."""
+    from ..graph.ops.conv2d import cudnn_handle
+
+    cp = cupy()
+    cp.cuda.device.get_cublas_handle()
+    try:
+        cudnn_handle(device)
+    except ImportError:  # no convolutions can run: the run will say so at its first
+        pass
 
 
 def environment() -> dict[str, str]:

@@ -83,6 +83,7 @@ def schedule(graph: Graph, plan: Plan, dead: DeadBytes | None = None,
     for i, m in enumerate(plan.memops):
         if m.mode is Mode.SYNC and not swap:  # under swap the pool's waits say which room a copy in needs
             evictions[m.complete_before].append(i)
+    room = copies.room_for(plan)
     if dead is not None and dead.kept:  # the host has read them: dead now
         program.append(Step(StepKind.DISCARD, -1, Stream.DISCARD, (), dead.kept, dead.kept_ranges))
     for k in range(n + 1):
@@ -94,8 +95,8 @@ def schedule(graph: Graph, plan: Plan, dead: DeadBytes | None = None,
                 after.append(last_move[m.tensor])
             if m.mode is Mode.ASYNC:
                 stream = Stream.TO_HOST if m.direction is Direction.TO_HOST else Stream.TO_DEVICE
-                if m.direction is Direction.TO_DEVICE:
-                    after += [("memop", j) for j in evictions[m.issue_after + 1]]
+                if m.direction is Direction.TO_DEVICE:  # it lands in the room made before the next op
+                    after += [("memop", j) for j in evictions[m.issue_after + 1] + room[i]]
                 program.add(StepKind.COPY, i, stream, after)
                 ready.append(("memop", i))
             elif m.mode is Mode.SYNC:
@@ -132,6 +133,7 @@ def _ordered(graph: Graph, plan: Plan, pool: Mapping[Event, tuple[Event, ...]]) 
             due_async[m.complete_before].append(("memop", i))
     queues = {Stream.TO_HOST: copies.asynchronous(plan, Direction.TO_HOST),
               Stream.TO_DEVICE: copies.asynchronous(plan, Direction.TO_DEVICE)}
+    room = {i: [("memop", j) for j in out] for i, out in enumerate(copies.room_for(plan))}
     previous: dict[int, Event] = {}  # each memory operation -> the one before it on its tensor
     last: dict[int, Event] = {}
     for i in sorted(range(len(memops)), key=lambda i: (memops[i].issue_after, memops[i].complete_before,
@@ -146,11 +148,12 @@ def _ordered(graph: Graph, plan: Plan, pool: Mapping[Event, tuple[Event, ...]]) 
             called = False
             for stream, queue in queues.items():
                 while queue and memops[queue[0]].issue_after < k and all(
-                        e in program.where for e in (*pool.get(("memop", queue[0]), ()),
+                        e in program.where for e in (*pool.get(("memop", queue[0]), ()), *room[queue[0]],
                                                      *([previous[queue[0]]] if queue[0] in previous else []))):
                     i = queue.pop(0)
                     waits = [("op", memops[i].issue_after)] if memops[i].issue_after >= 0 else []
-                    program.add(StepKind.COPY, i, stream, waits + ([previous[i]] if i in previous else []))
+                    program.add(StepKind.COPY, i, stream,
+                                waits + ([previous[i]] if i in previous else []) + room[i])
                     called = True
 
     for k in range(n + 1):
@@ -168,9 +171,10 @@ def _ordered(graph: Graph, plan: Plan, pool: Mapping[Event, tuple[Event, ...]]) 
 
 
 def _uvm_order(plan: Plan, due: list[int], k: int) -> list[int]:
-    """Evictions first: a prefetch landing before op k must wait for the room they make, or the device
-    would briefly hold more than the emulated capacity."""
-    return sorted(due, key=lambda i: (plan.memops[i].mode is not Mode.SYNC, plan.memops[i].issue_after, i))
+    """Evictions first, then offloads: a prefetch landing before op k must wait for the room they make, or
+    the device would briefly hold more than the emulated capacity."""
+    return sorted(due, key=lambda i: (plan.memops[i].mode is not Mode.SYNC,
+                                      plan.memops[i].direction is Direction.TO_DEVICE, plan.memops[i].issue_after, i))
 
 
 def _swap_order(plan: Plan, due: list[int], k: int) -> list[int]:
@@ -247,15 +251,17 @@ class Ledger:
     an op brings its tensors in whole, a prefetch brings a tensor in, a driver eviction takes what it says
     off the tensor's end, an offload takes all of it, a populate brings new tensors in and a discard
     leaves dead ones nothing. Managed memory's residency cannot be read back (the driver keeps its
-    physical chunks), so this is what the executor's residency rests on. With `release_dead` (swap, where
-    a dead tensor's bytes are simply reused) a temporary leaves after its last op, but for those `kept`."""
+    physical chunks), so this is what the executor's residency rests on. With `release_dead` a temporary
+    leaves after its last op, but for those `kept` (its bytes are taken over in place, or discarded); `held`
+    adds, per op, the dead bytes left waiting on the device for their next tensor."""
 
     def __init__(self, graph: Graph, start: Sequence[int], release_dead: bool = False,
-                 kept: Collection[int] = ()) -> None:
+                 kept: Collection[int] = (), held: Sequence[int] | None = None) -> None:
         self.graph = graph
         self.bytes = list(start)
         self.total = sum(self.bytes)
         self.peak = self.total  # the most bytes on the device while an op ran
+        self.held = held  # per op, dead bytes waiting on the device for their next tensor (`memory.DeadBytes`)
         self.dying: list[list[int]] = [[] for _ in graph.ops]
         if release_dead:
             for t, tensor in enumerate(graph.tensors):
@@ -272,7 +278,7 @@ class Ledger:
         if step.kind is StepKind.OP:
             for t in self.graph.ops[step.index].touches:
                 self.set(t, tensors[t].nbytes)
-            self.peak = max(self.peak, self.total)
+            self.peak = max(self.peak, self.total + (self.held[step.index] if self.held is not None else 0))
             for t in self.dying[step.index]:
                 self.set(t, 0)
         elif step.kind in (StepKind.DISCARD, StepKind.POPULATE):

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 
 from ..graph import Graph
-from ..plan import Direction, Plan
+from ..plan import Direction, Plan, PlanError
 from ..plan.placement import DEVICE_ALIGN
-from ..plan.pool import plan_pool
+from ..plan.pool import kept_tensors, plan_pool
 from ..units import format_bytes
 from .memory import DEVICE_SHARE, HOST_SHARE, Layout, ResourceError, available_host_bytes, layout
 
@@ -44,6 +44,11 @@ class SwapArena:
 
         self.graph = graph
         self.pool = plan_pool(graph, plan, keep)
+        if self.pool.over_capacity and set(keep) <= kept_tensors(graph, keep_weights=False):
+            # with weights kept for the host (a check of the numbers, not a timed run) the pool may grow
+            raise PlanError(f"this swap plan's pool needs {format_bytes(self.pool.total)}, over its capacity "
+                            f"{format_bytes(plan.capacity)}: it was made before plans were held to the pool that "
+                            "places them (a session of schema 9 or older); plan it again")
         self.host_layout: Layout = layout(graph, DEVICE_ALIGN, keep)
         self.free_before, _ = cp.cuda.runtime.memGetInfo()
         check_swap_resources(self.pool.total, self.host_layout.total, self.free_before, available_host_bytes())

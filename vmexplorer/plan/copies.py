@@ -101,3 +101,15 @@ def earliest_deadline(plan: Plan, op_end_ns: Sequence[float], copy_ns: Sequence[
             left.remove(i)
             free = max(free, ready[i]) + float(copy_ns[i])
     return tuple(order)
+
+
+def room_for(plan: Plan) -> list[list[int]]:
+    """Per memory operation, for a copy in (prefetch) the asynchronous copies out due before the op after
+    the one it is issued after: the room it lands in is theirs, so it starts once they have ended, and the
+    device never holds both (the replay counts them before that op and it from that op on)."""
+    due_out: dict[int, list[int]] = {}
+    for i, m in enumerate(plan.memops):
+        if m.direction is Direction.TO_HOST and m.mode is Mode.ASYNC:
+            due_out.setdefault(m.complete_before, []).append(i)
+    return [due_out.get(m.issue_after + 1, []) if m.direction is Direction.TO_DEVICE and m.mode is Mode.ASYNC else []
+            for m in plan.memops]

@@ -61,22 +61,31 @@ def by_breadth(sizes: Sequence[int], lifetimes: Sequence[Span], n_ops: int, pers
     return order + [t for t in range(len(sizes)) if t not in seen]
 
 
+def clash_matrix(lifetimes: Sequence[Span], period: int | None = None) -> np.ndarray:
+    """Which tensors are alive at the same op, pairwise (with `period`, as `place` reads lifetimes): worked
+    out once for the many placements of one set of lifetimes."""
+    a = np.array([s for s, _ in lifetimes], dtype=np.int64)
+    b = np.array([e for _, e in lifetimes], dtype=np.int64)
+    out = np.zeros((len(a), len(a)), dtype=bool)
+    for shift in (0,) if period is None else (0, -period, period):
+        out |= (a[None, :] + shift <= b[:, None]) & (a[:, None] <= b[None, :] + shift)
+    return out
+
+
 def place(order: Sequence[int], sizes: Sequence[int], lifetimes: Sequence[Span], best_fit: bool,
-           period: int | None = None) -> tuple[int, ...]:
+          period: int | None = None, clashes: np.ndarray | None = None) -> tuple[int, ...]:
     """Each tensor in `order` at the lowest gap between those already placed and alive with it that holds
     it (`best_fit`: the tightest such gap), else above them all. With `period`, the ops repeat: lifetimes
     start within one period and are at most one long, and one running past its end goes on from its start
-    (two clash when they share an op modulo the period)."""
-    n = len(order)
-    first, last, lo, hi = (np.zeros(n, dtype=np.int64) for _ in range(4))
+    (two clash when they share an op modulo the period). `clashes`: `clash_matrix(lifetimes, period)`."""
+    if clashes is None:
+        clashes = clash_matrix(lifetimes, period)
+    lo, hi = np.zeros(len(sizes), dtype=np.int64), np.zeros(len(sizes), dtype=np.int64)
+    placed = np.zeros(len(sizes), dtype=bool)
     offsets = [0] * len(sizes)
-    shifts = (0,) if period is None else (0, -period, period)
-    for m, t in enumerate(order):
-        a, b = lifetimes[t]
-        clash = np.zeros(m, dtype=bool)
-        for shift in shifts:
-            clash |= (first[:m] + shift <= b) & (a <= last[:m] + shift)
-        los, his = lo[:m][clash], hi[:m][clash]
+    for t in order:
+        alive = clashes[t] & placed
+        los, his = lo[alive], hi[alive]
         at = 0
         if los.size:
             by = np.argsort(los, kind="stable")
@@ -89,5 +98,5 @@ def place(order: Sequence[int], sizes: Sequence[int], lifetimes: Sequence[Span],
             else:
                 at = int(reach[-1])
         offsets[t] = at
-        first[m], last[m], lo[m], hi[m] = a, b, at, at + sizes[t]
+        lo[t], hi[t], placed[t] = at, at + sizes[t], True
     return tuple(offsets)

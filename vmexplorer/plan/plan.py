@@ -70,6 +70,10 @@ class Plan:
     # under swap, the asynchronous copies (memop indices) in the order the host calls them, each stream
     # taking its own in turn (`copies.py`); empty: each called just before the op that waits for it
     copy_order: tuple[int, ...] = ()
+    # under swap, the room the policy planned with so that the pool placing its tensors fits the capacity
+    # (`policies.within_pool`): less than the capacity where a placement needs more bytes than the plan's
+    # peak; 0: the capacity
+    room_bytes: int = 0
 
     @property
     def model(self) -> str:
@@ -102,6 +106,11 @@ class Plan:
     @property
     def key(self) -> tuple[str, int, int]:
         return self.config.key
+
+    @property
+    def planned_with(self) -> int:
+        """The bytes of room the policy planned with."""
+        return self.room_bytes or self.capacity
 
     @property
     def moves(self) -> tuple[Move, ...]:

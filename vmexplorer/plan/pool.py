@@ -23,7 +23,7 @@ import numpy as np
 
 from ..graph import Graph
 from ..units import format_bytes
-from .placement import DEVICE_ALIGN, aligned, by_breadth, place
+from .placement import DEVICE_ALIGN, aligned, by_breadth, clash_matrix, place
 from .plan import Plan
 from .stays import Event, Stay, stays
 
@@ -93,6 +93,7 @@ def plan_pool(graph: Graph, plan: Plan, kept: Collection[int] = (), align: int =
 
 
 IMPROVE_PLACEMENTS = 20_000  # stays placed in all while improving a pool that outgrows its target (about 1 s)
+IMPROVE_ROUNDS = 100  # and placements tried at most: a small graph's take a few ms each, and a plan is made in rounds
 
 
 def _top(offsets: Sequence[int], sizes: Sequence[int]) -> int:
@@ -109,11 +110,13 @@ def _offsets(sizes: Sequence[int], spans: Sequence[tuple[int, int]], n: int, alw
     orders = [always + sorted(rest, key=lambda i: (-sizes[i], spans[i][0], i)),
               by_breadth(sizes, spans, n, always, period=n),
               always + sorted(rest, key=lambda i: (spans[i][0], -sizes[i], i))]
-    tried = [(place(order, sizes, spans, fit, period=n), order, fit) for order in orders for fit in (False, True)]
+    clashes = clash_matrix(spans, period=n)
+    tried = [(place(order, sizes, spans, fit, period=n, clashes=clashes), order, fit)
+             for order in orders for fit in (False, True)]
     offsets, order, fit = min(tried, key=lambda t: _top(t[0], sizes))
     rng = np.random.default_rng(0)
     best, order = offsets, list(order)
-    for _ in range(improve // max(len(sizes), 1)):
+    for _ in range(min(improve // max(len(sizes), 1), IMPROVE_ROUNDS)):
         if _top(best, sizes) <= target:
             break
         out = [i for i in order if offsets[i] + sizes[i] > target and i not in always]
@@ -122,7 +125,7 @@ def _offsets(sizes: Sequence[int], spans: Sequence[tuple[int, int]], n: int, alw
                         key=position.__getitem__):
             j = order.index(i)
             order.insert(max(len(always), j - int(rng.integers(1, j + 2))), order.pop(j))
-        offsets = place(order, sizes, spans, fit, period=n)
+        offsets = place(order, sizes, spans, fit, period=n, clashes=clashes)
         if _top(offsets, sizes) < _top(best, sizes):
             best = offsets
     return best

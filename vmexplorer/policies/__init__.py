@@ -21,13 +21,16 @@ all read from it. docs/policies.md says how to add a policy.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from ..config import Config, Mechanism
 from ..graph import Graph
 from ..plan import Move, Plan, PlanError
+from ..plan.pool import kept_tensors, plan_pool
 from ..plan.residency import repair, transfers_for_moves
+from ..units import format_bytes
 from . import autovm, belady, device, manual, tuned, uvm, vdnn
 from .common import check_capacity, order_copies
 from .spec import OptionSpec, PlanMoves, PolicySpec, SearchMoves, Simulation
@@ -58,17 +61,63 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
     mech = check_mechanism(spec, mechanism)
     opts = _check_options(spec, options or {})
     check_capacity(graph, capacity)
-    if spec.search is not None and simulation is not None:
-        planned = spec.search(graph, capacity, opts, simulation, mech)
-    else:
-        planned = spec.plan_moves(graph, capacity, opts, moves if spec.takes_moves else ())
-    # after the policy, so that its own refusal of the capacity (device's footprint) is the one reported
-    if moves and not spec.takes_moves:
-        raise PlanError(f"moves are a manual plan; the {policy} policy makes its own")
-    replay = repair(graph, capacity, transfers_for_moves(graph, list(planned)), mech)
     config = Config(graph.model, graph.batch, graph.image_size, capacity, policy, opts, mech)
-    plan = Plan(config, replay.memops, replay.resident_at_start, replay.peak)
-    return order_copies(graph, plan, simulation) if mech is Mechanism.SWAP and simulation is not None else plan
+
+    def plan_at(at: int, search: bool = True) -> Plan:  # the policy's plan with `at` bytes of room
+        if spec.search is not None and simulation is not None and search:
+            planned = spec.search(graph, at, opts, simulation, mech)
+        else:
+            planned = spec.plan_moves(graph, at, opts, moves if spec.takes_moves else ())
+        # after the policy, so that its own refusal of the capacity (device's footprint) is the one reported
+        if moves and not spec.takes_moves:
+            raise PlanError(f"moves are a manual plan; the {policy} policy makes its own")
+        replay = repair(graph, at, transfers_for_moves(graph, list(planned)), mech)
+        return Plan(config, replay.memops, replay.resident_at_start, replay.peak, room_bytes=at if at < capacity else 0)
+
+    if mech is not Mechanism.SWAP:
+        return plan_at(capacity)
+    searches = spec.search is not None and simulation is not None
+    # a search is slow: the room its plan fits in is found with the policy's quick plan first
+    plan = within_pool(graph, plan_at(capacity, search=not searches), partial(plan_at, search=not searches))
+    if searches:
+        plan = within_pool(graph, plan_at(plan.planned_with), plan_at)
+    if simulation is not None and simulation.report is not None and plan.planned_with < capacity:
+        simulation.report(
+            "under swap each tensor needs one free stretch of the pool: planned with "
+            f"{format_bytes(plan.planned_with)} of room ({plan.planned_with / capacity:.1%} of the capacity) so "
+            f"that the pool fits within {format_bytes(capacity)}")
+    return order_copies(graph, plan, simulation) if simulation is not None else plan
+
+
+FIT_ROUNDS = 8  # plans made with less room at most, one after another, until the pool fits
+
+
+def within_pool(graph: Graph, plan: Plan, plan_at: Callable[[int], Plan]) -> Plan:
+    """A swap plan whose device pool holds its stays within the capacity. Stays cannot always be placed in
+    as many bytes as the most they hold at once (a tensor needs one free stretch of the pool), so where the
+    placement outgrows the capacity the plan is made again (`plan_at`) with less room, by what the pool
+    outgrew or 1%, 2%, 4%... of the capacity, until it fits; PlanError where it cannot (the room would fall
+    below what the graph's largest op needs, or the rounds run out)."""
+    capacity, kept = plan.capacity, kept_tensors(graph, keep_weights=False)
+    at, pool = plan.planned_with, plan_pool(graph, plan, kept)
+    for k in range(FIT_ROUNDS):
+        if pool.total <= capacity:
+            return plan
+        least = graph.min_capacity[0]
+        if at <= least:
+            break
+        at = max(at - max(pool.total - capacity, capacity * 2**k // 100), least)
+        try:
+            plan = plan_at(at)
+        except PlanError:  # the policy cannot plan with so little room
+            break
+        pool = plan_pool(graph, plan, kept)
+    if pool.total <= capacity:
+        return plan
+    raise PlanError(f"under swap the pool holding this plan needs {pool.total - capacity} bytes more than the "
+                    f"capacity {format_bytes(capacity)} ({capacity} bytes): each tensor needs one free stretch of "
+                    f"the pool, and planned with as little as {format_bytes(plan.planned_with)} of room no "
+                    "placement found fits; try a larger capacity, or uvm")
 
 
 def check_mechanism(spec: PolicySpec, mechanism: Mechanism | str) -> Mechanism:
@@ -117,4 +166,5 @@ def _check_options(spec: PolicySpec, options: Mapping[str, Any]) -> dict[str, An
 
 
 __all__ = ["POLICIES", "Mechanism", "OptionSpec", "PlanMoves", "PolicySpec", "SearchMoves", "Simulation",
-           "check_capacity", "check_mechanism", "compile_plan", "non_default_options", "order_copies"]
+           "check_capacity", "check_mechanism", "compile_plan", "non_default_options", "order_copies",
+           "within_pool"]

@@ -205,7 +205,10 @@ def _resident_steps(graph: Graph, plan: Plan, op_start: np.ndarray, op_end: np.n
             times += [op_start[tensor.producer], op_end[last_use[t]]]
             deltas += [tensor.nbytes, -tensor.nbytes]
             tensors += [t, t]
+    skipped = elided(graph, plan)  # under swap a copy in taken straight back out holds nothing
     for i, m in enumerate(plan.memops):
+        if i in skipped:
+            continue
         if m.direction is Direction.TO_DEVICE:
             times.append(mem_start[i])
             deltas.append(m.nbytes)

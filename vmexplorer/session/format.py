@@ -33,6 +33,7 @@ from ..records.collected import (
     UmKind,
     check_against,
 )
+from ..records.device_memory import DeviceMemory
 from ..records.spans import MAX_NS, Timeline
 from ..simulator.bound import SET_BY, Bound
 from ..simulator.costmodel import RATES, SWAP_RATES, CostModel
@@ -56,7 +57,10 @@ _COST_FIELDS = tuple(f for f in RATES if f != "call_ns")  # the cost model's num
 TOP_LEVEL_V1 = ("format", "schema_version", "created", "environment", "notes", "config", "graph", "plan",
                 "timeline", "cost_model")
 TOP_LEVEL_V2 = (*TOP_LEVEL_V1, "collected")  # schema 2 added the collectors' records
-TOP_LEVEL = (*TOP_LEVEL_V2, "bound")  # schema 7 the bound
+TOP_LEVEL_V7 = (*TOP_LEVEL_V2, "bound")  # schema 7 the bound
+TOP_LEVEL = (*TOP_LEVEL_V7, "device_memory")  # schema 10 what a measured run took of the GPU's memory
+DEVICE_MEMORY_FIELDS = ("total_bytes", "context_bytes", "free_before_bytes", "least_free_bytes", "pool_bytes",
+                        "scratch_bytes", "ledger_peak_bytes", "managed")
 BOUND_FIELDS = ("min_bytes_to_host", "min_bytes_to_device", "lower_bound_ns", "set_by")
 
 
@@ -84,6 +88,7 @@ def encode(s: Session) -> dict[str, Any]:
                                          "nbytes": [b for _, b in p.resident_at_start]}),
             "peak_resident_bytes": int(p.peak_resident),
             "copy_order": list(p.copy_order),
+            "room_bytes": int(p.room_bytes),
         },
         "timeline": {
             "source": tl.source,
@@ -98,6 +103,7 @@ def encode(s: Session) -> dict[str, Any]:
         "cost_model": None if s.cost_model is None else _cost_model(s.cost_model),
         "collected": None if s.collected is None else _collected(s.collected),
         "bound": None if s.bound is None else s.bound.as_json(),
+        "device_memory": None if s.device_memory is None else s.device_memory.as_json(),
     }
 
 
@@ -166,7 +172,8 @@ def _collected(c: Collected) -> dict[str, Any]:
 def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
     """The Session's fields from a parsed document whose format and version are already known
     (schema 1 has no "collected" field: it loads with none; schema 6 and older no "bound": none)."""
-    r.fields(doc, "the file", TOP_LEVEL if version >= 7 else TOP_LEVEL_V2 if version >= 2 else TOP_LEVEL_V1)
+    r.fields(doc, "the file", TOP_LEVEL if version >= 10 else TOP_LEVEL_V7 if version >= 7 else
+             TOP_LEVEL_V2 if version >= 2 else TOP_LEVEL_V1)
     created = r.scalar(doc["created"], "created", STR)
     if not _is_iso_time(created):
         r.fail(f"created is {quoted(created)}, not an ISO-8601 date and time")
@@ -198,8 +205,28 @@ def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
     raw = doc.get("collected")
     collected = None if raw is None else _read_collected(r, raw, timeline, version)
     bound = None if doc.get("bound") is None else _read_bound(r, doc["bound"])
+    if doc.get("device_memory") is not None and timeline.source != "measured":
+        r.fail("device_memory is what a measured run took; this session is simulated")
+    memory = None if doc.get("device_memory") is None else _read_device_memory(r, doc["device_memory"])
     return dict(graph=graph, plan=plan, timeline=timeline, cost_model=cost, environment=dict(env),
-                notes=tuple(notes), created=created, collected=collected, bound=bound)
+                notes=tuple(notes), created=created, collected=collected, bound=bound, device_memory=memory)
+
+
+def _read_device_memory(r: Reader, value: Any) -> DeviceMemory:
+    d = r.fields(value, "device_memory", DEVICE_MEMORY_FIELDS)
+    sizes: dict[str, Any] = {}
+    for k in DEVICE_MEMORY_FIELDS[:-1]:
+        if k == "context_bytes" and d[k] is None:
+            sizes[k] = None
+            continue
+        sizes[k] = r.scalar(d[k], f"device_memory.{k}", INT, 0)
+        if sizes[k] > MAX_BYTES:
+            r.fail(f"device_memory.{k} is {sizes[k]}, more than the {MAX_BYTES} bytes (1 PiB) any GPU holds")
+    if not sizes["least_free_bytes"] <= sizes["free_before_bytes"] <= sizes["total_bytes"]:
+        r.fail("device_memory: the least free bytes, the free bytes before the run and the GPU's total should "
+               f"rise in that order, not {sizes['least_free_bytes']}, {sizes['free_before_bytes']}, "
+               f"{sizes['total_bytes']}")
+    return DeviceMemory(**sizes, managed=r.scalar(d["managed"], "device_memory.managed", BOOL))
 
 
 def _options(r: Reader, policy: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -284,7 +311,7 @@ def _graph(r: Reader, d: dict[str, Any], model: str, batch: int, size: int) -> G
 
 def _plan(r: Reader, value: Any, graph: Graph, config: Config, version: int) -> Plan:
     d = r.fields(value, "plan", ("memops", "resident_at_start", "peak_resident_bytes")
-                 + (("copy_order",) if version >= 9 else ()))
+                 + (("copy_order",) if version >= 9 else ()) + (("room_bytes",) if version >= 10 else ()))
     m = r.table(d["memops"], "plan.memops",
                 {"tensor": INT, "direction": Direction, "mode": Mode, "origin": Origin,
                  "issue_after_op": INT, "complete_before_op": INT, "nbytes": INT})
@@ -313,7 +340,10 @@ def _plan(r: Reader, value: Any, graph: Graph, config: Config, version: int) -> 
         m["complete_before_op"].tolist(), m["nbytes"].tolist()))
     resident = tuple(zip(start["tensor"].tolist(), start["nbytes"].tolist()))
     order = r.column(d.get("copy_order", []), "plan.copy_order", INT, None)
-    plan = Plan(config, memops, resident, peak, tuple(int(i) for i in order))
+    room = r.scalar(d.get("room_bytes", 0), "plan.room_bytes", INT, 0)
+    if room > config.capacity:
+        r.fail(f"plan.room_bytes is {room}, more than the capacity {config.capacity} it was planned within")
+    plan = Plan(config, memops, resident, peak, tuple(int(i) for i in order), room)
     try:
         validate_plan(graph, plan)  # what `vmexplorer plan` and the executor hold every plan to
     except PlanError as e:

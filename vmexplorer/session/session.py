@@ -16,14 +16,16 @@ from ..plan import Plan, PlanError
 from ..records import Timeline, summarize
 from ..records.breakdown import TimeSplit, time_split
 from ..records.collected import Collected, CollectedError, check_against, collected_summary, migration_shares
+from ..records.device_memory import DeviceMemory
 from ..simulator import H100_DEFAULT, CostModel
 from ..simulator.bound import Bound, lower_bound
 
 FORMAT = "vmexplorer-session"
 # 2 added "collected" (the GPU collectors' records), 3 the cost model's "op_gap_ns" and "call_ns", 4
 # "collected.memcpy", 7 the "bound" and the cost model's "serialises_directions", 8 "config.mechanism" and
-# the cost model's swap rates; older files still load
-SCHEMA_VERSION = 9
+# the cost model's swap rates, 9 "plan.copy_order", 10 "plan.room_bytes" and "device_memory"; older files
+# still load
+SCHEMA_VERSION = 10
 
 class SessionError(ValueError):
     """A session that cannot be saved or loaded; the message names the file and the problem."""
@@ -42,6 +44,7 @@ class Session:
     # the least traffic and time any schedule needs here, under `cost_model` (the default without one),
     # as worked out when made or last calibrated
     bound: Bound | None = None
+    device_memory: DeviceMemory | None = None  # what a measured run took of the GPU's memory (schema 10 on)
 
     def time_split(self, iteration: int | None = None) -> TimeSplit:
         """Where the typical iteration's time went (`records.breakdown`), each op's own time from the
@@ -76,7 +79,7 @@ class Session:
 def new_session(graph: Graph, plan: Plan, timeline: Timeline, cost_model: CostModel | None = None,
                 notes: tuple[str, ...] | list[str] = (),
                 environment: dict[str, str] | None = None, *, collected: Collected | None = None,
-                bound: Bound | None = None) -> Session:
+                bound: Bound | None = None, device_memory: DeviceMemory | None = None) -> Session:
     """A session stamped now, with this machine's software versions; `environment` adds to them
     (the engine passes the GPU, its driver and CUDA). `collected`: the collectors' records of a
     measured run (see `vmexplorer.records.collected`), checked against the timeline. `bound`: the
@@ -96,7 +99,7 @@ def new_session(graph: Graph, plan: Plan, timeline: Timeline, cost_model: CostMo
            "platform": platform.platform(), "numpy": np.__version__}
     env.update(environment or {})
     created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return Session(graph, plan, timeline, cost_model, env, tuple(notes), created, collected, bound)
+    return Session(graph, plan, timeline, cost_model, env, tuple(notes), created, collected, bound, device_memory)
 
 
 def bound_for(graph: Graph, plan: Plan, cost_model: CostModel | None = None) -> Bound | None:

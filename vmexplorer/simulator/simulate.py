@@ -34,7 +34,7 @@ import numpy as np
 
 from ..graph import Graph
 from ..plan import Direction, Mechanism, MemOp, Mode, Plan, PlanError
-from ..plan.copies import asynchronous, call_before
+from ..plan.copies import asynchronous, call_before, room_for
 from ..plan.stays import elided
 from ..records.spans import MAX_NS, Timeline, resident_curve
 from .costmodel import H100_DEFAULT, CostModel
@@ -87,6 +87,8 @@ class _Walk:
         self.queues = {d: asynchronous(plan, d) for d in Direction} if plan.copy_order else {}
         self.calls = call_before(plan) if plan.copy_order else {}
         self.placed = np.zeros(len(memops), dtype=bool)
+        self.done = np.zeros(len(memops), dtype=bool)
+        self.room_for = room_for(plan)
 
     # --- the steps before each op, in order ----------------------------------------------------------
 
@@ -118,7 +120,7 @@ class _Walk:
                 raise PlanError(f"the copy order has not called every copy op {k} waits for")
             return max([t, *(self.mem_end[i] for i in self.due_async[k])])
         for i in sorted(set(self.due_async[k]) - set(early), key=lambda i: (self.memops[i].issue_after, i)):
-            t = self.copy(i, t, True)
+            t = self.copy(i, t, True) if not self.done[i] else max(t, self.mem_end[i])
         return t
 
     def run_op(self, k: int, arrived: float, t: float) -> None:
@@ -139,11 +141,17 @@ class _Walk:
         m = self.memops[i]
         to_device = m.direction is Direction.TO_DEVICE
         after = self.op_end[m.issue_after] if m.issue_after >= 0 else 0.0
+        self.done[i] = True
         if i in self.skipped:
             self.mem_start[i] = self.mem_end[i] = max(after, self.host)
             return t
-        if to_device and room_known:  # a prefetch lands in the room made before the next op
-            after = max(after, self.room[m.issue_after + 1])
+        if to_device:  # it lands in the room made before the next op: the copies out due then have ended
+            for j in self.room_for[i]:
+                if not self.done[j] and not self.queues:
+                    self.copy(j, t, True)
+            after = max([after, *(self.mem_end[j] for j in self.room_for[i])])
+            if room_known:
+                after = max(after, self.room[m.issue_after + 1])
         start, end = self.engine.run(max(after, self.host), self.cost.copy_ns(m.nbytes, to_device), m.direction)
         self.mem_start[i], self.mem_end[i] = start, end
         self.host += self.cost.host_block * max(0.0, end - self.host)
@@ -156,8 +164,8 @@ class _Walk:
         for d, queue in self.queues.items():
             while queue and self.calls[queue[0]] <= k:
                 i = queue[0]
-                if d is Direction.TO_DEVICE and not room_known and self.memops[i].issue_after == k - 1 \
-                        and i not in early:
+                if d is Direction.TO_DEVICE and (not room_known and self.memops[i].issue_after == k - 1
+                                                 and i not in early or not self.placed[self.room_for[i]].all()):
                     break
                 self.copy(i, 0.0, self.memops[i].issue_after + 1 < k or room_known)
                 self.placed[i] = True

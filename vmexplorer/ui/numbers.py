@@ -134,6 +134,7 @@ def summary_rows(state: AppState) -> list[dict[str, str]]:
         return []
     fig, source = figures(s), s.timeline.source
     rows = [{"figure": label, "value": value, "source": source} for _, label, value in summary_items(fig)]
+    rows += _memory_rows(s)
     rows += [_against(state, fig["iteration_ns"], source, policy) for policy in ("device", "uvm")]
     b = bound(state)
     if b is not None:
@@ -152,6 +153,26 @@ def summary_rows(state: AppState) -> list[dict[str, str]]:
         before["against the bound"] = b.versus(was["iteration_ns"])
     return [{"figure": r["figure"], "edited": r["value"], "before the edits": before.get(r["figure"], ""),
              "source": r["source"]} for r in rows]
+
+
+def _memory_rows(s: Session) -> list[dict[str, str]]:
+    """The room a swap plan was made in, where the pool holding it needed less than the capacity, and what a
+    measured run took of the GPU's memory beside the capacity."""
+    capacity, rows = s.plan.capacity, []
+    if s.plan.planned_with < capacity:
+        rows.append({"figure": "planned with", "value": format_bytes(s.plan.planned_with),
+                     "source": f"{s.timeline.source} plan: {s.plan.planned_with / capacity:.1%} of the capacity, so "
+                               "that the swap pool holding it fits the capacity"})
+    m = s.device_memory
+    if m is not None:
+        rows.append({"figure": "device memory taken", "value": format_bytes(m.ledger_peak_bytes if m.managed
+                                                                            else m.taken_bytes),
+                     "source": f"measured: {m.describe(capacity)}"})
+    elif s.timeline.source == "measured":
+        rows.append({"figure": "device memory taken", "value": "not recorded",
+                     "source": "measured before vmexplorer recorded it (convolution workspaces lay outside the "
+                               "capacity then)"})
+    return rows
 
 
 def _against(state: AppState, ns: int, source: str, policy: str) -> dict[str, str]:

@@ -173,7 +173,7 @@ def _cudnn_conv(which: str, x: Array, w: Array, y: Array, stride: int, pad: int,
             raise ValueError(f"cuDNN conv {which}: expects contiguous float32 NCHW arrays, got {a.dtype} "
                              f"{a.shape} (contiguous={a.flags.c_contiguous})")
     dev = cupy.cuda.runtime.getDevice()
-    handle = _handle(dev)
+    handle = cudnn_handle(dev)
     stream = cupy.cuda.get_current_stream().ptr
     if _STREAMS.get(dev) != stream:  # the handle follows CuPy's current stream, as the engine's other kernels
         import cudnn
@@ -278,7 +278,8 @@ def _fastest(graph: Any, pack: dict[Any, int], handle: Any) -> int:
     return best
 
 
-def _handle(dev: int) -> Any:
+def cudnn_handle(dev: int) -> Any:
+    """The device's cuDNN handle, made once."""
     if dev not in _HANDLES:
         try:
             import cudnn

@@ -1,0 +1,88 @@
+"""The capacity holds at every instant, for every policy and mechanism: in the plan (the replay's peak), in
+its simulation (the resident bytes over time), in the engine's schedule (the ledger the executor keeps as
+it issues its steps) and, under swap, in the device pool that holds the plan's tensors. A plan that
+cannot keep to the capacity is refused with its reason, never made over it. No GPU: every part checked
+here is the planner's, the simulator's and the executor's program as data."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import AUTOVM_OPTIONS, POOL_REFUSED, graph, manual_moves
+
+from vmexplorer.config import Mechanism
+from vmexplorer.engine.schedule import Ledger, StepKind, schedule
+from vmexplorer.graph import Graph
+from vmexplorer.plan import Plan, PlanError
+from vmexplorer.plan.pool import kept_tensors, plan_pool
+from vmexplorer.policies import POLICIES, Simulation, compile_plan
+from vmexplorer.simulator import H100_DEFAULT, simulate
+from vmexplorer.simulator.bound import lower_bound
+
+SMALL = [("alexnet", 96), ("vgg11", 32), ("resnet18", 32), ("resnet50", 32)]
+HYP = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+QUICK_SEARCH = {"search_steps": 40, "search_seconds": 60.0}  # steps, not seconds, stop it: the same plan anywhere
+
+
+def ledger_peak(g: Graph, plan: Plan) -> int:
+    """The most bytes the executor's ledger holds while an op runs, its steps issued in the schedule's order
+    (under swap a temporary leaves after its last op, as the pool takes its bytes back)."""
+    start = dict(plan.resident_at_start)
+    swap = plan.mechanism is Mechanism.SWAP
+    ledger = Ledger(g, [start.get(t, 0) if tensor.persistent else 0 for t, tensor in enumerate(g.tensors)],
+                    release_dead=swap, kept=kept_tensors(g, keep_weights=False))
+    for step in schedule(g, plan, pool=plan_pool(g, plan, kept_tensors(g, False)).waits if swap else None):
+        ledger.apply(step, plan)
+        if step.kind is StepKind.OP and not swap:  # under uvm a dead tensor holds nothing once its op is done
+            for t in g.ops[step.index].touches:
+                if not g.tensors[t].persistent and g.last_use[t] == step.index:
+                    ledger.set(t, 0)
+    return ledger.peak
+
+
+@st.composite
+def configurations(draw: st.DrawFn) -> tuple[Graph, int, str, dict, list, Mechanism]:
+    model, size = draw(st.sampled_from(SMALL))
+    g = graph(model, draw(st.integers(1, 3)), size)
+    policy = draw(st.sampled_from(sorted(POLICIES)))
+    mechanism = Mechanism.UVM if POLICIES[policy].uvm_only else draw(st.sampled_from(list(Mechanism)))
+    capacity = draw(st.integers(g.min_capacity[0], int(g.footprint * 1.1)))
+    options = draw(AUTOVM_OPTIONS) if policy == "autovm" else QUICK_SEARCH if policy == "tuned" else {}
+    moves = draw(manual_moves(g)) if policy == "manual" else []
+    return g, capacity, policy, options, moves, mechanism
+
+
+@settings(HYP)
+@given(configurations())
+def test_every_plan_keeps_to_its_capacity_in_the_plan_the_simulation_the_schedule_and_the_pool(case) -> None:
+    g, capacity, policy, options, moves, mechanism = case
+    simulation = Simulation(simulate, lower_bound, H100_DEFAULT)
+    try:
+        plan = compile_plan(g, capacity, policy, options, moves, simulation=simulation, mechanism=mechanism)
+    except PlanError as e:  # refused, with its reason: only `device` below its footprint, or a pool that cannot fit
+        assert (policy == "device" and capacity < g.footprint) or POOL_REFUSED in str(e), str(e)
+        return
+    assert plan.peak_resident <= plan.planned_with <= capacity
+    assert int(simulate(g, plan, H100_DEFAULT).resident_bytes.max()) <= capacity
+    assert ledger_peak(g, plan) <= capacity
+    if mechanism is Mechanism.SWAP:
+        assert plan_pool(g, plan, kept_tensors(g, False)).total <= capacity
+
+
+@pytest.mark.parametrize("model,batch,policy", [("vgg19", 64, "belady"), ("alexnet", 256, "vdnn")])
+def test_a_swap_plan_whose_placement_outgrows_the_capacity_is_made_again_with_less_room(model, batch, policy) -> None:
+    g = graph(model, batch)
+    capacity = g.footprint // 2
+    said: list[str] = []
+    plan = compile_plan(g, capacity, policy, mechanism="swap",
+                        simulation=Simulation(simulate, lower_bound, H100_DEFAULT, said.append))
+    assert plan.capacity == capacity and plan.planned_with < capacity  # these two outgrow it at full room
+    assert plan_pool(g, plan, kept_tensors(g, False)).total <= capacity
+    assert any("planned with" in s and "so that the pool fits" in s for s in said)
+
+
+def test_a_swap_plan_no_pool_can_hold_within_the_capacity_is_refused_saying_so() -> None:
+    g = graph("alexnet", 256)
+    with pytest.raises(PlanError, match=POOL_REFUSED):
+        compile_plan(g, g.min_capacity[0], "belady", mechanism="swap")
