@@ -98,12 +98,11 @@ def within_pool(graph: Graph, plan: Plan, plan_at: Callable[[int], Plan]) -> Pla
     placement outgrows the capacity the plan is made again (`plan_at`) with less room, by what the pool
     outgrew or 1%, 2%, 4%... of the capacity, until it fits; PlanError where it cannot (the room would fall
     below what the graph's largest op needs, or the rounds run out)."""
-    capacity, kept = plan.capacity, kept_tensors(graph, keep_weights=False)
+    capacity, kept, least = plan.capacity, kept_tensors(graph, keep_weights=False), graph.min_capacity[0]
     at, pool = plan.planned_with, plan_pool(graph, plan, kept)
     for k in range(FIT_ROUNDS):
         if pool.total <= capacity:
             return plan
-        least = graph.min_capacity[0]
         if at <= least:
             break
         at = max(at - max(pool.total - capacity, capacity * 2**k // 100), least)
@@ -112,7 +111,7 @@ def within_pool(graph: Graph, plan: Plan, plan_at: Callable[[int], Plan]) -> Pla
         except PlanError:  # the policy cannot plan with so little room
             break
         pool = plan_pool(graph, plan, kept)
-    if pool.total <= capacity:
+    if pool.total <= capacity:  # the last round's plan
         return plan
     raise PlanError(f"under swap the pool holding this plan needs {pool.total - capacity} bytes more than the "
                     f"capacity {format_bytes(capacity)} ({capacity} bytes): each tensor needs one free stretch of "

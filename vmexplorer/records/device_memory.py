@@ -12,7 +12,7 @@ shown but its residency is the executor's ledger's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from ..units import format_bytes
 
@@ -54,7 +54,4 @@ class DeviceMemory:
                 f"context{context}{verdict} ({parts})")
 
     def as_json(self) -> dict[str, int | bool | None]:
-        return {"total_bytes": self.total_bytes, "context_bytes": self.context_bytes,
-                "free_before_bytes": self.free_before_bytes, "least_free_bytes": self.least_free_bytes,
-                "pool_bytes": self.pool_bytes, "scratch_bytes": self.scratch_bytes,
-                "ledger_peak_bytes": self.ledger_peak_bytes, "managed": self.managed}
+        return asdict(self)

@@ -154,10 +154,12 @@ def one_iteration(timeline: Timeline, iteration: int) -> tuple[Timeline, int, in
 
 
 def resident_curve(graph: Graph, plan: Plan, op_start: np.ndarray, op_end: np.ndarray,
-                   mem_start: np.ndarray, mem_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                   mem_start: np.ndarray, mem_end: np.ndarray,
+                   skipped: frozenset[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Device bytes over time as a step function: a tensor counts from its creation, its prefetch's
-    start or its fault, until its release, its offload's end or its eviction's end."""
-    times, deltas, _ = _resident_steps(graph, plan, op_start, op_end, mem_start, mem_end)
+    start or its fault, until its release, its offload's end or its eviction's end. `skipped`: the plan's
+    memory operations that move nothing (`plan.stays.elided`), where the caller has them."""
+    times, deltas, _ = _resident_steps(graph, plan, op_start, op_end, mem_start, mem_end, skipped)
     order = np.argsort(np.array(times), kind="stable")
     t_sorted = np.array(times)[order]
     level = np.cumsum(np.array(deltas, dtype=np.int64)[order])
@@ -190,7 +192,8 @@ def resident_steps(graph: Graph, plan: Plan, op_start: np.ndarray, op_end: np.nd
 
 
 def _resident_steps(graph: Graph, plan: Plan, op_start: np.ndarray, op_end: np.ndarray, mem_start: np.ndarray,
-                    mem_end: np.ndarray) -> tuple[list[float], list[int], list[int]]:
+                    mem_end: np.ndarray,
+                    skipped: frozenset[int] | None = None) -> tuple[list[float], list[int], list[int]]:
     """Every change of the resident bytes: when, by how much, and of which tensor."""
     times: list[float] = []
     deltas: list[int] = []
@@ -205,7 +208,8 @@ def _resident_steps(graph: Graph, plan: Plan, op_start: np.ndarray, op_end: np.n
             times += [op_start[tensor.producer], op_end[last_use[t]]]
             deltas += [tensor.nbytes, -tensor.nbytes]
             tensors += [t, t]
-    skipped = elided(graph, plan)  # under swap a copy in taken straight back out holds nothing
+    if skipped is None:  # under swap a copy in taken straight back out holds nothing
+        skipped = elided(graph, plan)
     for i, m in enumerate(plan.memops):
         if i in skipped:
             continue

@@ -59,8 +59,7 @@ TOP_LEVEL_V1 = ("format", "schema_version", "created", "environment", "notes", "
 TOP_LEVEL_V2 = (*TOP_LEVEL_V1, "collected")  # schema 2 added the collectors' records
 TOP_LEVEL_V7 = (*TOP_LEVEL_V2, "bound")  # schema 7 the bound
 TOP_LEVEL = (*TOP_LEVEL_V7, "device_memory")  # schema 10 what a measured run took of the GPU's memory
-DEVICE_MEMORY_FIELDS = ("total_bytes", "context_bytes", "free_before_bytes", "least_free_bytes", "pool_bytes",
-                        "scratch_bytes", "ledger_peak_bytes", "managed")
+DEVICE_MEMORY_FIELDS = tuple(f.name for f in dataclass_fields(DeviceMemory))  # sizes in bytes, then `managed`
 BOUND_FIELDS = ("min_bytes_to_host", "min_bytes_to_device", "lower_bound_ns", "set_by")
 
 
@@ -215,7 +214,7 @@ def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
 def _read_device_memory(r: Reader, value: Any) -> DeviceMemory:
     d = r.fields(value, "device_memory", DEVICE_MEMORY_FIELDS)
     sizes: dict[str, Any] = {}
-    for k in DEVICE_MEMORY_FIELDS[:-1]:
+    for k in DEVICE_MEMORY_FIELDS[:-1]:  # all but `managed`
         if k == "context_bytes" and d[k] is None:
             sizes[k] = None
             continue

@@ -86,8 +86,7 @@ class _Walk:
         # a stored copy order (swap): each stream's queue of copies, each called before op `calls[i]`
         self.queues = {d: asynchronous(plan, d) for d in Direction} if plan.copy_order else {}
         self.calls = call_before(plan) if plan.copy_order else {}
-        self.placed = np.zeros(len(memops), dtype=bool)
-        self.done = np.zeros(len(memops), dtype=bool)
+        self.done = np.zeros(len(memops), dtype=bool)  # memory operations simulated (called, in a stored order)
         self.room_for = room_for(plan)
 
     # --- the steps before each op, in order ----------------------------------------------------------
@@ -99,7 +98,7 @@ class _Walk:
             # one held back on its stream behind a copy in that waits for this room is not waited for: its
             # copy out goes ahead, optimistic (no recorded order has such a case; `schedule` refuses one whose
             # steps would wait for a later step)
-            return max([t, *(self.mem_end[i] for i in early if self.placed[i])])
+            return max([t, *(self.mem_end[i] for i in early if self.done[i])])
         for i in early:
             t = self.copy(i, t, self.memops[i].issue_after + 1 < k)
         return t
@@ -116,7 +115,7 @@ class _Walk:
         """The rest of the asynchronous copies due before op k, once its room is known: when op k may start."""
         if self.queues:
             self.call(k, early, True)
-            if not self.placed[self.due_async[k]].all():  # validate_plan refuses such an order
+            if not self.done[self.due_async[k]].all():  # validate_plan refuses such an order
                 raise PlanError(f"the copy order has not called every copy op {k} waits for")
             return max([t, *(self.mem_end[i] for i in self.due_async[k])])
         for i in sorted(set(self.due_async[k]) - set(early), key=lambda i: (self.memops[i].issue_after, i)):
@@ -165,10 +164,9 @@ class _Walk:
             while queue and self.calls[queue[0]] <= k:
                 i = queue[0]
                 if d is Direction.TO_DEVICE and (not room_known and self.memops[i].issue_after == k - 1
-                                                 and i not in early or not self.placed[self.room_for[i]].all()):
+                                                 and i not in early or not self.done[self.room_for[i]].all()):
                     break
                 self.copy(i, 0.0, self.memops[i].issue_after + 1 < k or room_known)
-                self.placed[i] = True
                 queue.pop(0)
 
     # --- the result ----------------------------------------------------------------------------------
@@ -180,7 +178,7 @@ class _Walk:
             raise PlanError(f"with this cost model the plan's iteration would last {last / 8.64e13:.3g} days, "
                             "beyond the 104 a timeline holds; check the cost model's rates")
         resident_t, resident = resident_curve(self.graph, self.plan, self.op_start, self.op_end, self.mem_start,
-                                              self.mem_end)
+                                              self.mem_end, self.skipped)
         i64 = lambda a: np.rint(a).astype(np.int64)  # noqa: E731
         return Timeline(
             source="simulated",
