@@ -223,7 +223,7 @@ def test_the_swap_bound_is_below_the_uvm_bound_of_the_same_graph_and_capacity(
 
 
 def test_capacity_below_minimum_names_the_op_and_the_bytes(capsys: pytest.CaptureFixture[str]) -> None:
-    need, op = build_graph("vgg19", 64).min_capacity
+    need, op = build_graph("vgg19", 64).min_capacity  # with the smallest workspaces: they shrink with the room
     _, _, err = run(capsys, "plan", *VGG, "--capacity", "1MiB", "--policy", "autovm")
     assert build_graph("vgg19", 64).ops[op].name in err
     assert str(need) in err
@@ -763,6 +763,17 @@ def test_info_shows_config_environment_summary_and_notes(sessions: dict[str, Pat
     assert doc["summary"]["source"] == "simulated"
     code, out, _ = run(capsys, "info", str(sessions["autovm"]))
     assert code == 0 and "autovm test" in out and "iteration_ns" in out
+
+
+def test_info_says_when_a_session_s_workspaces_lay_outside_its_capacity(sessions: dict[str, Path],
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    old = SAMPLES / "h200-vgg19-b64-device.measured.vms"  # recorded before workspaces were graph tensors
+    assert run_json(capsys, "info", str(old))["config"]["workspaces"] is False
+    code, out, _ = run(capsys, "info", str(old))
+    assert code == 0 and "workspaces: outside the capacity" in out
+    assert run_json(capsys, "info", str(sessions["autovm"]))["config"]["workspaces"] is True
+    code, out, _ = run(capsys, "info", str(sessions["autovm"]))
+    assert code == 0 and "workspaces: outside" not in out
 
 
 def test_simulate_saves_what_plan_predicts(sessions: dict[str, Path],

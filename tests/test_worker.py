@@ -290,10 +290,12 @@ def test_the_default_runner_runs_the_plan_it_is_sent_compiling_nothing_and_readi
     import vmexplorer.engine.executor as executor
     import vmexplorer.policies as policies
     import vmexplorer.session.format as session_format
+    from vmexplorer.session.samples import sample_index
     from vmexplorer.simulator import H100_DEFAULT, simulate
     from vmexplorer.ui.state import AppState
     from vmexplorer.worker import run_on_gpu
 
+    sample_index()  # the samples' index is read once per process, whoever asks first: not this run's doing
     graph = build_graph("vgg11", 2, 32)
     plan = compile_plan(graph, (graph.min_capacity[0] + graph.footprint) // 2, "autovm")
     calls: list[str] = []

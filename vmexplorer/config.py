@@ -35,16 +35,20 @@ class Config:
     policy: str
     options: Mapping[str, Option] = field(default_factory=dict)  # every option of the policy, as used
     mechanism: Mechanism = Mechanism.UVM
+    # the kernels' workspaces are graph tensors inside the capacity (False: sessions of schema 10 and older)
+    workspaces: bool = True
 
     @property
     def key(self) -> tuple[str, int, int]:
-        """What fixes the graph: model, batch and image size."""
+        """What fixes the model: model, batch and image size (the graph is also fitted to the capacity)."""
         return (self.model, self.batch, self.image_size)
 
     def as_json(self) -> dict[str, Any]:
         """The config as the session file, the command line and the trace spell it."""
         return {"model": self.model, "batch": self.batch, "image_size": self.image_size, "policy": self.policy,
-                "capacity_bytes": self.capacity, "options": dict(self.options), "mechanism": self.mechanism.value}
+                "capacity_bytes": self.capacity, "options": dict(self.options), "mechanism": self.mechanism.value,
+                "workspaces": self.workspaces}
+
 
 
 def share_of_footprint(nbytes: int, footprint: int) -> float:

@@ -74,11 +74,11 @@ class JobStatus:
 def run_on_gpu(request: RunRequest, progress: Progress, should_stop: Callable[[], bool]) -> Session:
     """Run the plan on the GPU and return its measured session."""
     from .engine.executor import RunSettings, execute, measured_session
-    from .graph import build_graph
     from .session.files import iterations_that_fit
+    from .session.planned import graph_of
 
     plan, iterations = request
-    graph = build_graph(*plan.key)
+    graph = graph_of(plan.config, plan.planned_with)
     settings = RunSettings(iterations=iterations)
     fit = iterations_that_fit(graph, plan)
     if iterations + settings.counted > fit:  # refused before the GPU works, not after

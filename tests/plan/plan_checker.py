@@ -68,8 +68,9 @@ class Ledger:
 
 
 def check_plan(graph: Graph, plan: Plan, capacity: int | None = None) -> Ledger:
-    """The plan's ledger, held to `capacity` (the plan's own by default)."""
-    return check_memops(graph, plan.memops, plan.resident_at_start,
+    """The plan's ledger, held to `capacity` (the plan's own by default), on the graph the plan runs (its
+    workspaces fitted to the plan's room)."""
+    return check_memops(graph.sized_for(plan.planned_with), plan.memops, plan.resident_at_start,
                         plan.capacity if capacity is None else capacity, plan.mechanism is Mechanism.SWAP)
 
 

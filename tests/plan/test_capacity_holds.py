@@ -28,6 +28,7 @@ QUICK_SEARCH = {"search_steps": 40, "search_seconds": 60.0}  # steps, not second
 def ledger_peak(g: Graph, plan: Plan) -> int:
     """The most bytes the executor's ledger holds while an op runs, its steps issued in the schedule's order
     (under swap a temporary leaves after its last op, as the pool takes its bytes back)."""
+    g = g.sized_for(plan.planned_with)  # the graph the executor runs: its workspaces fitted to the plan's room
     start = dict(plan.resident_at_start)
     swap = plan.mechanism is Mechanism.SWAP
     ledger = Ledger(g, [start.get(t, 0) if tensor.persistent else 0 for t, tensor in enumerate(g.tensors)],
@@ -85,4 +86,4 @@ def test_a_swap_plan_whose_placement_outgrows_the_capacity_is_made_again_with_le
 def test_a_swap_plan_no_pool_can_hold_within_the_capacity_is_refused_saying_so() -> None:
     g = graph("alexnet", 256)
     with pytest.raises(PlanError, match=POOL_REFUSED):
-        compile_plan(g, g.min_capacity[0], "belady", mechanism="swap")
+        compile_plan(g, g.fitted(0).min_capacity[0], "belady", mechanism="swap")  # the least room, tiny workspaces

@@ -262,7 +262,8 @@ def test_nothing_moves_at_the_footprint_and_something_just_below_it(model: str, 
     g = graph(model, batch, size)
     assert min_traffic(g, g.footprint) == min_traffic(g, g.footprint * 2)
     assert min_traffic(g, g.footprint).min_bytes_to_device == 0
-    below = min_traffic(g, g.footprint - 4096)
+    old = g.without_workspaces()  # with them, just below the footprint the workspaces shrink before bytes move
+    below = min_traffic(old, old.footprint - 4096)
     assert 0 < below.min_bytes_to_device == below.min_bytes_to_host
 
 

@@ -101,6 +101,7 @@ def test_belady_plans_validate_and_stay_within_capacity(setup: tuple[str, int, i
 def test_with_every_tensor_movable_its_trips_alone_fit_and_the_driver_never_steps_in(
         setup: tuple[str, int, int]) -> None:
     g, capacity = setup_graph(setup)
+    g = g.sized_for(capacity)  # the graph the plan runs: workspaces fitted to the capacity
     moves = belady_moves(g, capacity, min_bytes=0)
     assert max(held(g, moves)) <= capacity
     plan = compile_plan(g, capacity, "belady", {"min_bytes": 0})
@@ -179,7 +180,7 @@ def test_at_half_the_footprint_belady_moves_no_more_bytes_than_uvm_or_autovm(mod
 def test_a_wrapped_trip_whose_room_is_needed_only_in_the_next_iteration_leaves_at_its_start() -> None:
     """Momentum is used once, by its layer's update near the iteration's end: offloaded there it would
     be evicted with only the last updates to hide behind, before the executor's end-of-iteration sync."""
-    g = graph("vgg19", 32, 224)
+    g = graph("vgg19", 32, 224).without_workspaces()
     capacity = int(g.footprint * 0.9)
     moves = belady_moves(g, capacity)
     momentum = g.tensor_id("classifier.0.weight.momentum")

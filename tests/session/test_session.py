@@ -45,7 +45,9 @@ from vmexplorer.simulator.costmodel import SWAP_RATES, CostModel
 
 @pytest.fixture(scope="module")
 def session() -> Session:
-    graph = build_graph("resnet18", 64, 224)
+    # without workspace tensors: a file of this graph, relabelled as an older schema, is one that schema wrote
+    # (test_workspaces_inside_the_capacity_are_kept_through_a_file has them)
+    graph = build_graph("resnet18", 64, 224, workspaces=False)
     plan = compile_plan(graph, graph.footprint // 2, "autovm", {"offload": "all"})
     return new_session(graph, plan, simulate(graph, plan, H100_DEFAULT), H100_DEFAULT,
                        notes=("recorded for the tests", "second note"))
@@ -196,7 +198,9 @@ def set_in(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
 
 
 def without_schema_10(doc: dict[str, Any]) -> dict[str, Any]:
-    """The document without schema 10's fields (`device_memory`, `plan.room_bytes`)."""
+    """The document without schema 10's fields (`device_memory`, `plan.room_bytes`) and schema 11's
+    (`config.workspaces`: false in the documents these tests relabel, whose graphs have no workspaces)."""
+    assert doc["config"].pop("workspaces", False) is False
     doc.pop("device_memory", None)
     doc["plan"].pop("room_bytes", None)
     return doc
@@ -299,8 +303,13 @@ BAD_FILES: list[tuple[str, Callable[[bytes], bytes], str]] = [
      'plan has an unexpected field "copy_order"'),
     ("device memory in a schema 9 file", rewrite(set_in("schema_version", 9)),
      'the file has an unexpected field "device_memory"'),
-    ("a room in a schema 9 plan", rewrite(lambda doc: (doc.pop("device_memory"), doc.update(schema_version=9))),
+    ("a room in a schema 9 plan", rewrite(lambda doc: (doc.pop("device_memory"), doc["config"].pop("workspaces"),
+                                                       doc.update(schema_version=9))),
      'plan has an unexpected field "room_bytes"'),
+    ("workspaces in a schema 10 config", rewrite(set_in("schema_version", 10)),
+     'config has an unexpected field "workspaces"'),
+    ("workspaces that are not true or false", rewrite(set_in("config.workspaces", lambda _: "yes")),
+     "config.workspaces"),
     ("a room over the capacity", rewrite(set_in("plan.room_bytes", lambda _: 2**40)),
      "plan.room_bytes is 1099511627776, more than the capacity"),
     ("a negative room", rewrite(set_in("plan.room_bytes", -1)), "plan.room_bytes is -1, expected at least 0"),
@@ -945,3 +954,23 @@ def test_a_session_holds_at_most_max_iterations_and_a_run_asks_for_no_more(
                                            f"at most {session.timeline.iterations - 1}"):
         load_session(tmp_path / "s.vms")
     assert iterations_that_fit(session.graph, session.plan) == session.timeline.iterations - 1
+
+
+def test_workspaces_inside_the_capacity_are_kept_through_a_file() -> None:
+    graph = build_graph("resnet18", 8, 64)
+    for policy, mechanism in (("device", "uvm"), ("belady", "swap")):
+        capacity = graph.footprint if policy == "device" else int(graph.footprint * 0.6)
+        plan = compile_plan(graph, capacity, policy, mechanism=mechanism)
+        s = new_session(graph, plan, simulate(graph, plan, H100_DEFAULT), H100_DEFAULT)
+        assert s.graph.workspaces and s.graph.capacity == plan.planned_with  # fitted to the room it was made in
+        doc = json.loads(gzip.decompress(session_to_bytes(s)))
+        assert doc["config"]["workspaces"] is True and "workspace" in doc["graph"]["tensors"]["columns"]["kind"]
+        back = session_from_bytes(session_to_bytes(s))
+        assert back.graph == s.graph and back.plan == plan and back.plan.config.workspaces
+
+
+def test_a_file_whose_graph_is_not_its_workspaces_is_refused(session: Session) -> None:
+    doc = json.loads(gzip.decompress(session_to_bytes(session)))
+    doc["config"]["workspaces"] = True  # a graph without workspace tensors, said to have them
+    with pytest.raises(SessionError, match="graph.tensors has"):
+        session_from_bytes(gzip.compress(json.dumps(doc).encode()))

@@ -19,12 +19,12 @@ from vmexplorer.ui.state import AppState
 # the worker processes import the runners by name, so they are module-level functions
 def fake_gpu(request: Any, progress: Callable[[int, int, float], None], should_stop: Callable[[], bool]) -> Any:
     """The default runner with the simulator in place of the GPU, 0.05 s an iteration, stopping when asked."""
-    from vmexplorer.graph import build_graph
     from vmexplorer.session import new_session
+    from vmexplorer.session.planned import graph_of
     from vmexplorer.simulator import H100_DEFAULT, simulate
 
     plan = request.plan
-    graph = build_graph(*plan.key)
+    graph = graph_of(plan.config, plan.planned_with)  # as the worker builds it
     for i in range(request.iterations):
         if should_stop():
             break

@@ -75,6 +75,14 @@ def test_a_simulated_configuration_has_simulated_figures_and_simulated_baselines
     assert all(r["source"].startswith("simulated") for r in numbers.summary_rows(state))
 
 
+def test_a_sample_recorded_with_its_workspaces_outside_the_capacity_says_so_and_a_new_simulation_does_not(
+        state: AppState) -> None:
+    rows = {r["figure"]: r for r in numbers.summary_rows(state)}  # the default sample: schema 10 or older
+    assert rows["kernel workspaces"]["value"] == "outside the capacity"
+    assert state.simulate_config("alexnet", 16, "4GiB", "uvm", {}), state.message
+    assert "kernel workspaces" not in {r["figure"] for r in numbers.summary_rows(state)}
+
+
 def test_where_the_time_goes_shows_the_session_first_then_each_other_policy_labelled_by_source(
         state: AppState) -> None:
     rows = numbers.breakdown_rows(state)

@@ -199,6 +199,9 @@ def _info_memory_lines(doc: dict[str, Any]) -> list[str]:
     if isinstance(capacity, int) and isinstance(room, int) and room < capacity:
         out.append(f"planned with {format_bytes(room)} of room ({room / capacity:.1%} of the capacity), so that the "
                    "swap pool holding it fits the capacity")
+    if doc["config"].get("workspaces") is False:
+        out.append("workspaces: outside the capacity (recorded before the kernels' workspaces were graph tensors, "
+                   "schema 10 or older: the convolutions' scratch came on top of the capacity)")
     memory = doc.get("device_memory")
     if isinstance(memory, dict):
         out.append(f"device memory: {_safe(memory['line'])}")

@@ -86,7 +86,9 @@ class MemoryUse:
 
     pool_bytes: int  # the one allocation all tensors share, placed by lifetime
     footprint_bytes: int  # the graph's peak of live bytes: what the pool cannot be smaller than, but for alignment
-    workspace_bytes: int  # CuPy's memory pool: the kernels' scratch (convolution workspaces), cached
+    # CuPy's memory pool, cached: the kernels' temporaries (and, in a graph without workspace tensors, the
+    # convolutions' workspaces)
+    workspace_bytes: int
     device_bytes_taken: int  # cudaMemGetInfo's free bytes before the pool was allocated, less those after
     ledger_peak_bytes: int  # the most bytes the executor had on the device while an op ran
     discarded_bytes: int  # dead bytes discarded per iteration (0 with plain device memory or no discard)
@@ -117,6 +119,7 @@ def measured_session(graph: Graph, plan: Plan, result: RunResult, where: str = "
     on this GPU, which the caller vouches for), else the one the samples of this graph on this GPU were
     calibrated with, else one calibrated on the run itself (a paging run's op times then hold its stalls,
     which a note says), never another GPU's."""
+    graph = graph.sized_for(plan.planned_with)
     from ..session import new_session
     from ..session.samples import gpu_cost_model
     from ..simulator import calibrate
@@ -142,6 +145,7 @@ def measured_session(graph: Graph, plan: Plan, result: RunResult, where: str = "
 def execute(graph: Graph, plan: Plan, settings: RunSettings = RunSettings(),
             progress: Callable[[int, int, float], None] | None = None,
             should_stop: Callable[[], bool] | None = None) -> RunResult:
+    graph = graph.sized_for(plan.planned_with)
     cp = gpu.cupy()
     validate_plan(graph, plan)
     cp.get_default_memory_pool().free_all_blocks()  # what an earlier run cached is free for this one

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from ..graph import Graph
-from ..plan.placement import DEVICE_ALIGN, Span, aligned, plan_offsets
+from ..plan.placement import DEVICE_ALIGN, Span, top
+from ..plan.pool import device_pool
 from ..units import format_bytes
 
 ALIGN = 2 << 20  # the driver migrates managed memory in 2 MiB blocks
@@ -47,20 +48,11 @@ class Layout:
         return self.offsets[tensor], self.offsets[tensor] + self.sizes[tensor]
 
 
-def spans(graph: Graph, keep: Collection[int] = ()) -> tuple[Span, ...]:
-    """Each tensor's lifetime in ops: persistent tensors live across iterations; a tensor in `keep` (one
-    the host reads after the iteration, such as the loss) lives from its producer to the iteration's end."""
-    n = len(graph.ops)
-    return tuple((-1, n) if t.persistent else (t.producer, n if i in keep else graph.last_use[i])
-                 for i, t in enumerate(graph.tensors))
-
-
 def layout(graph: Graph, align: int = ALIGN, keep: Collection[int] = ()) -> Layout:
-    lifetimes = spans(graph, keep)
-    sizes = tuple(aligned(t.nbytes, align) for t in graph.tensors)
-    offsets = plan_offsets(sizes, lifetimes, len(graph.ops))
-    total = max((o + s for o, s in zip(offsets, sizes)), default=0)
-    return Layout(offsets, sizes, lifetimes, total, align)
+    """Where each tensor lives in the run's one pool (`plan.pool.device_pool`, which a `device` plan is
+    held to)."""
+    offsets, sizes, lifetimes = device_pool(graph, align, keep)
+    return Layout(offsets, sizes, lifetimes, top(offsets, sizes), align)
 
 
 Range = tuple[int, int]  # [start, end) bytes in the pool
@@ -198,9 +190,10 @@ class Arena:
     """The run's tensors as CuPy arrays over one pool (GPU only).
 
     The pool is allocated outside CuPy's memory pool, so what CuPy's pool holds afterwards is the kernels'
-    scratch (convolution workspaces); `device_bytes_taken` reads cudaMemGetInfo against the reading taken
-    just before the pool was allocated. For managed memory that reading says little: the driver keeps the
-    physical chunks of pages once touched, wherever the pages are now."""
+    temporaries (and the convolutions' workspaces in a graph without them); `device_bytes_taken` reads
+    cudaMemGetInfo against the reading taken just before the pool was allocated. For managed memory that
+    reading says little: the driver keeps the physical chunks of pages once touched, wherever the pages
+    are now."""
 
     def __init__(self, graph: Graph, managed: bool, capacity: int, keep: Collection[int] = ()) -> None:
         import cupy as cp

@@ -37,6 +37,8 @@ class _OpSpec:
     writes: tuple[int, ...]
     flops: int
     attrs: Attrs = ()
+    workspace: bool = False  # the kernel takes scratch memory: a workspace tensor of its own, fitted to the room
+    scratch: int = 0  # bytes of scratch the kernel needs whatever the room: a workspace tensor of exactly that
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,8 @@ class _Forward:
     input_grad_flops: int  # the part of backward_flops spent on input gradients
     passes_gradient: bool = False  # backward is the identity (residual add): no op, no tensor
     attrs: Attrs = ()  # copied onto the backward op, which adds input_grad
+    workspace: bool = False  # forward and backward kernels take scratch memory
+    backward_scratch: int = 0  # bytes the backward kernel needs, whatever the room
 
 
 @dataclass
@@ -100,19 +104,23 @@ class GraphBuilder:
                 out_shape: Shape, flops: int, keeps: tuple[int, ...] = (), backward_flops: int = 0,
                 input_grad_flops: int = 0, saved: tuple[Saved, ...] = (), reads: tuple[int, ...] = (),
                 updates: tuple[int, ...] = (), passes_gradient: bool = False,
-                attrs: Attrs = ()) -> tuple[int, list[int]]:
+                attrs: Attrs = (), workspace: bool = False, backward_scratch: int = 0) -> tuple[int, list[int]]:
         """Record a forward op; returns (output, extra saved tensors). `keeps` may name the output
-        as -1 and the saved tensors as -2, -3, ... because they do not exist yet."""
+        as -1 and the saved tensors as -2, -3, ... because they do not exist yet. With `workspace`, the
+        op and its backward each get a workspace tensor; with `backward_scratch`, the backward gets one of
+        those bytes (see `_freeze`)."""
         outputs: list[Output] = [(f"{layer}.out", Kind.ACTIVATION, out_shape, "float32")]
         outputs += [(f"{layer}.{n}", Kind.ACTIVATION, s, d) for n, s, d in saved]
         op, new = self.add_op(layer, kind, Phase.FORWARD, layer, inputs + params + reads, outputs,
                               updates, flops, attrs)
+        self.ops[op].workspace = workspace
         y, extra = new[0], new[1:]
         resolved = tuple(new[-k - 1] if k < 0 else k for k in keeps)
         if any(t in self.needs_grad for t in inputs + params):
             self.needs_grad.add(y)
         self.forwards.append(_Forward(op, layer, inputs, params, y, resolved, int(backward_flops),
-                                      int(input_grad_flops), passes_gradient, tuple(attrs)))
+                                      int(input_grad_flops), passes_gradient, tuple(attrs), workspace,
+                                      int(backward_scratch)))
         return y, extra
 
     # --- the rest of the iteration ----------------------------------------------------------------
@@ -141,9 +149,10 @@ class GraphBuilder:
             flops = f.backward_flops - (0 if wants else f.input_grad_flops)
             op_kind = self.ops[f.op].kind + "_backward"
             # input_grad: whether the first writes are input gradients (not for the first layer)
-            _, new = self.add_op(f"{f.layer}.backward", op_kind, Phase.BACKWARD, f.layer,
-                                 tuple(dict.fromkeys(f.keeps + (dy,))), outputs, flops=flops,
-                                 attrs=f.attrs + (("input_grad", bool(wants)),))
+            op, new = self.add_op(f"{f.layer}.backward", op_kind, Phase.BACKWARD, f.layer,
+                                  tuple(dict.fromkeys(f.keeps + (dy,))), outputs, flops=flops,
+                                  attrs=f.attrs + (("input_grad", bool(wants)),))
+            self.ops[op].workspace, self.ops[op].scratch = f.workspace, f.backward_scratch
             for x, g in zip(wants, new):
                 partials.setdefault(x, []).append(g)
             for p, g in zip(f.params, new[len(wants):]):
@@ -164,14 +173,31 @@ class GraphBuilder:
         return total
 
     def _freeze(self) -> Graph:
-        consumers: list[list[int]] = [[] for _ in self.tensors]
-        for i, op in enumerate(self.ops):
+        """The graph, with a workspace tensor for each op whose kernel takes scratch memory, written by the
+        op and read by none, so it lives during its op only: one that chooses its algorithm within what it
+        is given (attr `workspace`: a convolution) as many bytes as the tensors the op touches, fitted to
+        the room by `Graph.fitted`; one that needs a fixed amount (attr `scratch`) those bytes. Workspaces
+        come after every other tensor, so a graph without them (`Graph.without_workspaces`) numbers its
+        tensors the same."""
+        ops = list(self.ops)
+        tensors = list(self.tensors)
+        for i, o in enumerate(self.ops):
+            if o.workspace or o.scratch:
+                touched = sum(nbytes_of(tensors[t].shape, tensors[t].dtype) for t in dict.fromkeys(o.reads + o.writes))
+                size = touched if o.workspace else o.scratch
+                tensors.append(_TensorSpec(f"{o.name}.workspace", Kind.WORKSPACE, (size,), "uint8", i))
+                ops[i] = _OpSpec(o.name, o.kind, o.phase, o.layer, o.reads, o.writes + (len(tensors) - 1,),
+                                 o.flops, o.attrs + (("workspace" if o.workspace else "scratch", True),),
+                                 o.workspace, o.scratch)
+        consumers: list[list[int]] = [[] for _ in tensors]
+        for i, op in enumerate(ops):
             for t in dict.fromkeys(op.reads):
                 consumers[t].append(i)
-        nbytes = [nbytes_of(t.shape, t.dtype) for t in self.tensors]
-        tensors = tuple(Tensor(t.name, t.kind, t.shape, t.dtype, nbytes[i], t.producer,
-                               tuple(consumers[i])) for i, t in enumerate(self.tensors))
-        ops = tuple(Op(o.name, o.kind, o.phase, o.layer, o.reads, o.writes, o.flops,
-                       sum(nbytes[t] for t in dict.fromkeys(o.reads + o.writes)), o.attrs) for o in self.ops)
-        return Graph(self.model, self.batch, self.image_size, tensors, ops)
-
+        nbytes = [nbytes_of(t.shape, t.dtype) for t in tensors]
+        frozen = tuple(Tensor(t.name, t.kind, t.shape, t.dtype, nbytes[i], t.producer,
+                              tuple(consumers[i])) for i, t in enumerate(tensors))
+        # an op's traffic is its operands' bytes: how much of its workspace a kernel touches is its own affair
+        traffic = [sum(nbytes[t] for t in dict.fromkeys(o.reads + o.writes) if t < len(self.tensors)) for o in ops]
+        return Graph(self.model, self.batch, self.image_size, frozen,
+                     tuple(Op(o.name, o.kind, o.phase, o.layer, o.reads, o.writes, o.flops, traffic[i], o.attrs)
+                           for i, o in enumerate(ops)))

@@ -34,6 +34,7 @@ class Phase(StrEnum):
 
 
 PERSISTENT = -1  # producer of a tensor that exists before the iteration starts
+WORKSPACE_FLOOR = 4096  # the least workspace an op is given: every convolution has algorithms that need none
 
 # An op's attributes as (name, value) pairs, in the order its layer records them: kernel, stride,
 # padding, flags. Frozen and hashable like the rest of the graph; `dict(op.attrs)` reads them.
@@ -82,10 +83,68 @@ class Graph:
     image_size: int
     tensors: tuple[Tensor, ...]
     ops: tuple[Op, ...]
+    # Whether the kernels' scratch memory is in the graph as workspace tensors, inside every capacity
+    # (sessions recorded before schema 11 ran with it outside: their graphs have none).
+    workspaces: bool = True
+    # The capacity the workspaces are fitted to (`fitted`); None: each as large as its op's tensors.
+    capacity: int | None = None
+    # The graph with full workspaces this one was fitted from (None: this is it).
+    full: Graph | None = field(default=None, compare=False, repr=False)
 
     @property
     def key(self) -> tuple[str, int, int]:
+        """The model this graph trains: sessions and cost models of one key describe the same ops."""
         return (self.model, self.batch, self.image_size)
+
+    def fitted(self, capacity: int) -> Graph:
+        """This graph with each workspace fitted to a device of `capacity` bytes: at most its full size
+        (the bytes of the tensors its op touches) and at most half of what the op's tensors leave of the
+        capacity (at least `WORKSPACE_FLOOR`), so the rest stays for what the plan keeps beside the op.
+        A convolution chooses its algorithm within its workspace: in less memory, slower ones."""
+        if not self.workspaces or self.capacity == capacity:
+            return self
+        full = self.full or self
+        fits = full._fits
+        if capacity not in fits:
+            if len(fits) > 64:  # a slider dragged over many capacities: keep the latest
+                fits.clear()
+            fits[capacity] = full._fit(int(capacity))
+        return fits[capacity]
+
+    def sized_for(self, capacity: int) -> Graph:
+        """The graph a plan at `capacity` runs: a graph with full workspaces fitted to it; a graph already
+        fitted (to the capacity of the plan being made, whose room may be less) as it is."""
+        return self if self.capacity is not None else self.fitted(capacity)
+
+    @cached_property
+    def _fits(self) -> dict[int, Graph]:
+        return {}
+
+    def _fit(self, capacity: int) -> Graph:
+        size = list(self.workspace_bytes)
+        for i, op in enumerate(self.ops):
+            if size[i] and dict(op.attrs).get("workspace"):  # a fixed scratch (attr `scratch`) stays whole
+                operands = sum(self.tensors[t].nbytes for t in op.touches if self.tensors[t].kind is not Kind.WORKSPACE)
+                size[i] = min(size[i], max(WORKSPACE_FLOOR, (capacity - operands) // 2 // 256 * 256))
+        tensors = tuple(t if t.kind is not Kind.WORKSPACE else
+                        Tensor(t.name, t.kind, (size[t.producer],), t.dtype, size[t.producer], t.producer, t.consumers)
+                        for t in self.tensors)
+        return Graph(self.model, self.batch, self.image_size, tensors, self.ops, True, capacity, self)
+
+    def without_workspaces(self) -> Graph:
+        """This graph as vmexplorer built it before workspaces were graph tensors: the same tensors and
+        ops, numbered the same (workspaces are the last tensors), with the kernels' scratch outside."""
+        if not self.workspaces:
+            return self
+        keep = [t for t, tensor in enumerate(self.tensors) if tensor.kind is not Kind.WORKSPACE]
+        if keep != list(range(len(keep))):
+            raise ValueError(f"{self.model}: workspace tensors should come after every other tensor")
+        n = len(keep)
+        full = self.full or self
+        ops = tuple(Op(o.name, o.kind, o.phase, o.layer, o.reads, tuple(t for t in o.writes if t < n), o.flops,
+                       o.bytes_touched, tuple(a for a in o.attrs if a[0] not in ("workspace", "scratch")))
+                    for o in full.ops)
+        return Graph(self.model, self.batch, self.image_size, full.tensors[:n], ops, workspaces=False)
 
     @cached_property
     def uses(self) -> tuple[tuple[int, ...], ...]:
@@ -125,8 +184,18 @@ class Graph:
 
     @property
     def footprint(self) -> int:
-        """Peak device bytes with everything resident: what the `device` policy needs."""
-        return max(self.live_bytes)
+        """Peak device bytes with everything resident and full workspaces: what the `device` policy needs,
+        and what a capacity's share (`50%`) is of, fitted or not."""
+        return max((self.full or self).live_bytes)
+
+    @cached_property
+    def workspace_bytes(self) -> tuple[int, ...]:
+        """Bytes of each op's workspace (0 for an op whose kernel takes none)."""
+        out = [0] * len(self.ops)
+        for tensor in self.tensors:
+            if tensor.kind is Kind.WORKSPACE:
+                out[tensor.producer] += tensor.nbytes
+        return tuple(out)
 
     @cached_property
     def working_sets(self) -> tuple[int, ...]:
@@ -138,7 +207,10 @@ class Graph:
 
     @cached_property
     def min_capacity(self) -> tuple[int, int]:
-        """(bytes, op): the largest single-op working set, below which no plan can run."""
+        """(bytes, op): the largest single-op working set, below which no plan can run (for a graph whose
+        workspaces are not fitted yet, with the smallest workspaces: they shrink with the room)."""
+        if self.workspaces and self.capacity is None and any(self.workspace_bytes):
+            return self.fitted(0).min_capacity
         best = max(range(len(self.ops)), key=self.working_sets.__getitem__)
         return self.working_sets[best], best
 

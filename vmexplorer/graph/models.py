@@ -123,8 +123,9 @@ MODELS: dict[str, Callable[[int, int], Graph]] = {
 }
 
 
-def build_graph(model: str, batch: int, image_size: int = DEFAULT_IMAGE_SIZE) -> Graph:
-    """The graph of one training iteration; raises GraphError with a fix for any bad argument."""
+def build_graph(model: str, batch: int, image_size: int = DEFAULT_IMAGE_SIZE, workspaces: bool = True) -> Graph:
+    """The graph of one training iteration; raises GraphError with a fix for any bad argument. Without
+    `workspaces`, the graph of sessions recorded before they were graph tensors (schema 10 and older)."""
     if model not in MODELS:
         raise GraphError(f"unknown model {model!r}; choose one of: {', '.join(MODELS)}")
     if not isinstance(batch, int) or batch <= 0:
@@ -134,6 +135,8 @@ def build_graph(model: str, batch: int, image_size: int = DEFAULT_IMAGE_SIZE) ->
     if not isinstance(image_size, int) or image_size <= 0:
         raise GraphError(f"image size must be a positive integer, not {image_size!r}")
     graph = MODELS[model](batch, image_size)
+    if not workspaces:
+        graph = graph.without_workspaces()
     if graph.footprint > MAX_FOOTPRINT:
         raise GraphError(f"{model} at batch {batch} needs {graph.footprint / 2**40:.1f} TiB, beyond any "
                          f"sensible host memory (at most {MAX_FOOTPRINT >> 40} TiB); use a smaller batch")

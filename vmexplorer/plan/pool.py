@@ -23,7 +23,7 @@ import numpy as np
 
 from ..graph import Graph
 from ..units import format_bytes
-from .placement import DEVICE_ALIGN, aligned, by_breadth, clash_matrix, place
+from .placement import DEVICE_ALIGN, IMPROVE_PLACEMENTS, Span, aligned, plan_offsets, search_offsets, top
 from .plan import Plan
 from .stays import Event, Stay, stays
 
@@ -35,6 +35,23 @@ def kept_tensors(graph: Graph, keep_weights: bool) -> frozenset[int]:
     bytes in the pool: the loss, and with `keep_weights` the weight gradients and dropout masks."""
     return frozenset(t for t, tensor in enumerate(graph.tensors) if not tensor.persistent and (
         tensor.name == "loss.value" or keep_weights and tensor.name.endswith(KEPT_SUFFIXES)))
+
+
+def spans(graph: Graph, keep: Collection[int] = ()) -> tuple[Span, ...]:
+    """Each tensor's lifetime in ops: persistent tensors live across iterations; a tensor in `keep` (one
+    the host reads after the iteration, such as the loss) lives from its producer to the iteration's end."""
+    n = len(graph.ops)
+    return tuple((-1, n) if t.persistent else (t.producer, n if i in keep else graph.last_use[i])
+                 for i, t in enumerate(graph.tensors))
+
+
+def device_pool(graph: Graph, align: int, keep: Collection[int] = ()) -> tuple[tuple[int, ...], tuple[int, ...],
+                                                                                tuple[Span, ...]]:
+    """(offsets, aligned sizes, lifetimes) of every tensor in the one pool a run without paging (and a
+    managed run) allocates: no two alive at one op overlap."""
+    lifetimes = spans(graph, keep)
+    sizes = tuple(aligned(t.nbytes, align) for t in graph.tensors)
+    return plan_offsets(sizes, lifetimes, len(graph.ops)), sizes, lifetimes
 
 
 @dataclass(frozen=True)
@@ -80,55 +97,17 @@ def plan_pool(graph: Graph, plan: Plan, kept: Collection[int] = (), align: int =
               improve: int | None = None) -> SwapPool:
     """Offsets for a swap plan's stays: the smallest pool `_offsets` finds, improving for `improve` stay
     placements (default `IMPROVE_PLACEMENTS`)."""
+    graph = graph.sized_for(plan.planned_with)
     all_stays, elided = stays(graph, plan, kept)
     n = len(graph.ops)
     sizes = tuple(aligned(graph.tensors[s.tensor].nbytes, align) for s in all_stays)
     spans = [(s.first, s.last) for s in all_stays]
     peak, kept_bytes = _peak(all_stays, sizes, n, kept)
-    offsets = _offsets(sizes, spans, n, [i for i, s in enumerate(all_stays) if s.begin is None and s.end is None],
-                       max(plan.capacity, peak), IMPROVE_PLACEMENTS if improve is None else improve)
-    total = _top(offsets, sizes)
+    offsets = search_offsets(sizes, spans, n, [i for i, s in enumerate(all_stays) if s.begin is None and s.end is None],
+                             max(plan.capacity, peak), IMPROVE_PLACEMENTS if improve is None else improve, period=n)
+    total = top(offsets, sizes)
     return SwapPool(all_stays, offsets, sizes, total, peak, plan.capacity, kept_bytes, elided,
                     pool_waits(all_stays, offsets, sizes))
-
-
-IMPROVE_PLACEMENTS = 20_000  # stays placed in all while improving a pool that outgrows its target (about 1 s)
-IMPROVE_ROUNDS = 100  # and placements tried at most: a small graph's take a few ms each, and a plan is made in rounds
-
-
-def _top(offsets: Sequence[int], sizes: Sequence[int]) -> int:
-    return max((o + s for o, s in zip(offsets, sizes)), default=0)
-
-
-def _offsets(sizes: Sequence[int], spans: Sequence[tuple[int, int]], n: int, always: list[int],
-             target: int, improve: int) -> tuple[int, ...]:
-    """The smallest of `memory`'s greedy placements (stays that are always there first, then by size, by
-    the busiest op, or by time; first or best fit), then, while it outgrows `target`, the stays sticking
-    out above it moved earlier in the order, as far as a seeded draw says ("squeaky wheel"): the best
-    pool found within a fixed number of placements, so a plan always gets the same offsets."""
-    rest = sorted(set(range(len(sizes))) - set(always))
-    orders = [always + sorted(rest, key=lambda i: (-sizes[i], spans[i][0], i)),
-              by_breadth(sizes, spans, n, always, period=n),
-              always + sorted(rest, key=lambda i: (spans[i][0], -sizes[i], i))]
-    clashes = clash_matrix(spans, period=n)
-    tried = [(place(order, sizes, spans, fit, period=n, clashes=clashes), order, fit)
-             for order in orders for fit in (False, True)]
-    offsets, order, fit = min(tried, key=lambda t: _top(t[0], sizes))
-    rng = np.random.default_rng(0)
-    best, order = offsets, list(order)
-    for _ in range(min(improve // max(len(sizes), 1), IMPROVE_ROUNDS)):
-        if _top(best, sizes) <= target:
-            break
-        out = [i for i in order if offsets[i] + sizes[i] > target and i not in always]
-        position = {i: j for j, i in enumerate(order)}
-        for i in sorted(out if len(out) <= 3 else rng.choice(out, len(out) // 2, replace=False).tolist(),
-                        key=position.__getitem__):
-            j = order.index(i)
-            order.insert(max(len(always), j - int(rng.integers(1, j + 2))), order.pop(j))
-        offsets = place(order, sizes, spans, fit, period=n, clashes=clashes)
-        if _top(offsets, sizes) < _top(best, sizes):
-            best = offsets
-    return best
 
 
 def _peak(all_stays: Sequence[Stay], sizes: Sequence[int], n: int, kept: Collection[int]) -> tuple[int, int]:

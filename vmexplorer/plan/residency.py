@@ -107,6 +107,7 @@ def next_use(graph: Graph, tensor: int, after: int) -> int | None:
 
 def repair(graph: Graph, capacity: int, planned: list[_Transfer], mechanism: Mechanism = Mechanism.UVM) -> Replay:
     """Run iterations until the residency at the start of one repeats; return that iteration."""
+    graph = graph.sized_for(capacity)
     start = _initial_residency(graph, capacity)
     seen: list[Residency] = []
     lru: OrderedDict[int, None] = OrderedDict((t, None) for t, _ in start)
@@ -125,6 +126,7 @@ def repair(graph: Graph, capacity: int, planned: list[_Transfer], mechanism: Mec
 
 def check(graph: Graph, capacity: int, memops: tuple[MemOp, ...], start: Residency,
           mechanism: Mechanism = Mechanism.UVM) -> Replay:
+    graph = graph.sized_for(capacity)
     transfers = [_Transfer(m.tensor, m.direction, m.mode, m.issue_after, m.complete_before, m.origin,
                            m.nbytes) for m in memops]
     lru: OrderedDict[int, None] = OrderedDict((t, None) for t, _ in start)

@@ -38,6 +38,7 @@ def stays(graph: Graph, plan: Plan, kept: Collection[int] = ()) -> tuple[tuple[S
     """Every stay of every tensor in one steady-state iteration of a swap plan, and the memory operations
     that move nothing (a copy in taken straight back out before any op). Tensors in `kept` (read by the
     host after the iteration) stay to its end."""
+    graph = graph.sized_for(plan.planned_with)
     n = len(graph.ops)
     moves: list[list[tuple[int, int, str, Event]]] = [[] for _ in graph.tensors]
     for i, m in enumerate(plan.memops):
@@ -100,6 +101,7 @@ def elided(graph: Graph, plan: Plan) -> frozenset[int]:
     """The memory operations of a swap plan that move nothing (none under uvm). The simulator and
     calibration take any plan, checked or not (the engine checks first): one whose moves do not pair
     into stays elides nothing."""
+    graph = graph.sized_for(plan.planned_with)
     if plan.mechanism is not Mechanism.SWAP:
         return frozenset()
     try:

@@ -13,6 +13,10 @@ def validate_plan(graph: Graph, plan: Plan) -> None:
     """Raise PlanError if the plan breaks a rule anywhere: capacity, residency, ordering, steady state."""
     if plan.key != graph.key:
         raise PlanError(f"the plan is for {_key(plan.key)}, not {_key(graph.key)}")
+    if graph.workspaces != plan.config.workspaces:
+        raise PlanError(f"the plan is for a graph {'with' if plan.config.workspaces else 'without'} workspace "
+                        "tensors, this graph has " + ("them" if graph.workspaces else "none"))
+    graph = graph.sized_for(plan.planned_with)
     n, t_count = len(graph.ops), len(graph.tensors)
     for i, m in enumerate(plan.memops):
         if not 0 <= m.tensor < t_count:

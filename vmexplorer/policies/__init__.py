@@ -60,10 +60,13 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
         raise PlanError(f"unknown policy {policy!r}; choose one of: {', '.join(POLICIES)}")
     mech = check_mechanism(spec, mechanism)
     opts = _check_options(spec, options or {})
-    check_capacity(graph, capacity)
-    config = Config(graph.model, graph.batch, graph.image_size, capacity, policy, opts, mech)
+    # the kernels' workspaces are fitted to the room a plan is made with (`Graph.fitted`), from the full graph
+    full = graph.full or graph
+    check_capacity(full.fitted(capacity), capacity)
+    config = Config(graph.model, graph.batch, graph.image_size, capacity, policy, opts, mech, graph.workspaces)
 
     def plan_at(at: int, search: bool = True) -> Plan:  # the policy's plan with `at` bytes of room
+        graph = full.fitted(at)
         if spec.search is not None and simulation is not None and search:
             planned = spec.search(graph, at, opts, simulation, mech)
         else:
@@ -78,15 +81,15 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
         return plan_at(capacity)
     searches = spec.search is not None and simulation is not None
     # a search is slow: the room its plan fits in is found with the policy's quick plan first
-    plan = within_pool(graph, plan_at(capacity, search=not searches), partial(plan_at, search=not searches))
+    plan = within_pool(full, plan_at(capacity, search=not searches), partial(plan_at, search=not searches))
     if searches:
-        plan = within_pool(graph, plan_at(plan.planned_with), plan_at)
+        plan = within_pool(full, plan_at(plan.planned_with), plan_at)
     if simulation is not None and simulation.report is not None and plan.planned_with < capacity:
         simulation.report(
             "under swap each tensor needs one free stretch of the pool: planned with "
             f"{format_bytes(plan.planned_with)} of room ({plan.planned_with / capacity:.1%} of the capacity) so "
             f"that the pool fits within {format_bytes(capacity)}")
-    return order_copies(graph, plan, simulation) if simulation is not None else plan
+    return order_copies(full, plan, simulation) if simulation is not None else plan
 
 
 FIT_ROUNDS = 8  # plans made with less room at most, one after another, until the pool fits
@@ -97,23 +100,29 @@ def within_pool(graph: Graph, plan: Plan, plan_at: Callable[[int], Plan]) -> Pla
     as many bytes as the most they hold at once (a tensor needs one free stretch of the pool), so where the
     placement outgrows the capacity the plan is made again (`plan_at`) with less room, by what the pool
     outgrew or 1%, 2%, 4%... of the capacity, until it fits; PlanError where it cannot (the room would fall
-    below what the graph's largest op needs, or the rounds run out)."""
-    capacity, kept, least = plan.capacity, kept_tensors(graph, keep_weights=False), graph.min_capacity[0]
-    at, pool = plan.planned_with, plan_pool(graph, plan, kept)
+    below what the graph's largest op needs, or the rounds run out). Less room is also smaller workspaces."""
+    kept = kept_tensors(graph, keep_weights=False)
+
+    def pool_bytes(g: Graph, p: Plan) -> int:
+        return plan_pool(g, p, kept).total
+
+    # the least room: the graph's largest op beside the smallest workspaces (they shrink with the room)
+    capacity, least = plan.capacity, (graph.full or graph).min_capacity[0]
+    at, pool = plan.planned_with, pool_bytes(graph, plan)
     for k in range(FIT_ROUNDS):
-        if pool.total <= capacity:
+        if pool <= capacity:
             return plan
         if at <= least:
             break
-        at = max(at - max(pool.total - capacity, capacity * 2**k // 100), least)
+        at = max(at - max(pool - capacity, capacity * 2**k // 100), least)
         try:
             plan = plan_at(at)
         except PlanError:  # the policy cannot plan with so little room
             break
-        pool = plan_pool(graph, plan, kept)
-    if pool.total <= capacity:  # the last round's plan
+        pool = pool_bytes(graph, plan)
+    if pool <= capacity:  # the last round's plan
         return plan
-    raise PlanError(f"under swap the pool holding this plan needs {pool.total - capacity} bytes more than the "
+    raise PlanError(f"under swap the pool holding this plan needs {pool - capacity} bytes more than the "
                     f"capacity {format_bytes(capacity)} ({capacity} bytes): each tensor needs one free stretch of "
                     f"the pool, and planned with as little as {format_bytes(plan.planned_with)} of room no "
                     "placement found fits; try a larger capacity, or uvm")

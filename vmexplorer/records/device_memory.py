@@ -24,7 +24,8 @@ class DeviceMemory:
     free_before_bytes: int  # free as the run began: its context made, nothing of its own allocated
     least_free_bytes: int  # the least free after any of its iterations
     pool_bytes: int  # the run's one allocation of its tensors: the device pool, the swap pool or the managed arena
-    scratch_bytes: int  # CuPy's pool after the run: the kernels' scratch (convolution workspaces) and temporaries
+    # CuPy's pool after the run: the kernels' temporaries (convolution workspaces too in a graph without them)
+    scratch_bytes: int
     ledger_peak_bytes: int  # the most bytes the executor's ledger had on the device while an op ran
     managed: bool  # tensors in managed memory, whose residency cudaMemGetInfo cannot read back
 

@@ -181,7 +181,10 @@ def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
         r.scalar(value, f"environment.{_key(key)}", STR)
     notes = r.column(doc["notes"], "notes", STR, None)
     config = r.fields(doc["config"], "config", ("model", "batch", "image_size", "policy", "capacity_bytes",
-                                                "options") + (("mechanism",) if version >= 8 else ()))
+                                                "options") + (("mechanism",) if version >= 8 else ())
+                      + (("workspaces",) if version >= 11 else ()))
+    # (schema 11 made the kernels' workspaces graph tensors; an older run's lay outside its capacity)
+    workspaces = r.scalar(config["workspaces"], "config.workspaces", BOOL) if version >= 11 else False
     model, policy = (r.scalar(config[k], f"config.{k}", STR) for k in ("model", "policy"))
     batch, size, capacity = (r.scalar(config[k], f"config.{k}", INT, 1)
                              for k in ("batch", "image_size", "capacity_bytes"))
@@ -192,13 +195,13 @@ def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
     if model not in MODELS:
         r.fail(f"config.model is {quoted(model)}, not a model this vmexplorer knows ({', '.join(MODELS)})")
     try:
-        expected = build_graph(model, batch, size)
+        expected = build_graph(model, batch, size, workspaces=workspaces).fitted(_room(doc["plan"]) or capacity)
     except GraphError as e:
         r.fail(f"config: {e}")
     _same_graph(r, _graph(r, r.fields(doc["graph"], "graph", ("tensors", "ops")), model, batch, size), expected)
     graph = expected  # equal, and it carries what the engine needs beyond the file (op attributes)
     plan = _plan(r, doc["plan"], graph, Config(graph.model, graph.batch, graph.image_size, capacity, policy,
-                                               dict(options), mechanism), version)
+                                               dict(options), mechanism, workspaces), version)
     timeline = _timeline(r, doc["timeline"], graph, plan, version)
     cost = None if doc["cost_model"] is None else _read_cost_model(r, doc["cost_model"], version)
     raw = doc.get("collected")
@@ -209,6 +212,13 @@ def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
     memory = None if doc.get("device_memory") is None else _read_device_memory(r, doc["device_memory"])
     return dict(graph=graph, plan=plan, timeline=timeline, cost_model=cost, environment=dict(env),
                 notes=tuple(notes), created=created, collected=collected, bound=bound, device_memory=memory)
+
+
+def _room(plan: Any) -> int:
+    """The room the plan was made with, read ahead of the plan (its workspaces are fitted to it); a bad
+    value is the plan's reader's to refuse."""
+    room = plan.get("room_bytes", 0) if isinstance(plan, dict) else 0
+    return room if isinstance(room, int) and not isinstance(room, bool) and 0 < room <= MAX_BYTES else 0
 
 
 def _read_device_memory(r: Reader, value: Any) -> DeviceMemory:

@@ -138,25 +138,32 @@ def plan_for(config: Config, cost_model: CostModel, edits: Sequence[Move] = (),
     `edits` are a person's moves, for a policy that plans them (`manual`). `graph` is `config`'s graph
     where the caller has it (built from the config otherwise). PlanError (or GraphError) says what
     cannot be planned and why."""
-    graph = graph if graph is not None else build_graph(*config.key)
+    graph = graph if graph is not None else build_graph(*config.key, workspaces=config.workspaces)
     if graph.key != config.key:
         raise PlanError(f"the graph is {graph.key} but the configuration is for {config.key}")
+    graph = graph.full or graph  # planned from full workspaces, each plan's fitted to the room it is made with
     spec = POLICIES.get(config.policy)
     if spec is not None and spec.search is not None:
         config = dataclasses.replace(config, mechanism=check_mechanism(spec, config.mechanism))
         plan, reports = _searched(_json(config), _json(cost_model))
-        return Planned(graph, plan, cost_model, reports)
+        return Planned(graph.fitted(plan.planned_with), plan, cost_model, reports)
     said: list[str] = []
     plan = compile_plan(graph, config.capacity, config.policy, config.options, edits,
                         simulation=Simulation(simulate, lower_bound, cost_model, said.append),
                         mechanism=config.mechanism)
-    return Planned(graph, plan, cost_model, tuple(said))
+    return Planned(graph.fitted(plan.planned_with), plan, cost_model, tuple(said))
+
+
+def graph_of(config: Config, room: int = 0) -> Graph:
+    """The graph a config trains: its model, with the kernels' workspaces fitted to the room its plan was
+    made with (`Plan.planned_with`; 0: the capacity)."""
+    return build_graph(*config.key, workspaces=config.workspaces).fitted(room or config.capacity)
 
 
 def bound_at(graph: Graph, capacity: int, cost_model: CostModel, mechanism: str) -> Bound | None:
     """The bound at a capacity through a mechanism under a cost model (`simulator.bound.lower_bound`), or
     None below the least capacity the graph runs in."""
-    return _bound(graph.key, capacity, _json(cost_model), str(mechanism))
+    return _bound(graph.key, graph.workspaces, capacity, _json(cost_model), str(mechanism))
 
 
 def simulated_split(config: Config, cost_model: CostModel) -> TimeSplit | None:
@@ -169,7 +176,7 @@ def simulated_split(config: Config, cost_model: CostModel) -> TimeSplit | None:
 def _split(config_json: str, cost_json: str) -> TimeSplit | None:
     c = json.loads(config_json)
     config = Config(c["model"], c["batch"], c["image_size"], c["capacity_bytes"], c["policy"], c["options"],
-                    Mechanism(c["mechanism"]))
+                    Mechanism(c["mechanism"]), c["workspaces"])
     cost = CostModel(**json.loads(cost_json))
     try:
         planned = plan_for(config, cost)
@@ -186,9 +193,10 @@ def _json(value: Config | CostModel) -> str:
 
 
 @memo(maxsize=64)
-def _bound(key: tuple[str, int, int], capacity: int, cost_json: str, mechanism: str) -> Bound | None:
+def _bound(key: tuple[str, int, int], workspaces: bool, capacity: int, cost_json: str, mechanism: str) -> Bound | None:
     try:
-        return lower_bound(build_graph(*key), capacity, CostModel(**json.loads(cost_json)), mechanism)
+        graph = build_graph(*key, workspaces=workspaces).fitted(capacity)
+        return lower_bound(graph, capacity, CostModel(**json.loads(cost_json)), mechanism)
     except PlanError:
         return None
 
@@ -196,7 +204,7 @@ def _bound(key: tuple[str, int, int], capacity: int, cost_json: str, mechanism: 
 @memo(maxsize=32)  # one per configuration a server's pages searched; each plan is small
 def _searched(config_json: str, cost_json: str) -> tuple[Plan, tuple[str, ...]]:
     c, cost = json.loads(config_json), CostModel(**json.loads(cost_json))
-    graph = build_graph(c["model"], c["batch"], c["image_size"])
+    graph = build_graph(c["model"], c["batch"], c["image_size"], workspaces=c["workspaces"])
     said: list[str] = []
     plan = compile_plan(graph, c["capacity_bytes"], c["policy"], c["options"],
                         simulation=Simulation(simulate, lower_bound, cost, said.append), mechanism=c["mechanism"])

@@ -41,6 +41,7 @@ class SampleInfo:
     iteration_ns: int
     gpu: str  # the GPU it was measured on, or "simulated"
     mechanism: Mechanism
+    workspaces: bool = True  # its kernels' workspaces were graph tensors (schema 11 on)
 
     @property
     def label(self) -> str:
@@ -98,7 +99,7 @@ def _index(stamp: tuple[tuple[str, int], ...]) -> dict[str, SampleInfo]:
         defaults = not non_default_options(s.plan.policy, s.plan.options)
         out[name] = SampleInfo(name, s.graph.key, s.graph.footprint, s.plan.capacity, s.plan.policy, defaults,
                                s.timeline.source, int(s.summary["iteration_ns"]), gpu_of(s) or "simulated",
-                               s.plan.mechanism)
+                               s.plan.mechanism, s.graph.workspaces)
     return out
 
 
@@ -152,9 +153,11 @@ def measured_samples(graph: Graph, capacity: int, policy: str, gpu: str | None =
 
 def gpu_cost_model(graph: Graph, gpu: str) -> CostModel | None:
     """The cost model the measured samples of `graph` (model, batch, image size) on `gpu` were calibrated
-    with (one per GPU and graph: the recordings of its sample set pooled), or None where there are none."""
+    with (one per GPU and graph: the recordings of its sample set pooled), or None where there are none.
+    Samples whose convolutions ran outside the capacity (schema 10 and older) ran other kernels than a
+    graph with workspaces runs (cuDNN chose within no limit): they do not judge it."""
     for name, x in sorted(sample_index().items(), key=lambda item: item[1].policy != "device"):
-        if (x.source, x.key, x.gpu) == ("measured", graph.key, gpu):
+        if (x.source, x.key, x.gpu, x.workspaces) == ("measured", graph.key, gpu, graph.workspaces):
             try:
                 cost = read_sample(name).cost_model
             except SessionError:

@@ -23,9 +23,10 @@ from ..simulator.bound import Bound, lower_bound
 FORMAT = "vmexplorer-session"
 # 2 added "collected" (the GPU collectors' records), 3 the cost model's "op_gap_ns" and "call_ns", 4
 # "collected.memcpy", 7 the "bound" and the cost model's "serialises_directions", 8 "config.mechanism" and
-# the cost model's swap rates, 9 "plan.copy_order", 10 "plan.room_bytes" and "device_memory"; older files
-# still load
-SCHEMA_VERSION = 10
+# the cost model's swap rates, 9 "plan.copy_order", 10 "plan.room_bytes" and "device_memory", 11
+# "config.workspaces" (the kernels' workspaces as graph tensors inside the capacity; older files load
+# with none); older files still load
+SCHEMA_VERSION = 11
 
 class SessionError(ValueError):
     """A session that cannot be saved or loaded; the message names the file and the problem."""
@@ -87,6 +88,7 @@ def new_session(graph: Graph, plan: Plan, timeline: Timeline, cost_model: CostMo
     measured session given none gets `bound_for` its plan under its `cost_model`, as every run is held
     against the bound (its simulated kin are made where the bound is at hand, and some many times a
     second), and no bound without a cost model: a measured run is judged by its own GPU's."""
+    graph = graph.sized_for(plan.planned_with)
     check_matches(graph, plan)
     check_collected(collected, timeline)
     if bound is not None and not isinstance(bound, Bound):
@@ -106,6 +108,7 @@ def bound_for(graph: Graph, plan: Plan, cost_model: CostModel | None = None) -> 
     """The bound at the plan's capacity through its mechanism under `cost_model`, or the uncalibrated
     default (whose rates a session without a cost model is simulated and split with too); None below
     the least capacity any plan needs, where there is no bound to hold a plan against."""
+    graph = graph.sized_for(plan.planned_with)
     try:
         return lower_bound(graph, plan.capacity, cost_model or H100_DEFAULT, plan.mechanism)
     except PlanError:
@@ -116,6 +119,11 @@ def check_matches(graph: Graph, plan: Plan) -> None:
     if plan.key != graph.key:
         raise SessionError(f"the plan is for {plan.key} but the graph is {graph.key} "
                            "(model, batch, image size); compile the plan for this graph")
+    if graph.workspaces != plan.config.workspaces or graph.capacity not in (None, plan.planned_with):
+        raise SessionError(f"the plan is made with {plan.planned_with} bytes of room with workspaces "
+                           f"{'inside' if plan.config.workspaces else 'outside'} the capacity, but the graph's "
+                           f"are {'fitted to ' + str(graph.capacity) + ' bytes' if graph.capacity else 'absent'}; "
+                           "use the plan's graph (session.planned.graph_of)")
 
 
 def check_collected(collected: Collected | None, timeline: Timeline) -> None:

@@ -41,6 +41,7 @@ from .costmodel import H100_DEFAULT, CostModel
 
 
 def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timeline:
+    graph = graph.sized_for(plan.planned_with)
     walk = _Walk(graph, plan, (cost or H100_DEFAULT).for_mechanism(plan.mechanism))
     n = len(graph.ops)
     for k in range(n + 1):

@@ -85,7 +85,8 @@ def baseline(state: AppState, policy: str) -> Baseline | None:
                 continue
     g = s.graph
     capacity = max(s.plan.capacity, g.footprint) if policy == "device" else s.plan.capacity
-    split = simulated_split(Config(g.model, g.batch, g.image_size, capacity, policy, {}, mechanism), cost_of(state))
+    split = simulated_split(Config(g.model, g.batch, g.image_size, capacity, policy, {}, mechanism,
+                                          g.workspaces), cost_of(state))
     return None if split is None else Baseline(policy, split, "simulated")
 
 
@@ -163,6 +164,10 @@ def _memory_rows(s: Session) -> list[dict[str, str]]:
         rows.append({"figure": "planned with", "value": format_bytes(s.plan.planned_with),
                      "source": f"{s.timeline.source} plan: {s.plan.planned_with / capacity:.1%} of the capacity, so "
                                "that the swap pool holding it fits the capacity"})
+    if not s.graph.workspaces:
+        rows.append({"figure": "kernel workspaces", "value": "outside the capacity",
+                     "source": f"{s.timeline.source} before workspaces were graph tensors (schema 10 or older): the "
+                               "convolutions' scratch came on top of the capacity"})
     m = s.device_memory
     if m is not None:
         rows.append({"figure": "device memory taken", "value": format_bytes(m.ledger_peak_bytes if m.managed
@@ -199,7 +204,8 @@ def sweep(state: AppState, points: int = SWEEP_POINTS) -> dict[str, Any]:
             continue
         line: dict[str, Any] = {"policy": policy, "capacity_pct": [], "iteration_ms": []}
         for c in capacities if policy != "device" else capacities[-1:]:
-            split = simulated_split(Config(g.model, g.batch, g.image_size, c, policy, {}, Mechanism.UVM), cost)
+            split = simulated_split(Config(g.model, g.batch, g.image_size, c, policy, {}, Mechanism.UVM,
+                                                  g.workspaces), cost)
             if split is not None:
                 line["capacity_pct"].append(share_of_footprint(c, g.footprint))
                 line["iteration_ms"].append(split.iteration_ns / 1e6)

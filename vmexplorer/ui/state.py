@@ -165,10 +165,14 @@ class AppState(param.Parameterized):
         if s is None:
             return self.fail("nothing shown to sweep")
         g = s.graph
-        capacity = max(int(g.footprint * capacity_pct / 100), g.min_capacity[0])
         near = _near_samples(g, capacity_pct, policy, gpu_of(s))
         if near:
             return self.open_sample(near[0])
+        try:  # simulated today: workspaces inside the capacity, the share of the footprint they make
+            g = build_graph(g.model, g.batch, g.image_size)
+        except GraphError as e:
+            return self.fail(str(e))
+        capacity = max(int(g.footprint * capacity_pct / 100), g.min_capacity[0])
         return self.simulate_config(g.model, g.batch, str(capacity), policy)
 
     # --- editing the plan -------------------------------------------------------------------------

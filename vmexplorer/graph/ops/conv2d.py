@@ -39,7 +39,8 @@ def conv2d(b: Recorder, x: int, layer: str, out_channels: int, kernel: int, stri
     bias_flops = n * out_channels * ho * wo if bias else 0
     y, _ = b.forward("conv2d", layer, (x,), params, (n, out_channels, ho, wo), 2 * macs + bias_flops,
                      keeps=(x, weight), backward_flops=4 * macs + bias_flops, input_grad_flops=2 * macs,
-                     attrs=(("kernel", kernel), ("stride", stride), ("padding", padding), ("bias", bias)))
+                     attrs=(("kernel", kernel), ("stride", stride), ("padding", padding), ("bias", bias)),
+                     workspace=True)
     return y
 
 
@@ -54,12 +55,13 @@ def out_size(b: Recorder, layer: str, size: int, k: int, stride: int, pad: int) 
 
 def forward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, Any]) -> None:
     bias = bool(attrs["bias"])
+    writes, workspace = _workspace(writes, attrs)
     _expect(attrs, "conv2d", reads, 3 if bias else 2, writes, 1)
     x, w = reads[0], reads[1]
     (y,) = writes
     stride, pad = int(attrs["stride"]), int(attrs["padding"])
     if _on_gpu(xp):
-        _cudnn_conv("fprop", x, w, y, stride, pad, _numerics(attrs))
+        _cudnn_conv("fprop", x, w, y, stride, pad, _numerics(attrs), workspace)
     else:
         win = windows(xp, x, w.shape[2], stride, pad)  # (N, C, Ho, Wo, k, k)
         y[...] = xp.tensordot(win, w, axes=((1, 4, 5), (1, 2, 3))).transpose(0, 3, 1, 2)
@@ -69,6 +71,7 @@ def forward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, A
 
 def backward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, Any]) -> None:
     bias, input_grad = bool(attrs["bias"]), bool(attrs["input_grad"])
+    writes, workspace = _workspace(writes, attrs)
     _expect(attrs, "conv2d_backward", reads, 3, writes, 1 + bias + input_grad)
     x, w, dy = reads
     dx = writes[0] if input_grad else None
@@ -76,9 +79,9 @@ def backward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, 
     stride, pad = int(attrs["stride"]), int(attrs["padding"])
     if _on_gpu(xp):
         tf32 = _numerics(attrs)
-        if dx is not None:
-            _cudnn_conv("dgrad", dx, w, dy, stride, pad, tf32)
-        _cudnn_conv("wgrad", x, dw, dy, stride, pad, tf32)
+        if dx is not None:  # one after the other on one stream: they share the op's workspace
+            _cudnn_conv("dgrad", dx, w, dy, stride, pad, tf32, workspace)
+        _cudnn_conv("wgrad", x, dw, dy, stride, pad, tf32, workspace)
     else:
         k = w.shape[2]
         dw[...] = xp.tensordot(dy, windows(xp, x, k, stride, pad), axes=((0, 2, 3), (0, 2, 3)))
@@ -89,6 +92,14 @@ def backward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, 
             cuda_kernels.channel_sum(dy, writes[-1])  # one deterministic pass, summed in double
         else:
             xp.sum(dy, axis=(0, 2, 3), out=writes[-1])
+
+
+def _workspace(writes: list[Array], attrs: dict[str, Any]) -> tuple[list[Array], Array | None]:
+    """(the op's outputs, its workspace tensor or None): a graph's op has one as its last write where the
+    graph holds workspaces (attr `workspace`)."""
+    if attrs.get("workspace"):
+        return writes[:-1], writes[-1]
+    return writes, None
 
 
 def _add_bias(xp: Any, y: Array, b: Array) -> None:
@@ -148,7 +159,17 @@ class _Conv:
     launch: Callable[[int, int, int, int], None] | None  # (x, w, y, workspace) pointers; None: no raw path
 
 
-# (which, x shape, w shape, y shape, stride, padding, numerics, device) -> its _Conv
+@dataclass(frozen=True)
+class PlanTiming:
+    """One cuDNN execution plan of a convolution problem: its place in cuDNN's ranking, the workspace it
+    needs and its measured time (nan where it could not run)."""
+
+    index: int
+    workspace_bytes: int
+    ms: float
+
+
+# (which, x shape, w shape, y shape, stride, padding, numerics, workspace limit, device) -> its _Conv
 _GRAPHS: dict[tuple[Any, ...], _Conv] = {}
 _HANDLES: dict[int, Any] = {}
 _STREAMS: dict[int, int] = {}  # device -> the stream its handle was last set to
@@ -162,10 +183,13 @@ def _numerics(attrs: dict[str, Any]) -> tuple[bool, bool, bool]:
 
 
 def _cudnn_conv(which: str, x: Array, w: Array, y: Array, stride: int, pad: int,
-                numerics: tuple[bool, bool, bool]) -> None:
+                numerics: tuple[bool, bool, bool], workspace: Array | None = None) -> None:
     """fprop writes y from (x, w); dgrad writes x from (w, y=dy); wgrad writes w from (x, y=dy).
 
-    All three take the arrays in the same (x, w, y) slots so one cache key describes the problem."""
+    All three take the arrays in the same (x, w, y) slots so one cache key describes the problem.
+    `workspace`, the op's workspace tensor from the run's memory, bounds the plans cuDNN may choose to
+    its bytes; without one (a graph recorded before workspaces were graph tensors) the plan takes what it
+    asks for from CuPy's pool."""
     import cupy
 
     for a in (x, w, y):
@@ -180,28 +204,35 @@ def _cudnn_conv(which: str, x: Array, w: Array, y: Array, stride: int, pad: int,
 
         cudnn.set_stream(handle=handle, stream=stream)
         _STREAMS[dev] = stream
-    key = (which, x.shape, w.shape, y.shape, stride, pad, numerics, dev)
+    limit = None if workspace is None else int(workspace.nbytes)
+    key = (which, x.shape, w.shape, y.shape, stride, pad, numerics, limit, dev)
     conv = _GRAPHS.get(key)
     if conv is None:
-        conv = _GRAPHS[key] = _prepare(which, x, w, y, stride, pad, numerics, handle)
-    workspace = cupy.empty(conv.workspace_bytes, dtype=cupy.uint8)
+        conv = _GRAPHS[key] = _prepare(which, x, w, y, stride, pad, numerics, workspace, handle)
+    if workspace is None:
+        workspace = cupy.empty(conv.workspace_bytes, dtype=cupy.uint8)
+    ptr = workspace.data.ptr
     if conv.launch is not None:
-        conv.launch(x.data.ptr, w.data.ptr, y.data.ptr, workspace.data.ptr)
+        conv.launch(x.data.ptr, w.data.ptr, y.data.ptr, ptr)
         return
     tx, tw, ty = conv.tensors
     pack = {tx: x.data.ptr, tw: w.data.ptr, ty: y.data.ptr}
     if conv.index < 0:  # cuDNN's heuristic choice, like PyTorch's default (benchmark off)
-        conv.graph.execute(pack, workspace.data.ptr, handle=handle)
+        conv.graph.execute(pack, ptr, handle=handle)
     else:
-        conv.graph.execute_plan_at_index(pack, workspace.data.ptr, index=conv.index, handle=handle)
+        conv.graph.execute_plan_at_index(pack, ptr, index=conv.index, handle=handle)
 
 
 def _prepare(which: str, x: Array, w: Array, y: Array, stride: int, pad: int, numerics: tuple[bool, bool, bool],
-             handle: Any) -> _Conv:
-    graph, tensors = _build(which, x.shape, w.shape, y.shape, stride, pad, numerics, handle)
+             workspace: Array | None, handle: Any) -> _Conv:
+    limit = None if workspace is None else int(workspace.nbytes)
+    graph, tensors = _build(which, x.shape, w.shape, y.shape, stride, pad, numerics, handle, limit)
     pack = dict(zip(tensors, (x.data.ptr, w.data.ptr, y.data.ptr)))
-    index = _fastest(graph, pack, handle) if numerics[2] else -1
+    index = _fastest(time_plans(graph, pack, handle, workspace=workspace)) if numerics[2] else -1
     size = graph.get_workspace_size() if index < 0 else graph.get_workspace_size_plan_at_index(index)
+    if limit is not None and size > limit:  # the frontend filtered by the limit: this would be its bug
+        raise RuntimeError(f"cuDNN conv {which} x={x.shape}: the plan chosen needs {size} bytes of workspace, "
+                           f"more than the {limit} its op has")
     return _Conv(graph, tensors, index, max(int(size), 1), _raw_launch(graph, tensors, index, handle))
 
 
@@ -242,40 +273,79 @@ def _raw_launch(graph: Any, tensors: tuple[Any, Any, Any], index: int,
 AUTOTUNE_RUNS = 3
 
 
-def _fastest(graph: Any, pack: dict[Any, int], handle: Any) -> int:
-    """Time every plan cuDNN built on the real buffers, as PyTorch's benchmark mode does, and keep the
-    fastest. It runs once per shape, on first use (the engine's warm-up iteration); within a process
-    every later run reuses the choice, so runs of different policies compute with the same kernels.
-    The output buffer is overwritten by the real execution right after."""
+def time_plans(graph: Any, pack: dict[Any, int], handle: Any, runs: int = AUTOTUNE_RUNS,
+               workspace: Array | None = None) -> list[PlanTiming]:
+    """Time every plan cuDNN built on the real buffers, as PyTorch's benchmark mode does, in `workspace`
+    where the op has one (the plans were chosen within it), else in scratch from CuPy's pool. Plans cuDNN
+    could not build are left out; one that fails to run has a nan time. The output buffer is overwritten by
+    the real execution right after."""
     import cupy
 
-    count = graph.get_execution_plan_count()
     sizes = {}
-    for i in range(count):  # plans cuDNN could not build answer with an error: they are not candidates
+    for i in range(graph.get_execution_plan_count()):
         try:
-            sizes[i] = graph.get_workspace_size_plan_at_index(i)
-        except Exception:
+            sizes[i] = int(graph.get_workspace_size_plan_at_index(i))
+        except Exception:  # plans cuDNN could not build answer with an error: they are not candidates
             continue
-    if len(sizes) <= 1:
-        return next(iter(sizes), 0)
-    workspace = cupy.empty(max(max(sizes.values()), 1), dtype=cupy.uint8)
+    if not sizes:
+        return []
+    if workspace is None or workspace.nbytes < max(sizes.values()):
+        workspace = cupy.empty(max(max(sizes.values()), 1), dtype=cupy.uint8)
     stream = cupy.cuda.get_current_stream()
-    best, best_ms = next(iter(sizes)), float("inf")
-    for i in sizes:
+    out = []
+    for i, size in sizes.items():
         try:
             graph.execute_plan_at_index(pack, workspace.data.ptr, index=i, handle=handle)
             start, stop = cupy.cuda.Event(), cupy.cuda.Event()
             start.record(stream)
-            for _ in range(AUTOTUNE_RUNS):
+            for _ in range(runs):
                 graph.execute_plan_at_index(pack, workspace.data.ptr, index=i, handle=handle)
             stop.record(stream)
             stop.synchronize()
+            ms = cupy.cuda.get_elapsed_time(start, stop) / runs
         except Exception:  # a plan that cannot run here is simply not chosen
-            continue
-        ms = cupy.cuda.get_elapsed_time(start, stop)
-        if ms < best_ms:
-            best, best_ms = i, ms
-    return best
+            ms = float("nan")
+        out.append(PlanTiming(i, size, ms))
+    return out
+
+
+def _fastest(plans: list[PlanTiming]) -> int:
+    """The fastest plan that ran (it runs once per shape, on first use: the engine's warm-up iteration;
+    within a process every later run reuses the choice, so runs of different policies compute with the same
+    kernels); the first built where none did."""
+    ran = [p for p in plans if p.ms == p.ms]
+    if ran:
+        return min(ran, key=lambda p: p.ms).index
+    return plans[0].index if plans else 0
+
+
+def plan_table(which: str, x_shape: tuple[int, ...], w_shape: tuple[int, ...], y_shape: tuple[int, ...],
+               stride: int, pad: int, numerics: tuple[bool, bool, bool] = (True, False, True),
+               limit: int | None = None, runs: int = AUTOTUNE_RUNS) -> tuple[PlanTiming, list[PlanTiming]]:
+    """Every plan cuDNN has for one convolution problem (all it can build), timed on fresh buffers, and the
+    plan its heuristics choose (index -1), timed the same way: what a workspace limit costs is read off it."""
+    import cupy
+
+    handle = cudnn_handle(cupy.cuda.runtime.getDevice())
+    arrays = [cupy.ones(s, dtype=cupy.float32) for s in (x_shape, w_shape, y_shape)]
+    ptrs = [a.data.ptr for a in arrays]
+    graph, tensors = _build(which, x_shape, w_shape, y_shape, stride, pad, (numerics[0], numerics[1], True),
+                            handle, limit)
+    table = time_plans(graph, dict(zip(tensors, ptrs)), handle, runs)
+    heuristic, tensors = _build(which, x_shape, w_shape, y_shape, stride, pad, (numerics[0], numerics[1], False),
+                                handle, limit)
+    size = int(heuristic.get_workspace_size())
+    workspace = cupy.empty(max(size, 1), dtype=cupy.uint8)
+    pack = dict(zip(tensors, ptrs))
+    stream = cupy.cuda.get_current_stream()
+    heuristic.execute(pack, workspace.data.ptr, handle=handle)
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record(stream)
+    for _ in range(runs):
+        heuristic.execute(pack, workspace.data.ptr, handle=handle)
+    stop.record(stream)
+    stop.synchronize()
+    return PlanTiming(-1, size, cupy.cuda.get_elapsed_time(start, stop) / runs), table
 
 
 def cudnn_handle(dev: int) -> Any:
@@ -291,7 +361,8 @@ def cudnn_handle(dev: int) -> Any:
 
 
 def _build(which: str, x_shape: tuple[int, ...], w_shape: tuple[int, ...], y_shape: tuple[int, ...],
-           stride: int, pad: int, numerics: tuple[bool, bool, bool], handle: Any) -> tuple[Any, tuple[Any, Any, Any]]:
+           stride: int, pad: int, numerics: tuple[bool, bool, bool], handle: Any,
+           limit: int | None = None) -> tuple[Any, tuple[Any, Any, Any]]:
     import cudnn
 
     f32 = cudnn.data_type.FLOAT
@@ -326,6 +397,8 @@ def _build(which: str, x_shape: tuple[int, ...], w_shape: tuple[int, ...], y_sha
     if deterministic:  # engines that accumulate with atomics give other bits run to run
         notes.append(cudnn.numerical_note.NONDETERMINISTIC)
     g.deselect_numeric_notes(notes)
+    if limit is not None:
+        g.deselect_workspace_greater_than(limit)
     try:
         g.check_support()
         if autotune:
@@ -335,7 +408,8 @@ def _build(which: str, x_shape: tuple[int, ...], w_shape: tuple[int, ...], y_sha
     except Exception as e:
         raise RuntimeError(f"cuDNN has no engine for conv {which} x={x_shape} w={w_shape} y={y_shape} "
                            f"stride={stride} padding={pad} allow_tf32={allow_tf32} "
-                           f"deterministic={deterministic}: {e}") from e
+                           f"deterministic={deterministic}"
+                           + ("" if limit is None else f" within a workspace of {limit} bytes") + f": {e}") from e
     return g, (tx, tw, ty)
 
 

@@ -27,10 +27,13 @@ def max_pool2d(b: Recorder, x: int, layer: str, kernel: int, stride: int, paddin
     n, c, h, w = b.shape(x)
     ho, wo = (out_size(b, layer, s, kernel, stride, padding) for s in (h, w))
     out = n * c * ho * wo
+    # windows that overlap or leave inputs out: backward finds each window's argmax first, a uint16 per output
+    disjoint = stride == kernel and padding == 0 and h == ho * kernel and w == wo * kernel
     y, _ = b.forward("max_pool2d", layer, (x,), (), (n, c, ho, wo), out * kernel * kernel,
                      keeps=(x, -1), backward_flops=out * kernel * kernel + n * c * h * w,
                      input_grad_flops=out * kernel * kernel + n * c * h * w,
-                     attrs=(("kernel", kernel), ("stride", stride), ("padding", padding)))
+                     attrs=(("kernel", kernel), ("stride", stride), ("padding", padding)),
+                     backward_scratch=0 if disjoint else 2 * out)
     return y
 
 
@@ -44,10 +47,11 @@ def forward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, A
 
 
 def backward(xp: Any, reads: list[Array], writes: list[Array], attrs: dict[str, Any]) -> None:
-    (x, y, dy), (dx,) = reads, writes
+    scratch = writes[-1] if attrs.get("scratch") else None  # the graph's workspace tensor for the argmax
+    (x, y, dy), (dx,) = reads, writes[:1]
     k, s, p = int(attrs["kernel"]), int(attrs["stride"]), int(attrs["padding"])
     if cuda_kernels.fast(xp, x, y, dy, dx):
-        cuda_kernels.max_pool2d_backward(x, y, dy, dx, k, s, p)
+        cuda_kernels.max_pool2d_backward(x, y, dy, dx, k, s, p, scratch)
         return
     n, c, h, w = x.shape
     ho, wo = y.shape[2], y.shape[3]

@@ -42,6 +42,9 @@ class Recorder(Protocol):
                 out_shape: Shape, flops: int, keeps: tuple[int, ...] = (), backward_flops: int = 0,
                 input_grad_flops: int = 0, saved: tuple[Saved, ...] = (), reads: tuple[int, ...] = (),
                 updates: tuple[int, ...] = (), passes_gradient: bool = False,
-                attrs: Attrs = ()) -> tuple[int, list[int]]:
-        """Record a forward op whose backward the builder derives; returns (output, saved tensors)."""
+                attrs: Attrs = (), workspace: bool = False, backward_scratch: int = 0) -> tuple[int, list[int]]:
+        """Record a forward op whose backward the builder derives; returns (output, saved tensors). With
+        `workspace`, its kernels (forward and backward) take scratch memory as a tensor of their own, the
+        last of their writes, fitted to the room; with `backward_scratch`, its backward takes one of
+        exactly those bytes."""
         ...

@@ -169,8 +169,11 @@ def max_pool2d_forward(x: Array, y: Array, k: int, s: int, p: int) -> None:
         (_grid(y.size),), (BLOCK,), (x, y, itype(y.size), *(np.int32(v) for v in (h, w, ho, wo, k, s, p))))
 
 
-def max_pool2d_backward(x: Array, y: Array, dy: Array, dx: Array, k: int, s: int, p: int) -> None:
-    """dx from x and dy: the argmax is recomputed from x, which gives the y the forward wrote."""
+def max_pool2d_backward(x: Array, y: Array, dy: Array, dx: Array, k: int, s: int, p: int,
+                        scratch: Array | None = None) -> None:
+    """dx from x and dy: the argmax is recomputed from x, which gives the y the forward wrote. Where windows
+    overlap, the argmax goes to `scratch` (2 bytes per output: the op's workspace tensor), else to a buffer
+    from CuPy's pool."""
     cp = _cp()
     _check("max_pool2d_backward", x, y, dy, dx)
     h, w, ho, wo = _pool_shapes("max_pool2d_backward", x, y, k, s, p)
@@ -186,7 +189,10 @@ def max_pool2d_backward(x: Array, y: Array, dy: Array, dx: Array, k: int, s: int
             (_grid(y.size),), (BLOCK,), (x, dy, dx, itype(y.size), *(np.int32(v) for v in (h, w, ho, wo, k))))
         return
     shape = tuple(np.int32(v) for v in (h, w, ho, wo, k, s, p))
-    arg = cp.empty(y.shape, dtype=cp.uint16)  # stream-ordered pool: freeing it right away is safe
+    if scratch is not None and scratch.nbytes >= 2 * y.size:
+        arg = scratch[:2 * y.size].view(cp.uint16).reshape(y.shape)
+    else:
+        arg = cp.empty(y.shape, dtype=cp.uint16)  # stream-ordered pool: freeing it right away is safe
     _kernel("pool", f"max_pool2d_argmax_{suffix}")((_grid(y.size),), (BLOCK,), (x, arg, itype(y.size), *shape))
     _kernel("pool", f"max_pool2d_bwd_gather_{suffix}")(
         (_grid(x.size),), (BLOCK,), (arg, dy, dx, itype(x.size), *shape))
