@@ -86,3 +86,13 @@ def test_at_its_footprint_a_model_keeps_every_workspace_whole() -> None:
         g = build_graph(model, batch, size)
         assert max(g.fitted(g.footprint).live_bytes) <= g.footprint
         assert g.fitted(10 * g.footprint).workspace_bytes == g.workspace_bytes
+
+
+def test_a_graph_travels_without_the_fitted_graphs_it_has_cached() -> None:
+    import pickle
+
+    g = build_graph("resnet18", 2, 64)
+    fitted = [g.fitted(int(g.footprint * share)) for share in (0.9, 0.7, 0.5)]
+    back = pickle.loads(pickle.dumps(fitted[-1]))
+    assert back == fitted[-1] and back.full == g and "_fits" not in back.full.__dict__
+    assert len(pickle.dumps(g)) < 1.5 * len(pickle.dumps(build_graph("resnet18", 2, 64)))

@@ -120,6 +120,10 @@ class Graph:
     def _fits(self) -> dict[int, Graph]:
         return {}
 
+    def __getstate__(self) -> dict[str, object]:
+        # a graph sent to the work pool (in a session) travels without the fitted graphs it has cached
+        return {k: v for k, v in self.__dict__.items() if k != "_fits"}
+
     def _fit(self, capacity: int) -> Graph:
         size = list(self.workspace_bytes)
         for i, op in enumerate(self.ops):

@@ -406,10 +406,12 @@ def _build(which: str, x_shape: tuple[int, ...], w_shape: tuple[int, ...], y_sha
         else:
             g.build_plans()
     except Exception as e:
-        raise RuntimeError(f"cuDNN has no engine for conv {which} x={x_shape} w={w_shape} y={y_shape} "
-                           f"stride={stride} padding={pad} allow_tf32={allow_tf32} "
-                           f"deterministic={deterministic}"
-                           + ("" if limit is None else f" within a workspace of {limit} bytes") + f": {e}") from e
+        said = (f"cuDNN has no engine for conv {which} x={x_shape} w={w_shape} y={y_shape} stride={stride} "
+                f"padding={pad} allow_tf32={allow_tf32} deterministic={deterministic}")
+        if limit is not None:  # the room the plan left this op: one error that says so (exit 2), not a crash
+            raise GraphError(f"{said} within the {limit} bytes of workspace its op has: {e}; plan with more "
+                             "room") from e
+        raise RuntimeError(f"{said}: {e}") from e
     return g, (tx, tw, ty)
 
 
