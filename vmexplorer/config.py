@@ -50,7 +50,6 @@ class Config:
                 "workspaces": self.workspaces}
 
 
-
 def share_of_footprint(nbytes: int, footprint: int) -> float:
     """`nbytes` as a percentage of a model's footprint."""
     return 100 * nbytes / footprint

@@ -306,3 +306,14 @@ def test_vgg19_b64_at_half_its_footprint_needs_traffic_and_says_what_it_assumes(
     bound = min_traffic(g, g.footprint // 2)
     assert g.footprint // 4 < bound.min_bytes_to_device < g.footprint
     assert "byte granularity" in bound.assumptions and "dead data" in bound.assumptions
+
+
+def test_the_least_traffic_counts_each_workspace_at_its_least_as_a_plan_with_less_room_has_it() -> None:
+    g = graph("alexnet", 256, 224)
+    capacity = g.footprint // 2
+    least = min_traffic(g, capacity)
+    assert least == min_traffic(g.fitted(capacity), capacity) == min_traffic(g.fitted(0), capacity)
+    swap = compile_plan(g, capacity, "belady", mechanism="swap")  # made with less room: smaller workspaces
+    assert swap.planned_with < capacity
+    moved = sum(m.nbytes for m in swap.memops if m.direction is Direction.TO_DEVICE)
+    assert least.min_bytes_to_device <= moved

@@ -49,8 +49,7 @@ class Layout:
 
 
 def layout(graph: Graph, align: int = ALIGN, keep: Collection[int] = ()) -> Layout:
-    """Where each tensor lives in the run's one pool (`plan.pool.device_pool`, which a `device` plan is
-    held to)."""
+    """Where each tensor lives in the run's one pool (`plan.pool.device_pool`)."""
     offsets, sizes, lifetimes = device_pool(graph, align, keep)
     return Layout(offsets, sizes, lifetimes, top(offsets, sizes), align)
 

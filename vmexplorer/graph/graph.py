@@ -111,6 +111,11 @@ class Graph:
             fits[capacity] = full._fit(int(capacity))
         return fits[capacity]
 
+    def least_workspaces(self) -> Graph:
+        """This graph with every fitted workspace at its least: what a bound over all plans assumes, since
+        a plan may be made with any room down to the least (the cost model times no op by its workspace)."""
+        return (self.full or self).fitted(0)
+
     def sized_for(self, capacity: int) -> Graph:
         """The graph a plan at `capacity` runs: a graph with full workspaces fitted to it; a graph already
         fitted (to the capacity of the plan being made, whose room may be less) as it is."""
@@ -214,7 +219,7 @@ class Graph:
         """(bytes, op): the largest single-op working set, below which no plan can run (for a graph whose
         workspaces are not fitted yet, with the smallest workspaces: they shrink with the room)."""
         if self.workspaces and self.capacity is None and any(self.workspace_bytes):
-            return self.fitted(0).min_capacity
+            return self.least_workspaces().min_capacity
         best = max(range(len(self.ops)), key=self.working_sets.__getitem__)
         return self.working_sets[best], best
 

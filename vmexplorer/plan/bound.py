@@ -71,8 +71,9 @@ class Traffic:
 
 
 def min_traffic(graph: Graph, capacity: int) -> Traffic:
-    """The bound at `capacity` bytes; PlanError below the largest single op's working set."""
-    graph = graph.sized_for(capacity)
+    """The bound at `capacity` bytes; PlanError below the largest single op's working set. Any plan at
+    `capacity` may have made its workspaces as small as they go: the bound counts them at their least."""
+    graph = graph.least_workspaces()
     need, op = graph.min_capacity
     if capacity < need:
         raise PlanError(f"capacity {format_bytes(capacity)} is below the minimum for {graph.model} batch "
@@ -174,7 +175,7 @@ class Windows:
 
 def window_traffic(graph: Graph, capacity: int, first: int = 0) -> Windows:
     """Every window's least traffic at `capacity` bytes, the iteration cut before op `first`."""
-    graph = graph.sized_for(capacity)
+    graph = graph.least_workspaces()  # as min_traffic
     n = len(graph.ops)
     size, born, last, read_at, read_of = _contents(graph)
     base = n + first  # windows lie in the middle one of three iterations, and what they see in the three

@@ -102,13 +102,9 @@ def within_pool(graph: Graph, plan: Plan, plan_at: Callable[[int], Plan]) -> Pla
     outgrew or 1%, 2%, 4%... of the capacity, until it fits; PlanError where it cannot (the room would fall
     below what the graph's largest op needs, or the rounds run out). Less room is also smaller workspaces."""
     kept = kept_tensors(graph, keep_weights=False)
-
-    def pool_bytes(g: Graph, p: Plan) -> int:
-        return plan_pool(g, p, kept).total
-
     # the least room: the graph's largest op beside the smallest workspaces (they shrink with the room)
     capacity, least = plan.capacity, (graph.full or graph).min_capacity[0]
-    at, pool = plan.planned_with, pool_bytes(graph, plan)
+    at, pool = plan.planned_with, plan_pool(graph, plan, kept).total
     for k in range(FIT_ROUNDS):
         if pool <= capacity:
             return plan
@@ -119,7 +115,7 @@ def within_pool(graph: Graph, plan: Plan, plan_at: Callable[[int], Plan]) -> Pla
             plan = plan_at(at)
         except PlanError:  # the policy cannot plan with so little room
             break
-        pool = pool_bytes(graph, plan)
+        pool = plan_pool(graph, plan, kept).total
     if pool <= capacity:  # the last round's plan
         return plan
     raise PlanError(f"under swap the pool holding this plan needs {pool - capacity} bytes more than the "

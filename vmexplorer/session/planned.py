@@ -195,8 +195,8 @@ def _json(value: Config | CostModel) -> str:
 @memo(maxsize=64)
 def _bound(key: tuple[str, int, int], workspaces: bool, capacity: int, cost_json: str, mechanism: str) -> Bound | None:
     try:
-        graph = build_graph(*key, workspaces=workspaces).fitted(capacity)
-        return lower_bound(graph, capacity, CostModel(**json.loads(cost_json)), mechanism)
+        return lower_bound(build_graph(*key, workspaces=workspaces), capacity, CostModel(**json.loads(cost_json)),
+                           mechanism)
     except PlanError:
         return None
 

@@ -65,7 +65,6 @@ def lower_bound(graph: Graph, capacity: int, cost: CostModel, mechanism: Mechani
                 windows: bool = True) -> Bound:
     """The bound at `capacity` bytes under `cost` through `mechanism`; PlanError below the largest op's
     working set. `windows=False`: the whole-iteration bound alone (the least traffic at the best rates)."""
-    graph = graph.sized_for(capacity)
     rates = cost.for_mechanism(mechanism)
     traffic = min_traffic(graph, capacity)
     compute = float(_op_ns(graph, rates).sum())
@@ -116,7 +115,6 @@ def windows_of(graph: Graph, capacity: int, cost: CostModel, mechanism: Mechanis
                ) -> list[Window]:
     """The windows whose times add up to the most, over every cut of the iteration from its first op or
     a phase's first op: the windowed bound is their sum."""
-    graph = graph.sized_for(capacity)
     cost = cost.for_mechanism(mechanism)
     op_ns = _op_ns(graph, cost)
     cuts = [_best_cut(window_traffic(graph, capacity, first), op_ns, cost.evict_bytes_per_ns, _into(cost),
