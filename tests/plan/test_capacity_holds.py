@@ -13,8 +13,9 @@ from strategies import AUTOVM_OPTIONS, POOL_REFUSED, graph, manual_moves
 
 from vmexplorer.config import Mechanism
 from vmexplorer.engine.schedule import Ledger, StepKind, schedule
-from vmexplorer.graph import Graph
+from vmexplorer.graph import Graph, Kind
 from vmexplorer.plan import Plan, PlanError
+from vmexplorer.plan.placement import DEVICE_ALIGN, aligned
 from vmexplorer.plan.pool import kept_tensors, plan_pool
 from vmexplorer.policies import POLICIES, Simulation, compile_plan
 from vmexplorer.simulator import H100_DEFAULT, simulate
@@ -81,6 +82,19 @@ def test_a_swap_plan_whose_placement_outgrows_the_capacity_is_made_again_with_le
     assert plan.capacity == capacity and plan.planned_with < capacity  # these two outgrow it at full room
     assert plan_pool(g, plan, kept_tensors(g, False)).total <= capacity
     assert any("planned with" in s and "so that the pool fits" in s for s in said)
+
+
+def test_a_swap_pool_cuts_workspaces_to_the_stretches_left_for_them_so_that_more_room_plans() -> None:
+    # ResNet-18 at 50%: with its workspaces whole no room the policy can plan with gives a pool that fits
+    g = graph("resnet18", 64)
+    capacity = g.footprint // 2
+    plan = compile_plan(g, capacity, "belady", mechanism="swap")
+    run = g.sized_for(plan.planned_with)
+    pool = plan_pool(run, plan, kept_tensors(run, False))
+    assert pool.total <= capacity
+    whole = [aligned(run.tensors[s.tensor].nbytes, DEVICE_ALIGN) for s in pool.stays]
+    cut = [i for i, (size, full) in enumerate(zip(pool.sizes, whole)) if size < full]
+    assert cut and all(run.tensors[pool.stays[i].tensor].kind is Kind.WORKSPACE for i in cut)
 
 
 def test_a_swap_plan_no_pool_can_hold_within_the_capacity_is_refused_saying_so() -> None:

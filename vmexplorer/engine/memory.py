@@ -22,7 +22,7 @@ import numpy as np
 
 from ..graph import Graph
 from ..plan.placement import DEVICE_ALIGN, Span, top
-from ..plan.pool import device_pool
+from ..plan.pool import device_pool, pool_limit, shrunk_workspaces
 from ..units import format_bytes
 
 ALIGN = 2 << 20  # the driver migrates managed memory in 2 MiB blocks
@@ -48,9 +48,10 @@ class Layout:
         return self.offsets[tensor], self.offsets[tensor] + self.sizes[tensor]
 
 
-def layout(graph: Graph, align: int = ALIGN, keep: Collection[int] = ()) -> Layout:
-    """Where each tensor lives in the run's one pool (`plan.pool.device_pool`)."""
-    offsets, sizes, lifetimes = device_pool(graph, align, keep)
+def layout(graph: Graph, align: int = ALIGN, keep: Collection[int] = (), capacity: int | None = None) -> Layout:
+    """Where each tensor lives in the run's one pool (`plan.pool.device_pool`; within `capacity`, a
+    workspace may have less than its tensor's bytes)."""
+    offsets, sizes, lifetimes = device_pool(graph, align, keep, capacity)
     return Layout(offsets, sizes, lifetimes, top(offsets, sizes), align)
 
 
@@ -197,17 +198,20 @@ class Arena:
     def __init__(self, graph: Graph, managed: bool, capacity: int, keep: Collection[int] = ()) -> None:
         import cupy as cp
 
-        self.layout = layout(graph, ALIGN if managed else DEVICE_ALIGN, keep)
+        # a managed pool is not held to the capacity by its size (the driver evicts within it); a device
+        # pool is, beside what the engine takes of the capacity itself (`pool_limit`)
+        self.layout = layout(graph, ALIGN if managed else DEVICE_ALIGN, keep, None if managed else pool_limit(capacity))
         self.free_before, _ = cp.cuda.runtime.memGetInfo()
         check_resources(self.layout.total, capacity, managed, self.free_before, available_host_bytes())
         self.managed = managed
-        self.graph = graph
+        # the graph this run executes: its workspaces as large as the pool has room for
+        self.graph = shrunk_workspaces(graph, range(len(graph.tensors)), self.layout.sizes, self.layout.align)
         size = max(self.layout.total, 1)
         self.memory = (cp.cuda.malloc_managed(size) if managed
                        else cp.cuda.MemoryPointer(cp.cuda.Memory(size), 0))
         self.views: list[Any] = [
             cp.ndarray(t.shape, cp.dtype(t.dtype), memptr=self.memory + off)
-            for t, off in zip(graph.tensors, self.layout.offsets)
+            for t, off in zip(self.graph.tensors, self.layout.offsets)
         ]
 
     @property

@@ -7,6 +7,7 @@ and the executor run that plan over it. Op and tensor ids are their positions in
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
@@ -139,6 +140,15 @@ class Graph:
                         Tensor(t.name, t.kind, (size[t.producer],), t.dtype, size[t.producer], t.producer, t.consumers)
                         for t in self.tensors)
         return Graph(self.model, self.batch, self.image_size, tensors, self.ops, True, capacity, self)
+
+    def with_workspaces(self, nbytes: Mapping[int, int]) -> Graph:
+        """This graph with the workspace tensors in `nbytes` (tensor -> bytes) that large: what a run
+        executes where its pool had less room for a workspace than its fitting gave it."""
+        tensors = tuple(t if i not in nbytes else Tensor(t.name, t.kind, (nbytes[i],), t.dtype, nbytes[i], t.producer,
+                                                         t.consumers)
+                        for i, t in enumerate(self.tensors))
+        return Graph(self.model, self.batch, self.image_size, tensors, self.ops, self.workspaces,
+                     self.capacity if self.capacity is not None else self.footprint, self.full or self)
 
     def without_workspaces(self) -> Graph:
         """This graph as vmexplorer built it before workspaces were graph tensors: the same tensors and

@@ -140,3 +140,76 @@ def search_offsets(sizes: Sequence[int], spans: Sequence[Span], n: int, always: 
         if top(offsets, sizes) < top(best, sizes):
             best = offsets
     return best
+
+
+
+
+def fit_stretches(sizes: Sequence[int], spans: Sequence[Span], n: int, always: list[int], fitting: Sequence[int],
+                  target: int, floor: int, align: int, improve: int,
+                  period: int | None = None) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(offsets, sizes): a placement within `target` where the tensors of `fitting` may shrink (a
+    convolution's workspace: its kernel chooses an algorithm within what it is given), each by as little
+    as this finds. First, at each op whose tensors hold more than the target, its tensors of `fitting` give
+    up the excess (in `align` units, never below `floor`) and all are placed by the greedy orders alone;
+    what fits is kept. Else each of `fitting` reaching above the target is placed again, the rest kept
+    where they are; where others than those still reach above it, the others are placed anew
+    (`search_offsets` towards the target) and all of `fitting` after them: a greedy order leaves gaps
+    around one-op workspaces that these then take. A tensor placed again goes to the lowest stretch free
+    below the target while it is alive that holds it whole, else to the largest, cut to it, else at the
+    lowest gap that holds `floor` (or its size, if less). The lowest of what was tried, if none fits."""
+    clashes = clash_matrix(spans, period=period)
+    fit = set(fitting)
+    out = np.array(sizes, dtype=np.int64)
+    ops = [np.arange(first, last + 1) % (period or n) if first >= 0 else np.arange(n) for first, last in spans]
+    held = np.zeros(n, dtype=np.int64)
+    for size, at in zip(out, ops):
+        held[at] += size
+    for f in sorted(fit, key=lambda i: (-sizes[i], i)):
+        excess = int(held[ops[f]].max(initial=0)) - target
+        if excess > 0:
+            cut = min(-(-excess // align) * align, max(int(out[f]) - floor, 0))
+            out[f] -= cut
+            held[ops[f]] -= cut
+    # the greedy orders alone here: improving is spent on the others, if they need placing anew
+    lo = np.array(search_offsets(out.tolist(), spans, n, always, target, 0, period=period), dtype=np.int64)
+    tried = [_place_cut(lo, out, [f for f in fitting if lo[f] + out[f] > target], clashes, target, floor, align,
+                        in_place=True)]
+    above = np.flatnonzero(tried[0][0] > target)
+    if above.size and fit and not all(i in fit for i in above):
+        rest = [i for i in range(len(sizes)) if i not in fit]
+        index = {t: j for j, t in enumerate(rest)}
+        lo[rest] = search_offsets([int(out[i]) for i in rest], [spans[i] for i in rest], n,
+                                  [index[a] for a in always], target, improve, period=period)
+        tried.append(_place_cut(lo, out, sorted(fit, key=lambda i: (-sizes[i], i)), clashes, target, floor, align))
+    best = min(tried, key=lambda placed: int(placed[0].max(initial=0)))
+    return tuple(int(o) for o in best[1]), tuple(int(s) for s in best[2])
+
+
+def _place_cut(lo: np.ndarray, out: np.ndarray, which: Sequence[int], clashes: np.ndarray, target: int, floor: int,
+               align: int, in_place: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(tops, offsets, sizes) with each of `which` placed again in turn as `fit_stretches` says, the
+    others where `lo` has them. `in_place`: `which` are placed already, and each may also stay where it
+    is, cut at the target (its own bytes are free of the others')."""
+    lo, out = lo.copy(), out.copy()
+    done = np.ones(len(lo), dtype=bool)
+    done[list(which)] = False
+    for f in which:
+        alive = np.flatnonzero(clashes[f] & done)
+        by = alive[np.argsort(lo[alive], kind="stable")]
+        reach = np.maximum.accumulate(lo[by] + out[by]) if by.size else np.zeros(0, dtype=np.int64)
+        starts = np.concatenate(([0], reach))  # each stretch from the highest byte below it...
+        ends = np.minimum(np.concatenate((lo[by], [target])), target)  # ...to the next tensor, or the target
+        room = (ends - starts) // align * align
+        whole = np.flatnonzero(room >= out[f])
+        best = int(whole[0]) if whole.size else int(np.argmax(room))
+        stay = (target - lo[f]) // align * align if in_place else 0
+        if not whole.size and stay >= max(room[best], min(floor, out[f])):  # cut at the target: the least cut
+            out[f] = stay
+        elif room[best] >= min(floor, out[f]):
+            lo[f], out[f] = starts[best], min(out[f], room[best])
+        else:
+            out[f] = min(floor, out[f])
+            gaps = np.concatenate((lo[by], [np.iinfo(np.int64).max])) - starts
+            lo[f] = starts[int(np.flatnonzero(gaps >= out[f])[0])]
+        done[f] = True
+    return lo + out, lo, out

@@ -21,13 +21,30 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..graph import Graph
+from ..graph import WORKSPACE_FLOOR, Graph, Kind
 from ..units import format_bytes
-from .placement import DEVICE_ALIGN, IMPROVE_PLACEMENTS, Span, aligned, plan_offsets, search_offsets, top
+from .placement import DEVICE_ALIGN, IMPROVE_PLACEMENTS, Span, aligned, fit_stretches, plan_offsets, top
 from .plan import Plan
 from .stays import Event, Stay, stays
 
 KEPT_SUFFIXES = (".weight.grad", ".bias.grad", ".mask")  # what keep_weights returns beside persistent tensors
+
+# What the engine takes of the device beside its pool, so that the memory a run takes keeps to its capacity
+# (measured on the H200 in a second run of one process, bench/results/h200/probe_taken.jsonl): device memory
+# comes in pages of `GRANULE` (cudaMemGetInfo reads it so); the kernels' temporaries in CuPy's pool (cuBLAS's
+# workspace and reductions, up to 2.9 MiB for AlexNet b256) take `KERNEL_TEMPORARIES`; and under swap the
+# GPU maps the pinned host copies with page tables of about 8 bytes a 4 KiB page (VGG-19 b64: 11 MiB).
+GRANULE = 2 << 20
+KERNEL_TEMPORARIES = 2 * GRANULE
+PINNED_PAGE_TABLES = 512  # host bytes per byte of page tables
+
+
+def pool_limit(capacity: int, pinned_host_bytes: int = 0) -> int:
+    """The most bytes a run's pool may have for the run to keep to `capacity`: the capacity less what the
+    engine takes beside the pool (see `GRANULE`), in whole pages. The memory a run takes is what the tool
+    must not bend: a pool over this is a run over its capacity."""
+    reserve = KERNEL_TEMPORARIES + -(-pinned_host_bytes // PINNED_PAGE_TABLES)
+    return max((capacity - reserve) // GRANULE * GRANULE, 0)
 
 
 def kept_tensors(graph: Graph, keep_weights: bool) -> frozenset[int]:
@@ -45,13 +62,37 @@ def spans(graph: Graph, keep: Collection[int] = ()) -> tuple[Span, ...]:
                  for i, t in enumerate(graph.tensors))
 
 
-def device_pool(graph: Graph, align: int, keep: Collection[int] = ()) -> tuple[tuple[int, ...], tuple[int, ...],
-                                                                                tuple[Span, ...]]:
+def fitted_workspaces(graph: Graph) -> list[int]:
+    """The workspace tensors a pool may cut to the stretch it has for them: convolutions' (a fixed
+    scratch, such as a max pool's argmax, stays whole)."""
+    return [t for t, tensor in enumerate(graph.tensors)
+            if tensor.kind is Kind.WORKSPACE and dict(graph.ops[tensor.producer].attrs).get("workspace")]
+
+
+def device_pool(graph: Graph, align: int, keep: Collection[int] = (),
+                capacity: int | None = None) -> tuple[tuple[int, ...], tuple[int, ...], tuple[Span, ...]]:
     """(offsets, aligned sizes, lifetimes) of every tensor in the one pool a run without paging (and a
-    managed run) allocates: no two alive at one op overlap."""
+    managed run) allocates: no two alive at one op overlap. Placed within `capacity` where given, the
+    convolutions' workspaces cut, where the others leave them less, to the stretches left for them
+    (`fit_stretches`): such a size is less than its tensor's bytes (`shrunk_workspaces`)."""
     lifetimes = spans(graph, keep)
     sizes = tuple(aligned(t.nbytes, align) for t in graph.tensors)
-    return plan_offsets(sizes, lifetimes, len(graph.ops)), sizes, lifetimes
+    n = len(graph.ops)
+    fitting = fitted_workspaces(graph)
+    if capacity is None or not fitting:
+        return plan_offsets(sizes, lifetimes, n), sizes, lifetimes
+    persistent = [t for t, (first, _) in enumerate(lifetimes) if first < 0]
+    offsets, cut = fit_stretches(sizes, lifetimes, n, persistent, fitting, capacity, aligned(WORKSPACE_FLOOR, align),
+                                 align, IMPROVE_PLACEMENTS)
+    return offsets, cut, lifetimes
+
+
+def shrunk_workspaces(graph: Graph, tensors: Sequence[int], sizes: Sequence[int], align: int) -> Graph:
+    """`graph` with each workspace among `tensors` that a pool gave less than its bytes (`sizes`, aligned,
+    `tensors[i]`'s in `sizes[i]`) as large as what it was given: the graph its run executes."""
+    cut = {t: size for t, size in zip(tensors, sizes)
+           if graph.tensors[t].kind is Kind.WORKSPACE and size < aligned(graph.tensors[t].nbytes, align)}
+    return graph.with_workspaces(cut) if cut else graph
 
 
 @dataclass(frozen=True)
@@ -60,10 +101,11 @@ class SwapPool:
 
     stays: tuple[Stay, ...]
     offsets: tuple[int, ...]  # per stay, bytes from the pool's start
-    sizes: tuple[int, ...]  # per stay: its tensor's bytes, aligned
+    sizes: tuple[int, ...]  # per stay: its tensor's bytes, aligned (a workspace's: what the pool had for it)
     total: int  # the pool's bytes
     peak: int  # the most (aligned) bytes in the pool at any op: no placement can do with less
     capacity: int
+    limit: int  # what the capacity leaves the pool (`pool_limit`)
     kept_bytes: int  # tensors the host reads after the iteration, kept to its end: they may raise the peak so much
     elided: frozenset[int]  # memory operations that move nothing
     waits: dict[Event, tuple[Event, ...]]  # a step's waits for the ends of the stays whose bytes it takes
@@ -83,19 +125,22 @@ class SwapPool:
 
     @property
     def over_capacity(self) -> int:
-        return max(self.total - self.capacity, 0)
+        """Bytes the pool has beyond what the capacity leaves it."""
+        return max(self.total - self.limit, 0)
 
     def describe(self) -> str:
         """One line for the run's environment."""
-        over = (f"{format_bytes(self.over_capacity)} over the capacity {format_bytes(self.capacity)}"
-                if self.over_capacity else f"within the capacity {format_bytes(self.capacity)}")
+        within = (f"the {format_bytes(self.limit)} the capacity {format_bytes(self.capacity)} leaves it beside the "
+                  "kernels' temporaries and the pinned copies' page tables")
+        over = f"{format_bytes(self.over_capacity)} over {within}" if self.over_capacity else f"within {within}"
         return (f"{self.total} bytes ({format_bytes(self.total)}), {over}; the plan's peak {self.peak} bytes, "
                 f"fragmentation {self.total - self.peak} bytes; kept to the iteration's end {self.kept_bytes} bytes")
 
 
 def plan_pool(graph: Graph, plan: Plan, kept: Collection[int] = (), align: int = DEVICE_ALIGN,
               improve: int | None = None) -> SwapPool:
-    """Offsets for a swap plan's stays: the smallest pool `_offsets` finds, improving for `improve` stay
+    """Offsets for a swap plan's stays, within its capacity where `fit_stretches` finds a placement there
+    (the convolutions' workspaces cut to the stretches left for them), improving for `improve` stay
     placements (default `IMPROVE_PLACEMENTS`)."""
     graph = graph.sized_for(plan.planned_with)
     all_stays, elided = stays(graph, plan, kept)
@@ -103,10 +148,17 @@ def plan_pool(graph: Graph, plan: Plan, kept: Collection[int] = (), align: int =
     sizes = tuple(aligned(graph.tensors[s.tensor].nbytes, align) for s in all_stays)
     spans = [(s.first, s.last) for s in all_stays]
     peak, kept_bytes = _peak(all_stays, sizes, n, kept)
-    offsets = search_offsets(sizes, spans, n, [i for i, s in enumerate(all_stays) if s.begin is None and s.end is None],
-                             max(plan.capacity, peak), IMPROVE_PLACEMENTS if improve is None else improve, period=n)
+    always = [i for i, s in enumerate(all_stays) if s.begin is None and s.end is None]
+    fits = set(fitted_workspaces(graph))
+    fitting = [i for i, s in enumerate(all_stays) if s.tensor in fits]
+    limit = pool_limit(plan.capacity, graph.footprint)  # the pinned copies: about a footprint (`device_pool`)
+    offsets, sizes = fit_stretches(sizes, spans, n, always, fitting, max(limit, peak),
+                                   aligned(WORKSPACE_FLOOR, align), align,
+                                   IMPROVE_PLACEMENTS if improve is None else improve, period=n)
+    if fitting:
+        peak, kept_bytes = _peak(all_stays, sizes, n, kept)
     total = top(offsets, sizes)
-    return SwapPool(all_stays, offsets, sizes, total, peak, plan.capacity, kept_bytes, elided,
+    return SwapPool(all_stays, offsets, sizes, total, peak, plan.capacity, limit, kept_bytes, elided,
                     pool_waits(all_stays, offsets, sizes))
 
 

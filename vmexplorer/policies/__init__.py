@@ -28,7 +28,7 @@ from typing import Any
 from ..config import Config, Mechanism
 from ..graph import Graph
 from ..plan import Move, Plan, PlanError
-from ..plan.pool import kept_tensors, plan_pool
+from ..plan.pool import kept_tensors, plan_pool, pool_limit
 from ..plan.residency import repair, transfers_for_moves
 from ..units import format_bytes
 from . import autovm, belady, device, manual, tuned, uvm, vdnn
@@ -104,22 +104,25 @@ def within_pool(graph: Graph, plan: Plan, plan_at: Callable[[int], Plan]) -> Pla
     kept = kept_tensors(graph, keep_weights=False)
     # the least room: the graph's largest op beside the smallest workspaces (they shrink with the room)
     capacity, least = plan.capacity, (graph.full or graph).min_capacity[0]
+    limit = pool_limit(capacity, graph.footprint)  # what the capacity leaves the pool beside the engine's own
     at, pool = plan.planned_with, plan_pool(graph, plan, kept).total
     for k in range(FIT_ROUNDS):
-        if pool <= capacity:
+        if pool <= limit:
             return plan
         if at <= least:
             break
-        at = max(at - max(pool - capacity, capacity * 2**k // 100), least)
+        at = max(at - max(pool - limit, capacity * 2**k // 100), least)
         try:
             plan = plan_at(at)
         except PlanError:  # the policy cannot plan with so little room
             break
         pool = plan_pool(graph, plan, kept).total
-    if pool <= capacity:  # the last round's plan
+    if pool <= limit:  # the last round's plan
         return plan
-    raise PlanError(f"under swap the pool holding this plan needs {pool - capacity} bytes more than the "
-                    f"capacity {format_bytes(capacity)} ({capacity} bytes): each tensor needs one free stretch of "
+    raise PlanError(f"under swap the pool holding this plan needs {pool - limit} bytes more than the "
+                    f"{format_bytes(limit)} the capacity {format_bytes(capacity)} ({capacity} bytes) leaves it "
+                    "beside the kernels' temporaries and the pinned copies' page tables: each tensor needs one "
+                    "free stretch of "
                     f"the pool, and planned with as little as {format_bytes(plan.planned_with)} of room no "
                     "placement found fits; try a larger capacity, or uvm")
 

@@ -2,8 +2,9 @@
 context and the libraries' handles measured apart.
 
 The capacity is emulated (docs/design.md), so the figure that says whether a run kept to it is the
-device memory it took: free memory as it began (its context made, nothing of its own allocated) less the
-least free memory seen after any of its iterations. Plain device memory and the swap pool are taken and
+device memory it took: free memory with its context made and nothing of its own allocated (read as it
+began and again once it has freed everything: the kernels CUDA loads on first launch stay, with the context)
+less the least free memory seen after any of its iterations. Plain device memory and the swap pool are taken and
 kept, and CuPy's pool keeps the kernels' scratch once allocated, so that difference is everything the run
 held at once. Managed memory is different: the driver keeps the physical chunks of pages once touched,
 wherever the pages are now (measured, docs/design.md), so for a managed run what cudaMemGetInfo saw is
@@ -20,8 +21,12 @@ from ..units import format_bytes
 @dataclass(frozen=True)
 class DeviceMemory:
     total_bytes: int  # the GPU's memory
-    context_bytes: int | None  # the CUDA context and the cuDNN and cuBLAS handles, measured apart; None: not measured
-    free_before_bytes: int  # free as the run began: its context made, nothing of its own allocated
+    # the CUDA context and the cuDNN and cuBLAS handles, measured apart, and the kernels the run loaded on first
+    # use (they stay loaded once it has freed its memory); None: not measured
+    context_bytes: int | None
+    # free with nothing of the run's own allocated: its context made, the kernels it loads loaded (read after
+    # it freed its memory, where that is less than as it began)
+    free_before_bytes: int
     least_free_bytes: int  # the least free after any of its iterations
     pool_bytes: int  # the run's one allocation of its tensors: the device pool, the swap pool or the managed arena
     # CuPy's pool after the run: the kernels' temporaries (convolution workspaces too in a graph without them)
@@ -42,7 +47,7 @@ class DeviceMemory:
     def describe(self, capacity: int) -> str:
         """One line for people: what the run took beside its capacity."""
         context = ("" if self.context_bytes is None else
-                   f" (the context and library handles: {format_bytes(self.context_bytes)})")
+                   f" (the context, library handles and kernels loaded: {format_bytes(self.context_bytes)})")
         parts = f"its tensors' pool {format_bytes(self.pool_bytes)}, kernel scratch {format_bytes(self.scratch_bytes)}"
         if self.managed:
             return (f"capacity {format_bytes(capacity)}; the executor's ledger held at most "
