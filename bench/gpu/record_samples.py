@@ -146,13 +146,14 @@ def h200(out: Path, iterations: int, collectors: str | None, log: str) -> list[d
     return rows
 
 
-def h200_swap(out: Path, iterations: int, collectors: str | None, log: str) -> list[dict]:
+def h200_swap(out: Path, iterations: int, collectors: str | None, log: str,
+              models: tuple[tuple[str, int, tuple[int, ...]], ...] = H200_MODELS) -> list[dict]:
     """The `h200` set through swap, model by model: `device`, `belady` at the first capacity, the latter
     calibrated on the former (the swap copy rates), then the rest with that calibration: `tuned` searches
     with it and every plan's copy order is picked with it (the first `belady`'s with the default model)."""
     rows: list[dict] = []
     calibrations: list[dict] = []
-    for model, batch, pcts in H200_MODELS:
+    for model, batch, pcts in models:
         for first, pct in (("device", None), (SWAP_POLICIES[0], pcts[0])):
             rows.append(record(model, batch, first, pct, out=out, iterations=iterations, collectors=collectors,
                                mechanism="swap"))
@@ -189,11 +190,18 @@ def main() -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--collectors", help="passed to vmexplorer run (default: every collector)")
     ap.add_argument("--log", default="record_samples.json", help="the log's name in DIR")
+    ap.add_argument("--models", help="with --set h200 --mechanism swap, only these models at these capacities: "
+                    "MODEL:BATCH:PCT[/PCT...],... (as vgg19:64:50/60)")
     ap.add_argument("--mechanism", choices=("uvm", "swap"), default="uvm",
                     help="how the paging runs move bytes (swap leaves uvm out: it runs through the driver only)")
     args = ap.parse_args()
     out = args.out or (Path(os.environ["OUT"]) / "samples" if os.environ.get("OUT") else ROOT / "sample_sessions")
     out.mkdir(parents=True, exist_ok=True)
+    if args.set == "h200" and args.mechanism == "swap" and args.models:
+        chosen = tuple((m, int(b), tuple(int(p) for p in pcts.split("/")))
+                       for m, b, pcts in (spec.split(":") for spec in args.models.split(",")))
+        h200_swap(out, args.iterations, args.collectors, args.log, chosen)
+        return 0
     if args.set == "h200":
         (h200_swap if args.mechanism == "swap" else h200)(out, args.iterations, args.collectors, args.log)
         return 0

@@ -145,8 +145,8 @@ def search_offsets(sizes: Sequence[int], spans: Sequence[Span], n: int, always: 
 
 
 def fit_stretches(sizes: Sequence[int], spans: Sequence[Span], n: int, always: list[int], fitting: Sequence[int],
-                  target: int, floor: int, align: int, improve: int,
-                  period: int | None = None) -> tuple[tuple[int, ...], tuple[int, ...]]:
+                  target: int, floor: int, align: int, improve: int, period: int | None = None,
+                  anew: bool = True) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(offsets, sizes): a placement within `target` where the tensors of `fitting` may shrink (a
     convolution's workspace: its kernel chooses an algorithm within what it is given), each by as little
     as this finds. First, at each op whose tensors hold more than the target, its tensors of `fitting` give
@@ -156,7 +156,11 @@ def fit_stretches(sizes: Sequence[int], spans: Sequence[Span], n: int, always: l
     (`search_offsets` towards the target) and all of `fitting` after them: a greedy order leaves gaps
     around one-op workspaces that these then take. A tensor placed again goes to the lowest stretch free
     below the target while it is alive that holds it whole, else to the largest, cut to it, else at the
-    lowest gap that holds `floor` (or its size, if less). The lowest of what was tried, if none fits."""
+    lowest gap that holds `floor` (or its size, if less). The lowest of what was tried, if none fits.
+    Without `anew`, the first placement is improved instead and nothing is placed anew: the workspaces
+    are cut only where they stick out of it, as little as that takes (placed anew, the others leave them
+    stretches that may be far smaller than they are, and a convolution in less memory can be much
+    slower)."""
     clashes = clash_matrix(spans, period=period)
     fit = set(fitting)
     out = np.array(sizes, dtype=np.int64)
@@ -171,11 +175,12 @@ def fit_stretches(sizes: Sequence[int], spans: Sequence[Span], n: int, always: l
             out[f] -= cut
             held[ops[f]] -= cut
     # the greedy orders alone here: improving is spent on the others, if they need placing anew
-    lo = np.array(search_offsets(out.tolist(), spans, n, always, target, 0, period=period), dtype=np.int64)
+    lo = np.array(search_offsets(out.tolist(), spans, n, always, target, 0 if anew else improve, period=period),
+                  dtype=np.int64)
     tried = [_place_cut(lo, out, [f for f in fitting if lo[f] + out[f] > target], clashes, target, floor, align,
                         in_place=True)]
     above = np.flatnonzero(tried[0][0] > target)
-    if above.size and fit and not all(i in fit for i in above):
+    if anew and above.size and fit and not all(i in fit for i in above):
         rest = [i for i in range(len(sizes)) if i not in fit]
         index = {t: j for j, t in enumerate(rest)}
         lo[rest] = search_offsets([int(out[i]) for i in rest], [spans[i] for i in rest], n,

@@ -82,8 +82,12 @@ def device_pool(graph: Graph, align: int, keep: Collection[int] = (),
     if capacity is None or not fitting:
         return plan_offsets(sizes, lifetimes, n), sizes, lifetimes
     persistent = [t for t, (first, _) in enumerate(lifetimes) if first < 0]
-    offsets, cut = fit_stretches(sizes, lifetimes, n, persistent, fitting, capacity, aligned(WORKSPACE_FLOOR, align),
-                                 align, IMPROVE_PLACEMENTS)
+    floor = aligned(WORKSPACE_FLOOR, align)
+    for anew in (False, True):  # as `plan_pool` does: the others placed anew only where that is needed
+        offsets, cut = fit_stretches(sizes, lifetimes, n, persistent, fitting, capacity, floor, align,
+                                     IMPROVE_PLACEMENTS, anew=anew)
+        if top(offsets, cut) <= capacity:
+            break
     return offsets, cut, lifetimes
 
 
@@ -138,10 +142,12 @@ class SwapPool:
 
 
 def plan_pool(graph: Graph, plan: Plan, kept: Collection[int] = (), align: int = DEVICE_ALIGN,
-              improve: int | None = None) -> SwapPool:
-    """Offsets for a swap plan's stays, within its capacity where `fit_stretches` finds a placement there
-    (the convolutions' workspaces cut to the stretches left for them), improving for `improve` stay
-    placements (default `IMPROVE_PLACEMENTS`)."""
+              improve: int | None = None, cut: bool | None = None) -> SwapPool:
+    """Offsets for a swap plan's stays within what its capacity leaves the pool (`pool_limit`), where
+    `fit_stretches` finds a placement there, improving for `improve` stay placements (default
+    `IMPROVE_PLACEMENTS`). The convolutions' workspaces are cut where they stick out of the placement
+    (`cut` False); only where that does not fit are the others placed anew and the workspaces cut to the
+    stretches they leave, which may be far smaller (`cut` True; None: the first that fits)."""
     graph = graph.sized_for(plan.planned_with)
     all_stays, elided = stays(graph, plan, kept)
     n = len(graph.ops)
@@ -152,9 +158,13 @@ def plan_pool(graph: Graph, plan: Plan, kept: Collection[int] = (), align: int =
     fits = set(fitted_workspaces(graph))
     fitting = [i for i, s in enumerate(all_stays) if s.tensor in fits]
     limit = pool_limit(plan.capacity, graph.footprint)  # the pinned copies: about a footprint (`device_pool`)
-    offsets, sizes = fit_stretches(sizes, spans, n, always, fitting, max(limit, peak),
-                                   aligned(WORKSPACE_FLOOR, align), align,
-                                   IMPROVE_PLACEMENTS if improve is None else improve, period=n)
+    improve = IMPROVE_PLACEMENTS if improve is None else improve
+    whole = sizes
+    offsets, sizes = fit_stretches(whole, spans, n, always, fitting, max(limit, peak), aligned(WORKSPACE_FLOOR, align),
+                                   align, improve, period=n, anew=bool(cut))
+    if cut is None and fitting and top(offsets, sizes) > limit:
+        offsets, sizes = fit_stretches(whole, spans, n, always, fitting, max(limit, peak),
+                                       aligned(WORKSPACE_FLOOR, align), align, improve, period=n, anew=True)
     if fitting:
         peak, kept_bytes = _peak(all_stays, sizes, n, kept)
     total = top(offsets, sizes)

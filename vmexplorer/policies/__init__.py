@@ -105,26 +105,30 @@ def within_pool(graph: Graph, plan: Plan, plan_at: Callable[[int], Plan]) -> Pla
     # the least room: the graph's largest op beside the smallest workspaces (they shrink with the room)
     capacity, least = plan.capacity, (graph.full or graph).min_capacity[0]
     limit = pool_limit(capacity, graph.footprint)  # what the capacity leaves the pool beside the engine's own
-    at, pool = plan.planned_with, plan_pool(graph, plan, kept).total
-    for k in range(FIT_ROUNDS):
-        if pool <= limit:
+    first = plan
+    # workspaces cut to the stretches left them only where less room cannot fit the pool: a convolution in
+    # a small workspace can be much slower than the copies less room adds (`plan_pool`'s `cut`)
+    for cut in (False, True):
+        plan, at = first, first.planned_with
+        pool = plan_pool(graph, plan, kept, cut=cut).total
+        for k in range(FIT_ROUNDS):
+            if pool <= limit:
+                return plan
+            if at <= least:
+                break
+            at = max(at - max(pool - limit, capacity * 2**k // 100), least)
+            try:
+                plan = plan_at(at)
+            except PlanError:  # the policy cannot plan with so little room
+                break
+            pool = plan_pool(graph, plan, kept, cut=cut).total
+        if pool <= limit:  # the last round's plan
             return plan
-        if at <= least:
-            break
-        at = max(at - max(pool - limit, capacity * 2**k // 100), least)
-        try:
-            plan = plan_at(at)
-        except PlanError:  # the policy cannot plan with so little room
-            break
-        pool = plan_pool(graph, plan, kept).total
-    if pool <= limit:  # the last round's plan
-        return plan
     raise PlanError(f"under swap the pool holding this plan needs {pool - limit} bytes more than the "
                     f"{format_bytes(limit)} the capacity {format_bytes(capacity)} ({capacity} bytes) leaves it "
                     "beside the kernels' temporaries and the pinned copies' page tables: each tensor needs one "
-                    "free stretch of "
-                    f"the pool, and planned with as little as {format_bytes(plan.planned_with)} of room no "
-                    "placement found fits; try a larger capacity, or uvm")
+                    f"free stretch of the pool, and planned with as little as {format_bytes(plan.planned_with)} "
+                    "of room no placement found fits; try a larger capacity, or uvm")
 
 
 def check_mechanism(spec: PolicySpec, mechanism: Mechanism | str) -> Mechanism:
