@@ -19,8 +19,9 @@ scratch = cp.get_default_memory_pool().total_bytes()
 cp.get_default_memory_pool().free_all_blocks()
 after = int(cp.cuda.runtime.memGetInfo()[0])
 MiB = 2**20
-print(json.dumps({"config": sys.argv[1:], "capacity_mib": plan.capacity / MiB, "pool_mib": m.pool_bytes / MiB,
-                  "taken_mib": m.taken_bytes / MiB, "second_taken_mib": second.taken_bytes / MiB,
-                  "second_free_before_drop_mib": (m.free_before_bytes - second.free_before_bytes) / MiB, "scratch_mib": m.scratch_bytes / MiB, "scratch_now_mib": scratch / MiB,
-                  "kept_after_free_mib": (m.free_before_bytes - after) / MiB,
-                  "context_mib": (m.context_bytes or 0) / MiB, "iteration_ms": r.iteration_ns / 1e6 if hasattr(r, "iteration_ns") else None}))
+print(json.dumps({
+    "config": sys.argv[1:], "capacity_mib": plan.capacity / MiB, "pool_mib": m.pool_bytes / MiB,
+    "taken_mib": m.taken_bytes / MiB, "second_taken_mib": second.taken_bytes / MiB,
+    "second_free_before_drop_mib": (m.free_before_bytes - second.free_before_bytes) / MiB,
+    "scratch_mib": m.scratch_bytes / MiB, "scratch_now_mib": scratch / MiB,
+    "kept_after_free_mib": (m.free_before_bytes - after) / MiB, "context_mib": (m.context_bytes or 0) / MiB}))
