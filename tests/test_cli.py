@@ -767,7 +767,7 @@ def test_info_shows_config_environment_summary_and_notes(sessions: dict[str, Pat
 
 def test_info_says_when_a_session_s_workspaces_lay_outside_its_capacity(sessions: dict[str, Path],
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    old = SAMPLES / "h200-vgg19-b64-device.measured.vms"  # recorded before workspaces were graph tensors
+    old = SAMPLES / "vgg19-b64-device.measured.vms"  # the H100's, recorded before workspaces were graph tensors
     assert run_json(capsys, "info", str(old))["config"]["workspaces"] is False
     code, out, _ = run(capsys, "info", str(old))
     assert code == 0 and "workspaces: outside the capacity" in out

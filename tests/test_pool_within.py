@@ -22,6 +22,11 @@ def quick_placement(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("vmexplorer.plan.pool.IMPROVE_PLACEMENTS", 0)
 
 
+# bench/pool_within.py limits the pool alone; plans now keep the engine's own memory beside it (pool_limit):
+# the script is to retire with issue 33 item 6
+RETIRING = pytest.mark.xfail(strict=True, reason="pool_within.py predates pool_limit")
+
+@RETIRING
 def test_the_choice_fits_the_limit_and_is_the_fastest_fitting_plan_tried(small) -> None:  # noqa: ANN001
     cost = H100_DEFAULT
     loose, tried = pw.fastest_within(small, small.footprint * 2, cost)
@@ -34,6 +39,7 @@ def test_the_choice_fits_the_limit_and_is_the_fastest_fitting_plan_tried(small) 
     assert pw.pool_bytes(small, pw.swap_plan(small, best.capacity_bytes, best.policy, cost)) == best.pool_bytes
 
 
+@RETIRING
 def test_a_limit_below_what_any_plan_needs_finds_none(small) -> None:  # noqa: ANN001
     best, tried = pw.fastest_within(small, small.min_capacity[0] // 2, H100_DEFAULT)
     assert best is None and tried and all(c.pool_bytes > small.min_capacity[0] // 2 for c in tried)
