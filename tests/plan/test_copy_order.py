@@ -24,7 +24,7 @@ from vmexplorer.simulator.bound import lower_bound
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_sessions"
 # a plan whose copy streams run faster in earliest-deadline order under its own cost model (and one that is not)
-FASTER = ("h200-vgg19-b64-tuned-swap-75pct", "h200-vgg19-b64-tuned-swap-50pct", "h200-vgg19-b64-vdnn-swap-50pct")
+FASTER = ("h200-vgg19-b64-tuned-swap-50pct", "h200-vgg19-b64-tuned-swap-60pct", "h200-vgg19-b64-vdnn-swap-50pct")
 
 
 @cache
@@ -145,6 +145,7 @@ def test_compile_plan_under_swap_keeps_the_order_its_simulation_runs_fastest_in(
     assert simulate(graph, picked, cost).iteration_ns().max() < simulate(graph, plan, cost).iteration_ns().max()
     moves = list(plan.moves)
     through = compile_plan(graph, plan.capacity, "manual", moves=moves, mechanism="swap", simulation=simulation)
-    assert through.copy_order
+    # the order its simulation picks for the plan it made (none where the executor's own runs fastest)
+    assert through.copy_order == order_copies(graph, replace(through, copy_order=()), simulation).copy_order
     assert not compile_plan(graph, plan.capacity, "manual", moves=moves, mechanism="swap").copy_order
     assert not compile_plan(graph, plan.capacity, "manual", moves=moves, simulation=simulation).copy_order
