@@ -142,8 +142,6 @@ def search_offsets(sizes: Sequence[int], spans: Sequence[Span], n: int, always: 
     return best
 
 
-
-
 def fit_stretches(sizes: Sequence[int], spans: Sequence[Span], n: int, always: list[int], fitting: Sequence[int],
                   target: int, floor: int, align: int, improve: int, period: int | None = None,
                   anew: bool = True) -> tuple[tuple[int, ...], tuple[int, ...]]:
