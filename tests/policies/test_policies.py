@@ -54,6 +54,34 @@ def test_any_sensible_manual_plan_is_repaired_into_a_valid_one(setup, data):
     assert {(m.tensor, m.offload_after) for m in plan.moves} == {(m.tensor, m.offload_after) for m in moves}
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(setups(), st.sampled_from(["uvm", "swap"]), st.data())
+def test_a_manual_plan_is_the_same_whatever_the_order_its_moves_are_given_in(setup, mechanism, data):
+    # a link's edits come back with the edited tensors' trips last: the link must reopen the plan shown
+    g, capacity = setup
+    moves = data.draw(manual_moves(g))
+    shuffled = data.draw(st.permutations(moves))
+    try:
+        plan = compile_plan(g, capacity, "manual", moves=moves, mechanism=mechanism)
+    except PlanError:
+        return
+    assert compile_plan(g, capacity, "manual", moves=shuffled, mechanism=mechanism) == plan
+
+
+def test_a_link_s_edited_swap_plan_is_the_plan_the_page_showed():
+    # the app's case: belady's moves through swap with one prefetch dragged, the edited trip kept in its
+    # place (the page) or put last (the link); the pool's placement, and so the room, once told them apart
+    g = graph("vgg19", 64, 224)
+    capacity = g.min_capacity[0] + (g.footprint - g.min_capacity[0]) // 3
+    moves = list(compile_plan(g, capacity, "belady", mechanism="swap").moves)
+    i = next(i for i, mv in enumerate(moves) if mv.tensor == 105)
+    edited = replace(moves[i], prefetch_after=90)
+    in_place = [*moves[:i], edited, *moves[i + 1:]]
+    last = [*moves[:i], *moves[i + 1:], edited]
+    assert compile_plan(g, capacity, "manual", moves=last, mechanism="swap") == \
+        compile_plan(g, capacity, "manual", moves=in_place, mechanism="swap")
+
+
 @HYP
 @given(setups())
 def test_under_uvm_what_the_driver_evicts_comes_back_by_faults(setup):

@@ -51,13 +51,18 @@ def by_breadth(sizes: Sequence[int], lifetimes: Sequence[Span], n_ops: int, pers
     if period is not None:
         alive |= (first <= ops + period) & (ops + period <= last)
     busiest = np.argsort(-(alive * np.array(sizes)).sum(axis=1), kind="stable")
-    order, seen = list(persistent), set(persistent)
+    # each tensor's place in the one order every op's tensors are taken in: largest, then earliest, first
+    rank = np.empty(len(sizes), dtype=np.int64)
+    rank[sorted(range(len(sizes)), key=lambda t: (-sizes[t], lifetimes[t][0], t))] = np.arange(len(sizes))
+    order = list(persistent)
+    seen = np.zeros(len(sizes), dtype=bool)
+    seen[persistent] = True
     for k in busiest:
-        for t in sorted(np.flatnonzero(alive[k]).tolist(), key=lambda t: (-sizes[t], lifetimes[t][0], t)):
-            if t not in seen:
-                seen.add(t)
-                order.append(t)
-    return order + [t for t in range(len(sizes)) if t not in seen]
+        new = np.flatnonzero(alive[k] & ~seen)
+        if new.size:
+            order += new[np.argsort(rank[new])].tolist()
+            seen[new] = True
+    return order + np.flatnonzero(~seen).tolist()
 
 
 def clash_matrix(lifetimes: Sequence[Span], period: int | None = None) -> np.ndarray:
@@ -72,33 +77,51 @@ def clash_matrix(lifetimes: Sequence[Span], period: int | None = None) -> np.nda
 
 
 def place(order: Sequence[int], sizes: Sequence[int], lifetimes: Sequence[Span], best_fit: bool,
-          period: int | None = None, clashes: np.ndarray | None = None) -> tuple[int, ...]:
+          period: int | None = None, clashes: np.ndarray | None = None,
+          neighbours: Sequence[np.ndarray] | None = None) -> tuple[int, ...]:
     """Each tensor in `order` at the lowest gap between those already placed and alive with it that holds
     it (`best_fit`: the tightest such gap), else above them all. With `period`, the ops repeat: lifetimes
     start within one period and are at most one long, and one running past its end goes on from its start
-    (two clash when they share an op modulo the period). `clashes`: `clash_matrix(lifetimes, period)`."""
+    (two clash when they share an op modulo the period). `clashes`: `clash_matrix(lifetimes, period)`;
+    `neighbours`: its rows' nonzero columns (`neighbours_of`), worked out once for many placements."""
     if clashes is None:
         clashes = clash_matrix(lifetimes, period)
-    lo, hi = np.zeros(len(sizes), dtype=np.int64), np.zeros(len(sizes), dtype=np.int64)
-    placed = np.zeros(len(sizes), dtype=bool)
-    offsets = [0] * len(sizes)
-    for t in order:
-        alive = clashes[t] & placed
-        los, his = lo[alive], hi[alive]
-        at = 0
-        if los.size:
-            by = np.argsort(los, kind="stable")
-            los, reach = los[by], np.maximum.accumulate(his[by])
-            starts = np.concatenate(([0], reach[:-1]))
-            gaps = los - starts
+    if neighbours is None:
+        neighbours = neighbours_of(clashes)
+    n = len(sizes)
+    lo, hi = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    placed = np.zeros(n, dtype=bool)
+    offsets = [0] * n
+    # what is alive at every op and placed first (the persistent tensors) stacks from 0 whichever the fit:
+    # one block below all the others, never among the gaps sorted for them (it was most of each sort)
+    base, k = 0, 0
+    if n and min(sizes) > 0:
+        everyone: np.ndarray = np.asarray(clashes.all(axis=1))
+        while k < len(order) and everyone[order[k]]:
+            offsets[order[k]], base, k = base, base + sizes[order[k]], k + 1
+    for t in order[k:]:
+        nb = neighbours[t]
+        nb = nb[placed[nb]]
+        at = base
+        if nb.size:
+            los = lo[nb]
+            by = los.argsort(kind="stable")
+            los, reach = los[by], np.maximum.accumulate(hi[nb][by])
+            gaps = los - np.concatenate(([base], reach[:-1]))
             fits = np.flatnonzero(gaps >= sizes[t])
             if fits.size:
-                at = int(starts[fits[np.argmin(gaps[fits])] if best_fit else fits[0]])
+                j = int(fits[gaps[fits].argmin()] if best_fit else fits[0])
+                at = int(reach[j - 1]) if j else base
             else:
                 at = int(reach[-1])
         offsets[t] = at
         lo[t], hi[t], placed[t] = at, at + sizes[t], True
     return tuple(offsets)
+
+
+def neighbours_of(clashes: np.ndarray) -> list[np.ndarray]:
+    """Per tensor, the others alive with it: `clash_matrix`'s row as indices."""
+    return [np.flatnonzero(row) for row in clashes]
 
 
 IMPROVE_PLACEMENTS = 20_000  # tensors placed in all while improving a pool that outgrows its target (about 1 s)
@@ -117,16 +140,23 @@ def search_offsets(sizes: Sequence[int], spans: Sequence[Span], n: int, always: 
     moved earlier in the order, as far as a seeded draw says ("squeaky wheel"): the best pool found within
     `improve` placements of one tensor (and `IMPROVE_ROUNDS` placements), so one input always gets the
     same offsets. `period`: as `place` reads lifetimes."""
+    return _searched(sizes, spans, n, always, target, improve, period)[0]
+
+
+def _searched(sizes: Sequence[int], spans: Sequence[Span], n: int, always: list[int], target: int, improve: int,
+              period: int | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """`search_offsets`'s placement, and the smallest greedy one it started from."""
     rest = sorted(set(range(len(sizes))) - set(always))
     orders = [always + sorted(rest, key=lambda i: (-sizes[i], spans[i][0], i)),
               by_breadth(sizes, spans, n, always, period=period),
               always + sorted(rest, key=lambda i: (spans[i][0], -sizes[i], i))]
     clashes = clash_matrix(spans, period=period)
-    tried = [(place(order, sizes, spans, fit, period=period, clashes=clashes), order, fit)
+    neighbours = neighbours_of(clashes)
+    tried = [(place(order, sizes, spans, fit, period=period, clashes=clashes, neighbours=neighbours), order, fit)
              for order in orders for fit in (False, True)]
     offsets, order, fit = min(tried, key=lambda t: top(t[0], sizes))
     rng = np.random.default_rng(0)
-    best, order = offsets, list(order)
+    best, greedy, order = offsets, offsets, list(order)
     for _ in range(min(improve // max(len(sizes), 1), IMPROVE_ROUNDS)):
         if top(best, sizes) <= target:
             break
@@ -136,10 +166,10 @@ def search_offsets(sizes: Sequence[int], spans: Sequence[Span], n: int, always: 
                         key=position.__getitem__):
             j = order.index(i)
             order.insert(max(len(always), j - int(rng.integers(1, j + 2))), order.pop(j))
-        offsets = place(order, sizes, spans, fit, period=period, clashes=clashes)
+        offsets = place(order, sizes, spans, fit, period=period, clashes=clashes, neighbours=neighbours)
         if top(offsets, sizes) < top(best, sizes):
             best = offsets
-    return best
+    return best, greedy
 
 
 def fit_stretches(sizes: Sequence[int], spans: Sequence[Span], n: int, always: list[int], fitting: Sequence[int],
@@ -173,11 +203,14 @@ def fit_stretches(sizes: Sequence[int], spans: Sequence[Span], n: int, always: l
             out[f] -= cut
             held[ops[f]] -= cut
     # the greedy orders alone here: improving is spent on the others, if they need placing anew
-    lo = np.array(search_offsets(out.tolist(), spans, n, always, target, 0 if anew else improve, period=period),
-                  dtype=np.int64)
-    tried = [_place_cut(lo, out, [f for f in fitting if lo[f] + out[f] > target], clashes, target, floor, align,
-                        in_place=True)]
-    above = np.flatnonzero(tried[0][0] > target)
+    tried = []
+    # the improved placement, and the greedy one it started from: cutting the workspaces that stick out may
+    # leave either the smaller pool, and with both, improving never gives a larger pool than not
+    for start in dict.fromkeys(_searched(out.tolist(), spans, n, always, target, 0 if anew else improve, period)):
+        lo = np.array(start, dtype=np.int64)
+        tried.append(_place_cut(lo, out, [f for f in fitting if lo[f] + out[f] > target], clashes, target, floor,
+                                align, in_place=True))
+    above = np.flatnonzero(min(tried, key=lambda placed: int(placed[0].max(initial=0)))[0] > target)
     if anew and above.size and fit and not all(i in fit for i in above):
         rest = [i for i in range(len(sizes)) if i not in fit]
         index = {t: j for j, t in enumerate(rest)}

@@ -13,9 +13,11 @@ from .spec import PolicySpec
 
 
 def plan_moves(graph: Graph, capacity: int, options: Mapping[str, Any], moves: Sequence[Move]) -> list[Move]:
-    """The moves as given, once they make sense on the graph (PlanError naming the move otherwise)."""
+    """The moves, once they make sense on the graph (PlanError naming the move otherwise), in the order a
+    plan lists them (`Plan.moves`): copies issued at one op queue in the order they are given, so the
+    same moves in another order (a link's edits come back edited tensors last) must not make another plan."""
     check_moves(graph, moves)
-    return list(moves)
+    return sorted(moves, key=lambda mv: (mv.offload_after, mv.tensor))
 
 
 SPEC = PolicySpec("manual", "a person's plan (moves), with the driver's evictions where it would exceed "
