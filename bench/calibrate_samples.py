@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from results_table import bound_model  # noqa: E402
-from validate_simulator import GPUS, H200_SWAP, SWAP_CALIBRATION, Gpu, named, pooled_on  # noqa: E402
+from validate_simulator import GPUS, H200_SWAP, SWAP_CALIBRATION, Gpu, named, pooled_on, timed_by_workspace  # noqa: E402
 
 from vmexplorer.session import Session, bound_for, load_session, save_session  # noqa: E402
 from vmexplorer.simulator import CostModel  # noqa: E402
@@ -56,6 +56,8 @@ def models(gpu: Gpu, folder: Path) -> dict[tuple[str, int], tuple[CostModel, lis
         if swap is not None:
             uvm = dataclasses.replace(uvm, **{f: getattr(swap[0], f) for f in SWAP_RATES})
             name += f"; copies: its device and {SWAP_CALIBRATION} runs through swap at 50%, pooled over {swap[1]}"
+        # its convolutions timed by their workspace, where the GPU has its plans timed (`timed_by_workspace`)
+        uvm = timed_by_workspace(uvm, dict(mine)[device], gpu)
         out[key] = (dataclasses.replace(uvm, name=name), [p for p, _ in mine])
     return out
 

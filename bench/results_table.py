@@ -54,6 +54,7 @@ from validate_simulator import (  # noqa: E402
     pooled_on,
     recordings,
     share,  # noqa: E402
+    timed_by_workspace,
 )
 from validate_simulator import (
     typical_ms as ms,  # a sample's iteration time as the app says it
@@ -146,8 +147,8 @@ def bound_model(gpu: Gpu, device: Path, mine: list[Session], uvm: CostModel | No
         return swap_bound_model(gpu, name, uvm)
     fitted = pooled_on(gpu.passes(), name, name.replace("-device.", "-autovm-50pct."),
                        f"{gpu.name}: device and autovm at 50%")
-    if fitted is not None:
-        return fitted[0]
+    if fitted is not None:  # its convolutions timed by their workspace where the GPU has its plans timed
+        return timed_by_workspace(fitted[0], load_session(device), gpu)
     autovm = next((s for s in mine if s.plan.policy == "autovm" and share(s) == 50), None)
     return autovm.cost_model if autovm else None
 

@@ -24,6 +24,7 @@ configuration's median recording is read in the passes.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -36,7 +37,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vmexplorer.config import share_of_footprint  # noqa: E402
+from vmexplorer.graph import Graph  # noqa: E402
 from vmexplorer.plan import Direction, MemOp, Mode  # noqa: E402
+from vmexplorer.plan.pool import executed_graph  # noqa: E402
 from vmexplorer.plan.stays import elided  # noqa: E402
 from vmexplorer.policies import non_default_options  # noqa: E402
 from vmexplorer.records.spans import Timeline, timed_only  # noqa: E402
@@ -48,6 +51,7 @@ from vmexplorer.simulator import (  # noqa: E402
 )
 from vmexplorer.simulator.calibrate import Eviction, evictions  # noqa: E402
 from vmexplorer.simulator.costmodel import CostModel, fault_rates_by_kind_text, pooled  # noqa: E402
+from vmexplorer.simulator.workspaces import workspace_ns  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL = 0.10
@@ -70,6 +74,11 @@ class Gpu:
     mechanism: str = "uvm"
     passes_name: str = "passes"
     log_name: str = "record_samples.json"
+    # cuDNN's plans timed per convolution (bench/gpu/conv_workspaces.py --plans), a file in `results`: its
+    # models' convolutions are timed by the workspaces their runs gave them (`timed_by_workspace`)
+    plans_name: str = ""
+    # how the engine that recorded it cut workspaces to its pool (`plan.pool.executed_graph`'s `cut`)
+    cut: bool | None = None
 
     @property
     def passes_dir(self) -> Path:
@@ -103,11 +112,12 @@ class Gpu:
 
 
 H100 = Gpu("H100", "", ROOT / "bench" / "results" / "h100", settled_on=7)
-H200 = Gpu("H200", "h200-", ROOT / "bench" / "results" / "h200", settled_on=0)
+# every H200 sample and pass was recorded at fb75d65, whose pools placed the others anew and cut the
+# workspaces to the stretches they left (`cut` True); the engine now cuts them only where that is needed
+H200 = Gpu("H200", "h200-", ROOT / "bench" / "results" / "h200", settled_on=0, plans_name="conv_plans.json", cut=True)
 GPUS = (H200, H100)
 # the H200's swap sessions (bench/gpu/record_samples.py --set h200 --mechanism swap)
-H200_SWAP = Gpu("H200", "h200-", ROOT / "bench" / "results" / "h200", settled_on=0, mechanism="swap",
-                passes_name="passes_swap", log_name="record_samples_swap.json")
+H200_SWAP = replace(H200, mechanism="swap", passes_name="passes_swap", log_name="record_samples_swap.json")
 # a swap set is calibrated on this policy's run at 50%, as record_samples.py calibrates it for `tuned`
 SWAP_CALIBRATION = "belady"
 
@@ -172,6 +182,34 @@ def median_recordings(passes: Sequence[Path]) -> list[Path]:
     return sorted(sorted(rec, key=lambda mf: mf[0])[(len(rec) - 1) // 2][1] / name for name, rec in times.items())
 
 
+@cache
+def plan_tables(path: Path) -> dict[tuple[str, int], list[dict]]:
+    """A GPU's timed plans by model and batch: each convolution problem's ops and plans."""
+    return {(m["model"], m["batch"]): m["problems"] for m in json.loads(path.read_text())["models"]}
+
+
+def timed_by_workspace(cost: CostModel, device: Session, gpu: Gpu) -> CostModel:
+    """`cost` with its convolutions timed by their workspace from `gpu`'s table of cuDNN's plans, against
+    the workspaces its `device` run gave them (that run timed them); `cost` where the GPU has no table of
+    the model."""
+    problems = plan_tables(gpu.results / gpu.plans_name).get((device.graph.model, device.graph.batch)) \
+        if gpu.plans_name else None
+    if not problems:
+        return cost
+    return replace(cost, workspace_ns=workspace_ns(executed(device, gpu), problems))
+
+
+def executed(s: Session, gpu: Gpu) -> Graph:
+    """The graph `s`'s run executed: its workspaces as the recording engine's pool cut them."""
+    return executed_graph(s.graph, s.plan, cut=gpu.cut)
+
+
+def predicted_ms(s: Session, cost: CostModel, gpu: Gpu) -> float:
+    """The median iteration of `s`'s plan simulated under `cost`, its convolutions in the workspaces the
+    run had where the model times them by workspace."""
+    return median_ms(simulate(s.graph, s.plan, cost, executed(s, gpu) if cost.workspace_ns else None))
+
+
 def calibrated(device: Session, paging: Session) -> CostModel:
     return calibrate(paging.graph, paging.plan, paging.timeline,
                      base=calibrate(device.graph, device.plan, device.timeline))
@@ -219,12 +257,12 @@ def validate(samples: Sequence[Path], calibrate_on: str, pool: Sequence[Path] = 
         names = [next(p.name.removeprefix(gpu.prefix) for p, s in mine if s is x) for x in (device, paging)]
         fitted = pooled_on(pool, names[0], names[1], f"{label} device and {calibrate_on} at 50%")
         cost, recorded = fitted or (calibrated(device, paging), 1)
-        cost = adjust(cost, label)
+        cost = adjust(timed_by_workspace(cost, device, gpu), label)
         for path, s in mine:
             measured = median_ms(s)
             calibration = s is device or s is paging
             mine_cost = own(cost, s) if own is not None and not calibration else cost
-            predicted = median_ms(simulate(s.graph, s.plan, mine_cost))
+            predicted = predicted_ms(s, mine_cost, gpu)
             moves_nothing = elided(s.graph, s.plan)
             changed = non_default_options(s.plan.policy, s.plan.options)
             policy = " ".join([s.plan.policy, *(f"{k}={v}" for k, v in sorted(changed.items()))])
@@ -396,9 +434,10 @@ def out_of_sample(passes: list[Path], calibrate_on: str, gpu: Gpu = H100) -> str
         mine = [load_session(p / name) for p in later if (p / name).is_file()]
         if fitted is None or not mine:
             continue
-        cost = fitted[0]
+        its_device = load_session(next(p / device for p in later if (p / device).is_file()))
+        cost = timed_by_workspace(fitted[0], its_device, gpu)
         measured = float(np.median([median_ms(s) for s in mine]))
-        predicted = float(np.median([median_ms(simulate(s.graph, s.plan, cost)) for s in mine]))
+        predicted = float(np.median([predicted_ms(s, cost, gpu) for s in mine]))
         rows.append((name.removesuffix(".measured.vms"), len(mine), measured, predicted, predicted / measured - 1))
     if not rows:
         return ""
@@ -691,11 +730,14 @@ def main() -> int:
              + ", then ".join(f"the {g.name}'s" for g, _ in parts)
              + ". A cost model fitted on one GPU predicts that GPU's runs alone.\n")
 
+    swap = swap_section(H200_SWAP, H200_SWAP.samples(args.samples)) if H200_SWAP.passes() else ""
+
     def text(level: str, full: bool = False) -> str:
         # the evidence goes to FILE alone: docs/results.md carries the tables and what each part is worth
         return intro + "".join(f"\n{level} On the {gpu.name}\n\n{body}"
                                + (evidence(gpu, gpu.samples(args.samples), args.calibrate_on) if full else "")
-                               for gpu, body in parts)
+                               for gpu, body in parts) + (
+            f"\n{level} On the {H200_SWAP.name}, through swap\n\n{swap}" if swap else "")
 
     if args.readme is not None:
         readme = args.readme.read_text()
@@ -711,8 +753,6 @@ def main() -> int:
             return 0 if new == readme else 1
         args.readme.write_text(new)
     full = text("##", full=True)
-    swap = swap_section(H200_SWAP, H200_SWAP.samples(args.samples)) if H200_SWAP.passes() else ""
-    full += f"\n## On the {H200_SWAP.name}, through swap\n\n{swap}" if swap else ""
     print(full, end="")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("# The simulator against the measured samples\n\n" + full)

@@ -507,6 +507,47 @@ def test_calibrating_a_swap_run_reports_the_copy_rates_it_fitted(tmp_path: Path,
     assert code == 0 and f"copies in {into:.1f} GB/s" in out and "moved nothing" not in out
 
 
+H200_PLANS = REPO / "bench" / "results" / "h200" / "conv_plans.json"
+
+
+def test_calibrating_with_the_gpus_timed_plans_times_each_convolution_by_its_workspace(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    swap = str(SAMPLES / "h200-vgg19-b64-belady-swap-90pct.measured.vms")
+    device = ("--device", str(SAMPLES / "h200-vgg19-b64-device.measured.vms"))
+    plain = run_json(capsys, "calibrate", swap, *device, "--out", str(tmp_path / "a.vms"))
+    timed = run_json(capsys, "calibrate", swap, *device, "--conv-plans", str(H200_PLANS),
+                     "--out", str(tmp_path / "b.vms"))
+    assert plain["ops_timed_by_workspace"] == 0 and timed["ops_timed_by_workspace"] > 0
+    from vmexplorer.session import load_session
+
+    assert load_session(tmp_path / "b.vms").cost_model.workspace_ns
+    # the sample's convolutions ran in workspaces its pool cut: timed by them, the model comes nearer
+    measured = timed["measured_iteration_ns"]
+    assert abs(timed["simulated_iteration_ns"] - measured) < abs(plain["simulated_iteration_ns"] - measured)
+    code, out, _ = run(capsys, "calibrate", swap, *device, "--conv-plans", str(H200_PLANS),
+                       "--out", str(tmp_path / "b.vms"), "--force")
+    assert code == 0 and "convolutions timed by their workspace" in out
+
+
+@pytest.mark.parametrize("table, says", [
+    ("not json", "cannot be read as JSON"),
+    ('{"models": 3}', 'has no "models" list'),
+    ('{"models": [{"model": "alexnet", "batch": 256, "problems": []}]}', "holds no plans of vgg19 batch 64"),
+    ('{"models": [{"model": "vgg19", "batch": 64, "problems": [{"ops": [99999], "plans": []}]}]}',
+     'its "ops" should be op indices'),
+    ('{"models": [{"model": "vgg19", "batch": 64, "problems": [{"ops": [0], "plans": [{"index": 0, '
+     '"workspace_bytes": -1, "ms": 1.0}]}]}]}', 'each plan should have a whole "index"'),
+])
+def test_a_table_of_plans_that_does_not_fit_is_one_line_and_exit_2(
+        table: str, says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plans = tmp_path / "<b>plans.json"
+    plans.write_text(table)
+    device = str(SAMPLES / "h200-vgg19-b64-device.measured.vms")
+    code, out, err = run(capsys, "calibrate", device, "--conv-plans", str(plans), "--out", str(tmp_path / "c.vms"))
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1 and out == ""
+    assert not (tmp_path / "c.vms").exists()
+
+
 def test_help_lists_the_choices_of_policy_options(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "plan", "--help")
     assert code == 0

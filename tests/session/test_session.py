@@ -7,6 +7,7 @@ import dataclasses
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -197,13 +198,21 @@ def set_in(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
     return change
 
 
+def without_schema_12(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document without schema 12's `cost_model.workspace_ns`."""
+    if doc["cost_model"] is not None:
+        doc["cost_model"].pop("workspace_ns", None)
+    return doc
+
+
 def without_schema_10(doc: dict[str, Any]) -> dict[str, Any]:
-    """The document without schema 10's fields (`device_memory`, `plan.room_bytes`) and schema 11's
-    (`config.workspaces`: false in the documents these tests relabel, whose graphs have no workspaces)."""
+    """The document without schema 10's fields (`device_memory`, `plan.room_bytes`), schema 11's
+    (`config.workspaces`: false in the documents these tests relabel, whose graphs have no workspaces)
+    and schema 12's."""
     assert doc["config"].pop("workspaces", False) is False
     doc.pop("device_memory", None)
     doc["plan"].pop("room_bytes", None)
-    return doc
+    return without_schema_12(doc)
 
 
 def without_mechanism(doc: dict[str, Any]) -> dict[str, Any]:
@@ -243,6 +252,8 @@ def as_version(version: int) -> Callable[[dict[str, Any]], None]:
             del without_schema_10(doc)["plan"]["copy_order"]
         elif version < 10:
             without_schema_10(doc)
+        elif version < 12:
+            without_schema_12(doc)
         doc["schema_version"] = version
         if version < 6 and doc["cost_model"] is not None:
             del doc["cost_model"]["fault_bytes_per_ns_by_kind"]
@@ -769,6 +780,42 @@ def test_a_schema_7_file_loads_as_uvm_with_the_default_swap_rates(session: Sessi
     old = session_from_bytes(gzip.compress(json.dumps(doc).encode()))
     assert old.plan.mechanism is Mechanism.UVM and old.plan.memops == session.plan.memops
     assert old.cost_model.swap_to_device_bytes_per_ns == CostModel("x", 1, 1, 1, 1, 1, 1, 0).swap_to_device_bytes_per_ns
+
+
+STEPS = {"features.0": ((0, 2_000_000.0), (1 << 20, 500_000.0), (64 << 20, 0.0))}
+
+
+def test_a_cost_model_timing_convolutions_by_workspace_round_trips(session: Session) -> None:
+    s = dataclasses.replace(session, cost_model=dataclasses.replace(session.cost_model or H100_DEFAULT,
+                                                                    workspace_ns=STEPS))
+    back = session_from_bytes(session_to_bytes(s))
+    assert back.cost_model is not None and back.cost_model.workspace_ns == STEPS
+
+
+def test_a_schema_11_file_loads_with_no_op_timed_by_its_workspace(session: Session) -> None:
+    s = dataclasses.replace(session, cost_model=session.cost_model or H100_DEFAULT)
+    doc = json.loads(gzip.decompress(session_to_bytes(s)))
+    as_version(11)(doc)
+    assert "workspace_ns" not in doc["cost_model"]
+    assert session_from_bytes(gzip.compress(json.dumps(doc).encode())).cost_model.workspace_ns == {}
+
+
+@pytest.mark.parametrize("steps, says", [
+    ([[1 << 20, 1.0], [0, 2.0]], "expected bytes rising from step to step"),
+    ([], "should be a list of 1 to 256"),
+    ([[0, 1.0]] * 300, "should be a list of 1 to 256"),
+    ([[0]], "should hold [bytes, ns] pairs"),
+    ([[-1, 0.0]], "expected at least 0"),
+    ([[0, 1e13]], "and a time within"),
+    ([[0, "fast"]], "should be a number"),
+])
+def test_a_cost_models_workspace_steps_that_make_no_sense_are_refused_with_one_message(
+        session: Session, steps: Any, says: str) -> None:
+    s = dataclasses.replace(session, cost_model=session.cost_model or H100_DEFAULT)
+    doc = json.loads(gzip.decompress(session_to_bytes(s)))
+    doc["cost_model"]["workspace_ns"] = {"features.0": steps}
+    with pytest.raises(SessionError, match=re.escape(says)):
+        session_from_bytes(gzip.compress(json.dumps(doc).encode()))
 
 
 def test_a_measured_session_is_held_against_its_own_models_bound_and_a_simulated_one_keeps_what_it_is_given(

@@ -54,11 +54,12 @@ def cmd_graph(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
     from ..records import summarize
+    from ..session import timing_graph
     from ..simulator import simulate
 
     planned = _compile(args)
     graph, plan = planned.graph, planned.plan
-    timeline = simulate(graph, plan, planned.cost_model)
+    timeline = simulate(graph, plan, planned.cost_model, timing_graph(graph, plan, planned.cost_model))
     doc = plan_doc(graph, plan, summarize(graph, plan, timeline), planned.cost_model.name)
     return {**doc, "bound": _bound_json(planned), "notes": list(planned.reports)}
 
@@ -110,7 +111,7 @@ def _cost_model(session: Any, graph: Graph, path: Path | None) -> CostModel:
     _note(f"--cost-model {path} was calibrated on {session.graph.model} batch {session.graph.batch} at "
           f"{session.graph.image_size}px: its transfer rates are used, and this graph's op times come from the "
           "default compute rates")
-    return dataclasses.replace(cost, name=f"{cost.name}, its rates only", op_ns={}, op_gap_ns={})
+    return dataclasses.replace(cost, name=f"{cost.name}, its rates only", op_ns={}, op_gap_ns={}, workspace_ns={})
 
 
 def cmd_info(args: argparse.Namespace) -> dict[str, Any]:
@@ -147,8 +148,10 @@ def cmd_calibrate(args: argparse.Namespace) -> dict[str, Any]:
 
     import numpy as np
 
-    from ..session import bound_for, save_session
+    from ..plan.pool import executed_graph
+    from ..session import bound_for, save_session, timing_graph
     from ..simulator import H100_DEFAULT, calibrate, simulate
+    from ..simulator.workspaces import workspace_ns
 
     _refuse_existing(args.out, args.force)
     session = _load(args.file)
@@ -166,18 +169,51 @@ def cmd_calibrate(args: argparse.Namespace) -> dict[str, Any]:
     elif session.plan.policy != "device" and any(m.nbytes for m in session.plan.memops):
         raise UsageError("a paging session needs --device: the same model's measured device run gives the "
                          "fault-free op times its fault throughput is measured against")
+    table = _plan_table(args.conv_plans, session.graph) if args.conv_plans is not None else None
+    if base is not None and table is not None:  # the op times are DEVICE's, measured in its workspaces
+        base = dataclasses.replace(base, workspace_ns=workspace_ns(executed_graph(device.graph, device.plan), table))
     cost = calibrate(session.graph, session.plan, session.timeline, **({"base": base} if base else {}),
                      name=f"calibrated on {args.file.name}" + (f" and {args.device.name}" if base else ""))
+    if base is None and table is not None:
+        cost = dataclasses.replace(cost, workspace_ns=workspace_ns(executed_graph(session.graph, session.plan), table))
     bound = bound_for(session.graph, session.plan, cost)  # the new rates' bound, not the one made with the old
     save_session(dataclasses.replace(session, cost_model=cost, bound=bound), args.out, force=True)
     measured = round(float(np.median(session.timeline.timed_ns())))
-    predicted = round(float(np.median(simulate(session.graph, session.plan, cost).iteration_ns())))
+    predicted = round(float(np.median(simulate(session.graph, session.plan, cost,
+                                               timing_graph(session.graph, session.plan, cost)).iteration_ns())))
     return {"path": str(args.out), "config": _config(session.plan), "cost_model": cost.name,
             "rates": {**{k: getattr(cost, k) for k in (*_TRANSFER_RATES, *_SWAP_TRANSFER_RATES)},
                       "fault_bytes_per_ns_by_kind": dict(cost.fault_bytes_per_ns_by_kind)},
             "not_fitted": _not_fitted(session.plan, cost, base or H100_DEFAULT),
-            "ops_timed": len(cost.op_ns), "measured_iteration_ns": measured,
+            "ops_timed": len(cost.op_ns), "ops_timed_by_workspace": len(cost.workspace_ns),
+            "measured_iteration_ns": measured,
             "simulated_iteration_ns": predicted, "bound": None if bound is None else bound.as_json()}
+
+
+MAX_PLANS_FILE_BYTES = 64 << 20  # a table of every plan of a model's convolutions is well under 1 MiB
+
+
+def _plan_table(path: Path, graph: Any) -> list[dict[str, Any]]:
+    """The timed plans of `graph`'s convolutions in a `--conv-plans` file; UsageError saying what is wrong."""
+    import json
+
+    from ..simulator.workspaces import plan_table
+    from ..units import quoted
+
+    name = quoted(str(path))
+    try:
+        if path.stat().st_size > MAX_PLANS_FILE_BYTES:
+            raise UsageError(f"--conv-plans {name} is over {MAX_PLANS_FILE_BYTES >> 20} MiB: not a table of plans")
+        with open(path, encoding="utf-8") as f:
+            doc = json.loads(f.read(MAX_PLANS_FILE_BYTES + 1))
+    except OSError as e:
+        raise UsageError(f"--conv-plans {name} cannot be read: {e.strerror or type(e).__name__}") from None
+    except ValueError as e:  # not UTF-8, or not JSON
+        raise UsageError(f"--conv-plans {name} cannot be read as JSON: {type(e).__name__}") from None
+    try:
+        return plan_table(doc, graph)
+    except ValueError as e:
+        raise UsageError(f"--conv-plans {name} {e}") from None
 
 
 def _not_fitted(plan: Plan, cost: Any, base: Any) -> list[str]:

@@ -108,6 +108,9 @@ def _session_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--device", type=Path, metavar="DEVICE",
                    help="the same model's measured device session (needed for a paging FILE)")
     p.add_argument("--out", type=Path, required=True, metavar="OUT", help="where to write FILE with its cost model")
+    p.add_argument("--conv-plans", type=Path, metavar="PLANS",
+                   help="cuDNN's plans timed on the same GPU (bench/gpu/conv_workspaces.py --plans): time each "
+                        "convolution by the workspace it runs in")
     p.add_argument("--force", action="store_true", help="replace OUT if it exists (OUT may be FILE itself)")
 
     p = _command(sub, "compare", cmd_compare, table_compare, "compare two session files side by side (B/A)")

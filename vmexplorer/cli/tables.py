@@ -40,7 +40,9 @@ def table_calibrate(doc: dict[str, Any]) -> str:
                                 + (f" (by op kind: {kinds})" if kinds else "")),
                            rate("host_block", f"host blocking {r['host_block']:.2f}")])
     text = (f"wrote {_safe(doc['path'])} with the cost model {_safe(repr(doc['cost_model']))}: "
-            f"{doc['ops_timed']} op times; {rates}; "
+            f"{doc['ops_timed']} op times"
+            + (f" ({doc['ops_timed_by_workspace']} convolutions timed by their workspace)"
+               if doc.get("ops_timed_by_workspace") else "") + f"; {rates}; "
             f"it simulates the session's own plan in {doc['simulated_iteration_ns'] / 1e6:.1f} ms per iteration "
             f"(measured {doc['measured_iteration_ns'] / 1e6:.1f} ms)")
     if doc.get("bound") is None:

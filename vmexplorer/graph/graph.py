@@ -113,8 +113,9 @@ class Graph:
         return fits[capacity]
 
     def least_workspaces(self) -> Graph:
-        """This graph with every fitted workspace at its least: what a bound over all plans assumes, since
-        a plan may be made with any room down to the least (the cost model times no op by its workspace)."""
+        """This graph with every fitted workspace at its least: what a bound over all plans assumes of the
+        memory, since a plan may be made with any room down to the least (and of the time, each
+        convolution's in the workspace it runs fastest in: `CostModel.compute_ns`)."""
         return (self.full or self).fitted(0)
 
     def sized_for(self, capacity: int) -> Graph:

@@ -71,7 +71,7 @@ class Plan:
     # taking its own in turn (`copies.py`); empty: each called just before the op that waits for it
     copy_order: tuple[int, ...] = ()
     # under swap, the room the policy planned with so that the pool placing its tensors fits the capacity
-    # (`policies.within_pool`): less than the capacity where a placement needs more bytes than the plan's
+    # (`policies.fit_pool`): less than the capacity where a placement needs more bytes than the plan's
     # peak; 0: the capacity
     room_bytes: int = 0
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..config import Mechanism
 from ..graph import WORKSPACE_FLOOR, Graph, Kind
 from ..units import format_bytes
 from .placement import DEVICE_ALIGN, IMPROVE_PLACEMENTS, Span, aligned, fit_stretches, plan_offsets, top
@@ -69,12 +70,14 @@ def fitted_workspaces(graph: Graph) -> list[int]:
             if tensor.kind is Kind.WORKSPACE and dict(graph.ops[tensor.producer].attrs).get("workspace")]
 
 
-def device_pool(graph: Graph, align: int, keep: Collection[int] = (),
-                capacity: int | None = None) -> tuple[tuple[int, ...], tuple[int, ...], tuple[Span, ...]]:
+def device_pool(graph: Graph, align: int, keep: Collection[int] = (), capacity: int | None = None,
+                cut: bool | None = None) -> tuple[tuple[int, ...], tuple[int, ...], tuple[Span, ...]]:
     """(offsets, aligned sizes, lifetimes) of every tensor in the one pool a run without paging (and a
     managed run) allocates: no two alive at one op overlap. Placed within `capacity` where given, the
     convolutions' workspaces cut, where the others leave them less, to the stretches left for them
-    (`fit_stretches`): such a size is less than its tensor's bytes (`shrunk_workspaces`)."""
+    (`fit_stretches`): such a size is less than its tensor's bytes (`shrunk_workspaces`). `cut` as
+    `plan_pool`'s: False, cut where they stick out of a placement; True, the others placed anew and the
+    workspaces cut to the stretches they leave; None, the first that fits."""
     lifetimes = spans(graph, keep)
     sizes = tuple(aligned(t.nbytes, align) for t in graph.tensors)
     n = len(graph.ops)
@@ -83,12 +86,12 @@ def device_pool(graph: Graph, align: int, keep: Collection[int] = (),
         return plan_offsets(sizes, lifetimes, n), sizes, lifetimes
     persistent = [t for t, (first, _) in enumerate(lifetimes) if first < 0]
     floor = aligned(WORKSPACE_FLOOR, align)
-    for anew in (False, True):  # as `plan_pool` does: the others placed anew only where that is needed
-        offsets, cut = fit_stretches(sizes, lifetimes, n, persistent, fitting, capacity, floor, align,
-                                     IMPROVE_PLACEMENTS, anew=anew)
-        if top(offsets, cut) <= capacity:
+    for anew in (False, True) if cut is None else (cut,):  # as `plan_pool`: placed anew only where needed
+        offsets, given = fit_stretches(sizes, lifetimes, n, persistent, fitting, capacity, floor, align,
+                                       IMPROVE_PLACEMENTS, anew=anew)
+        if top(offsets, given) <= capacity:
             break
-    return offsets, cut, lifetimes
+    return offsets, given, lifetimes
 
 
 def shrunk_workspaces(graph: Graph, tensors: Sequence[int], sizes: Sequence[int], align: int) -> Graph:
@@ -97,6 +100,23 @@ def shrunk_workspaces(graph: Graph, tensors: Sequence[int], sizes: Sequence[int]
     cut = {t: size for t, size in zip(tensors, sizes)
            if graph.tensors[t].kind is Kind.WORKSPACE and size < aligned(graph.tensors[t].nbytes, align)}
     return graph.with_workspaces(cut) if cut else graph
+
+
+def executed_graph(graph: Graph, plan: Plan, keep: Collection[int] | None = None, cut: bool | None = None) -> Graph:
+    """The graph a run of `plan` executes (`engine.executor.execute`): fitted to the plan's room, its
+    convolutions' workspaces as large as its pool has room for. `device` places one pool within what the
+    capacity leaves it (`device_pool`), swap the plan's stays (`plan_pool`, with `cut`), managed memory
+    every tensor whole. `keep`: the tensors the host reads after the iteration (a timed run's, if None).
+    `cut`: which way the pool cuts workspaces (`plan_pool`); None, as the engine does now."""
+    graph = graph.sized_for(plan.planned_with)
+    keep = kept_tensors(graph, keep_weights=False) if keep is None else keep
+    if plan.mechanism is Mechanism.SWAP:
+        pool = plan_pool(graph, plan, keep, cut=cut)
+        return shrunk_workspaces(graph, [s.tensor for s in pool.stays], pool.sizes, DEVICE_ALIGN)
+    if plan.policy == "device":
+        _, sizes, _ = device_pool(graph, DEVICE_ALIGN, keep, pool_limit(plan.capacity), cut=cut)
+        return shrunk_workspaces(graph, range(len(graph.tensors)), sizes, DEVICE_ALIGN)
+    return graph
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from typing import Any
 from ..config import Config, Mechanism
 from ..graph import Graph
 from ..plan import Move, Plan, PlanError
-from ..plan.pool import kept_tensors, plan_pool, pool_limit
+from ..plan.pool import executed_graph, kept_tensors, plan_pool, pool_limit
 from ..plan.residency import repair, transfers_for_moves
 from ..units import format_bytes
 from . import autovm, belady, device, manual, tuned, uvm, vdnn
@@ -80,10 +80,22 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
     if mech is not Mechanism.SWAP:
         return plan_at(capacity)
     searches = spec.search is not None and simulation is not None
+    timed = _timed(full, simulation)
+    # choosing between less room and cut workspaces by time needs a model that times workspaces
+    by_workspace = timed if getattr(simulation and simulation.cost_model, "workspace_ns", None) else None
     # a search is slow: the room its plan fits in is found with the policy's quick plan first
-    plan = within_pool(full, plan_at(capacity, search=not searches), partial(plan_at, search=not searches))
-    if searches:
-        plan = within_pool(full, plan_at(plan.planned_with), plan_at)
+    plan, cut = fit_pool(full, plan_at(capacity, search=not searches), partial(plan_at, search=not searches),
+                         by_workspace)
+    if searches:  # searched at the room found, and the workspaces cut or not as chosen there
+        quick = plan
+        plan, _ = fit_pool(full, plan_at(plan.planned_with), plan_at, cuts=(True,) if cut else (False, True))
+        # the search simulates its candidates at the room found: where its plan's pool then needed less
+        # room, or cut workspaces the search did not see, the plan it started from can be the faster
+        if timed is not None and timed(quick) < timed(plan):
+            plan = quick
+            if simulation is not None and simulation.report is not None:
+                simulation.report(f"under swap the {policy} plan is the one its search started from: the "
+                                  "searched one's pool needed less room, or cut workspaces, and it ran slower")
     if simulation is not None and simulation.report is not None and plan.planned_with < capacity:
         simulation.report(
             "under swap each tensor needs one free stretch of the pool: planned with "
@@ -92,29 +104,44 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
     return order_copies(full, plan, simulation) if simulation is not None else plan
 
 
+def _timed(full: Graph, simulation: Simulation | None) -> Callable[[Plan], float] | None:
+    """A swap plan's simulated iteration, its convolutions in the workspaces its pool gives them where the
+    cost model times them by workspace; None without a simulation."""
+    if simulation is None:
+        return None
+    by_workspace = bool(getattr(simulation.cost_model, "workspace_ns", None))
+
+    def timed(plan: Plan) -> float:
+        graph = full.fitted(plan.planned_with)
+        executed = executed_graph(graph, plan) if by_workspace else None
+        return float(simulation.simulate(graph, plan, simulation.cost_model, executed).iteration_ns().max())
+    return timed
+
+
 FIT_ROUNDS = 8  # plans made with less room at most, one after another, until the pool fits
 
 
-def within_pool(graph: Graph, plan: Plan, plan_at: Callable[[int], Plan]) -> Plan:
+def fit_pool(graph: Graph, plan: Plan, plan_at: Callable[[int], Plan], timed: Callable[[Plan], float] | None = None,
+             cuts: tuple[bool, ...] = (False, True)) -> tuple[Plan, bool]:
     """A swap plan whose device pool holds its stays within the capacity. Stays cannot always be placed in
     as many bytes as the most they hold at once (a tensor needs one free stretch of the pool), so where the
     placement outgrows the capacity the plan is made again (`plan_at`) with less room, by what the pool
     outgrew or 1%, 2%, 4%... of the capacity, until it fits; PlanError where it cannot (the room would fall
-    below what the graph's largest op needs, or the rounds run out). Less room is also smaller workspaces."""
+    below what the graph's largest op needs, or the rounds run out). Less room is also smaller workspaces.
+    The convolutions' workspaces are cut to the stretches the others leave them only where less room alone
+    finds no fit; with `timed` (a plan's simulated time, its convolutions timed by the workspaces the pool
+    gives them) both ways are tried and the faster kept: more room with cut workspaces can win or lose.
+    (plan, whether its workspaces were cut to stretches); `cuts`: the ways tried, in turn."""
     kept = kept_tensors(graph, keep_weights=False)
     # the least room: the graph's largest op beside the smallest workspaces (they shrink with the room)
     capacity, least = plan.capacity, (graph.full or graph).min_capacity[0]
     limit = pool_limit(capacity, graph.footprint)  # what the capacity leaves the pool beside the engine's own
-    first = plan
-    # workspaces cut to the stretches left them only where less room cannot fit the pool: a convolution in
-    # a small workspace can be much slower than the copies less room adds (`plan_pool`'s `cut`)
-    for cut in (False, True):
+    first, found = plan, []
+    for cut in cuts:
         plan, at = first, first.planned_with
         pool = plan_pool(graph, plan, kept, cut=cut).total
         for k in range(FIT_ROUNDS):
-            if pool <= limit:
-                return plan
-            if at <= least:
+            if pool <= limit or at <= least:
                 break
             at = max(at - max(pool - limit, capacity * 2**k // 100), least)
             try:
@@ -122,13 +149,20 @@ def within_pool(graph: Graph, plan: Plan, plan_at: Callable[[int], Plan]) -> Pla
             except PlanError:  # the policy cannot plan with so little room
                 break
             pool = plan_pool(graph, plan, kept, cut=cut).total
-        if pool <= limit:  # the last round's plan
-            return plan
-    raise PlanError(f"under swap the pool holding this plan needs {pool - limit} bytes more than the "
-                    f"{format_bytes(limit)} the capacity {format_bytes(capacity)} ({capacity} bytes) leaves it "
-                    "beside the kernels' temporaries and the pinned copies' page tables: each tensor needs one "
-                    f"free stretch of the pool, and planned with as little as {format_bytes(plan.planned_with)} "
-                    "of room no placement found fits; try a larger capacity, or uvm")
+        if pool <= limit:
+            found.append((plan, cut))
+            # fitting with the room it was first made with, nothing was given up for it; untimed, the
+            # workspaces are not cut where less room fits
+            if plan is first or timed is None:
+                break
+    if not found:
+        raise PlanError(f"under swap the pool holding this plan needs {pool - limit} bytes more than the "
+                        f"{format_bytes(limit)} the capacity {format_bytes(capacity)} ({capacity} bytes) leaves "
+                        "it beside the kernels' temporaries and the pinned copies' page tables: each tensor needs "
+                        f"one free stretch of the pool, and planned with as little as "
+                        f"{format_bytes(plan.planned_with)} of room no placement found fits; try a larger "
+                        "capacity, or uvm")
+    return found[0] if len(found) == 1 or timed is None else min(found, key=lambda pc: timed(pc[0]))
 
 
 def check_mechanism(spec: PolicySpec, mechanism: Mechanism | str) -> Mechanism:
@@ -178,4 +212,4 @@ def _check_options(spec: PolicySpec, options: Mapping[str, Any]) -> dict[str, An
 
 __all__ = ["POLICIES", "Mechanism", "OptionSpec", "PlanMoves", "PolicySpec", "SearchMoves", "Simulation",
            "check_capacity", "check_mechanism", "compile_plan", "non_default_options", "order_copies",
-           "within_pool"]
+           "fit_pool"]

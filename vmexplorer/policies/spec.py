@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from ..config import Mechanism
 from ..graph import Graph
-from ..plan import Move, Plan
+from ..plan import Move
 
 # the options' upper bounds: past any model's ops or a GPU's bytes, or longer than a person waits for a plan
 MAX_DISTANCE = 10_000  # ops
@@ -63,7 +63,9 @@ class Simulation:
     counts lazy imports too), so the caller, which holds the cost model, passes the functions in:
     `Simulation(simulator.simulate, simulator.bound.lower_bound, cost)`."""
 
-    simulate: Callable[[Graph, Plan, Any], _Timed]  # reads the plan's mechanism from it
+    # (graph, plan, cost model[, the graph a run executes: its workspaces time the convolutions]); it reads
+    # the plan's mechanism from the plan
+    simulate: Callable[..., _Timed]
     lower_bound: Callable[[Graph, int, Any, Mechanism], _Bounded]
     cost_model: Any  # a simulator.CostModel: the policy only hands it back to the two functions
     report: Callable[[str], None] | None = None  # told, for people, how the search went

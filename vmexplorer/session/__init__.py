@@ -6,7 +6,7 @@ sessions up and `trace.py` writes the Chrome trace.
 """
 
 from .files import load_session, save_session, session_from_bytes, session_to_bytes
-from .session import Session, SessionError, bound_for, new_session
+from .session import Session, SessionError, bound_for, new_session, timing_graph
 
 __all__ = ["Session", "SessionError", "bound_for", "load_session", "new_session", "save_session",
-           "session_from_bytes", "session_to_bytes"]
+           "session_from_bytes", "session_to_bytes", "timing_graph"]

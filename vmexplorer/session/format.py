@@ -52,6 +52,7 @@ MAX_ITERATIONS = 1_000  # recorded in one session: a run times a handful, a simu
 # could otherwise hold 300,000 of them (a tensor sent to the host and back between every two ops)
 MAX_MEMOPS = 20_000
 OP_NS_MAX = 1e12
+MAX_WORKSPACE_STEPS = 256  # a convolution's timed plans number a few dozen, and steps are fewer
 SOURCES = ("simulated", "measured")
 _COST_FIELDS = tuple(f for f in RATES if f != "call_ns")  # the cost model's numbers up to schema 2
 TOP_LEVEL_V1 = ("format", "schema_version", "created", "environment", "notes", "config", "graph", "plan",
@@ -138,7 +139,8 @@ def _cost_model(c: CostModel) -> dict[str, Any]:
     return {"name": c.name, **{f: float(getattr(c, f)) for f in (*RATES, *SWAP_RATES)},
             "serialises_directions": bool(c.serialises_directions),
             **{table: {k: float(v) for k, v in getattr(c, table).items()}
-               for table in ("op_ns", "op_gap_ns", "fault_bytes_per_ns_by_kind")}}
+               for table in ("op_ns", "op_gap_ns", "fault_bytes_per_ns_by_kind")},
+            "workspace_ns": {k: [[int(b), float(ns)] for b, ns in steps] for k, steps in c.workspace_ns.items()}}
 
 
 def _collected(c: Collected) -> dict[str, Any]:
@@ -420,10 +422,12 @@ def _one_run_each(r: Reader, ops: dict[str, Any], memops: dict[str, Any], iterat
 def _read_cost_model(r: Reader, value: Any, version: int) -> CostModel:
     """(schema 3 added `call_ns` and `op_gap_ns`; an older cost model has neither: 0 and no gaps. Schema 6
     added `fault_bytes_per_ns_by_kind`; an older one has none: every kind faults at the one rate. Schema 7
-    added `serialises_directions`; an older one was of managed memory, whose driver does: true.)"""
+    added `serialises_directions`; an older one was of managed memory, whose driver does: true. Schema 12
+    added `workspace_ns`; an older one has none: no op's time depends on its workspace.)"""
     newer = (("call_ns", "op_gap_ns") if version >= 3 else ()) + (
         ("fault_bytes_per_ns_by_kind",) if version >= 6 else ()) + (
-        ("serialises_directions",) if version >= 7 else ()) + (SWAP_RATES if version >= 8 else ())
+        ("serialises_directions",) if version >= 7 else ()) + (SWAP_RATES if version >= 8 else ()) + (
+        ("workspace_ns",) if version >= 12 else ())
     d = r.fields(value, "cost_model", ("name", *_COST_FIELDS, "op_ns", *newer))
 
     def number(v: Any, where: str, lo: float, hi: float, what: str) -> float:
@@ -450,7 +454,26 @@ def _read_cost_model(r: Reader, value: Any, version: int) -> CostModel:
     serialised = r.scalar(d.get("serialises_directions", True), "cost_model.serialises_directions", BOOL)
     return CostModel(r.scalar(d["name"], "cost_model.name", STR), **rates, op_ns=by_op["op_ns"],
                      op_gap_ns=by_op["op_gap_ns"], fault_bytes_per_ns_by_kind=by_kind,
-                     serialises_directions=serialised)
+                     serialises_directions=serialised, workspace_ns=_read_workspace_ns(r, d.get("workspace_ns", {})))
+
+
+def _read_workspace_ns(r: Reader, value: Any) -> dict[str, tuple[tuple[int, float], ...]]:
+    """(schema 12) Each op's steps: [workspace bytes, ns beyond its time] pairs, bytes rising."""
+    out: dict[str, tuple[tuple[int, float], ...]] = {}
+    for name, steps in r.fields(value, "cost_model.workspace_ns", None).items():
+        where, pairs = f"cost_model.workspace_ns.{_key(name)}", list[tuple[int, float]]()
+        if not isinstance(steps, list) or not 0 < len(steps) <= MAX_WORKSPACE_STEPS:
+            r.fail(f"{where} should be a list of 1 to {MAX_WORKSPACE_STEPS} [bytes, ns] pairs")
+        for step in steps:
+            if not isinstance(step, list) or len(step) != 2:
+                r.fail(f"{where} should hold [bytes, ns] pairs, not {quoted(str(step)[:40])}")
+            nbytes, ns = r.scalar(step[0], f"{where} bytes", INT, 0), float(r.scalar(step[1], f"{where} ns", NUM))
+            if nbytes > MAX_BYTES or not -OP_NS_MAX <= ns <= OP_NS_MAX or pairs and nbytes <= pairs[-1][0]:
+                r.fail(f"{where} has [{nbytes}, {ns:g}]: expected bytes rising from step to step, up to "
+                       f"{MAX_BYTES}, and a time within {OP_NS_MAX:g} ns either way")
+            pairs.append((nbytes, ns))
+        out[name] = tuple(pairs)
+    return out
 
 
 def _read_bound(r: Reader, value: Any) -> Bound:

@@ -30,14 +30,16 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Generic, TypeVar
 
+import numpy as np
+
 from ..config import Config, Mechanism
 from ..graph import Graph, build_graph
 from ..plan import Move, Plan, PlanError
 from ..policies import POLICIES, Simulation, check_mechanism, compile_plan
-from ..records.breakdown import TimeSplit
+from ..records.breakdown import TimeSplit, time_split
 from ..simulator import CostModel, simulate
 from ..simulator.bound import Bound, lower_bound
-from .session import Session, new_session
+from .session import Session, new_session, timing_graph
 
 R = TypeVar("R")
 Entries = dict[str, dict[tuple[Any, ...], Any]]  # by memo, its results by arguments
@@ -127,7 +129,8 @@ class Planned:
 
     def simulated(self, notes: Sequence[str] = ()) -> Session:
         """The plan simulated with its cost model, as a session holding its bound and reports."""
-        timeline = simulate(self.graph, self.plan, self.cost_model)
+        executed = timing_graph(self.graph, self.plan, self.cost_model)
+        timeline = simulate(self.graph, self.plan, self.cost_model, executed)
         return new_session(self.graph, self.plan, timeline, self.cost_model, notes=[*self.reports, *notes],
                            bound=self.bound)
 
@@ -183,7 +186,9 @@ def _split(config_json: str, cost_json: str) -> TimeSplit | None:
     except PlanError:
         return None
     # where the time goes, without the bound: a paging cliff asks this at dozens of capacities
-    return new_session(planned.graph, planned.plan, simulate(planned.graph, planned.plan, cost), cost).time_split()
+    executed = timing_graph(planned.graph, planned.plan, cost)
+    timeline = simulate(planned.graph, planned.plan, cost, executed)
+    return time_split(planned.graph, planned.plan, timeline, np.array(cost.op_times_ns(executed)))
 
 
 def _json(value: Config | CostModel) -> str:

@@ -13,6 +13,7 @@ import numpy as np
 from .. import __version__
 from ..graph import Graph
 from ..plan import Plan, PlanError
+from ..plan.pool import executed_graph
 from ..records import Timeline, summarize
 from ..records.breakdown import TimeSplit, time_split
 from ..records.collected import Collected, CollectedError, check_against, collected_summary, migration_shares
@@ -25,8 +26,9 @@ FORMAT = "vmexplorer-session"
 # "collected.memcpy", 7 the "bound" and the cost model's "serialises_directions", 8 "config.mechanism" and
 # the cost model's swap rates, 9 "plan.copy_order", 10 "plan.room_bytes" and "device_memory", 11
 # "config.workspaces" (the kernels' workspaces as graph tensors inside the capacity; older files load
-# with none); older files still load
-SCHEMA_VERSION = 11
+# with none), 12 the cost model's "workspace_ns" (convolutions timed by their workspace); older files
+# still load
+SCHEMA_VERSION = 12
 
 class SessionError(ValueError):
     """A session that cannot be saved or loaded; the message names the file and the problem."""
@@ -62,8 +64,11 @@ class Session:
 
     def _split(self, iteration: int | None) -> TimeSplit:
         cost = self.cost_model or H100_DEFAULT
-        own = np.array([cost.compute_ns(op.name, op.flops, op.bytes_touched) for op in self.graph.ops])
-        return time_split(self.graph, self.plan, self.timeline, own, iteration)
+        return time_split(self.graph, self.plan, self.timeline, np.array(cost.op_times_ns(self._executed)), iteration)
+
+    @cached_property
+    def _executed(self) -> Graph:
+        return timing_graph(self.graph, self.plan, self.cost_model)
 
     @cached_property
     def summary(self) -> dict[str, float | int | str]:
@@ -75,6 +80,13 @@ class Session:
             measured.update(migration_shares(self.plan, self.timeline, self.collected, measured))
             figures.update({f"measured_{k}": v for k, v in measured.items()})
         return figures
+
+
+def timing_graph(graph: Graph, plan: Plan, cost_model: CostModel | None) -> Graph:
+    """The graph whose workspaces time `plan`'s convolutions under `cost_model`: the one a run executes
+    (`plan.pool.executed_graph`: its pool may give a workspace less) where the model times them by their
+    workspace, else `graph` (placing the pool is then no use)."""
+    return executed_graph(graph, plan) if cost_model is not None and cost_model.workspace_ns else graph
 
 
 def new_session(graph: Graph, plan: Plan, timeline: Timeline, cost_model: CostModel | None = None,

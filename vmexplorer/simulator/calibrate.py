@@ -11,10 +11,12 @@ import numpy as np
 
 from ..graph import Graph
 from ..plan import Direction, Mechanism, MemOp, Mode, Origin, Plan
+from ..plan.pool import executed_graph
 from ..plan.stays import elided
 from ..records.spans import Timeline, timed_only
 from .costmodel import H100_DEFAULT, CostModel
 from .simulate import simulate
+from .workspaces import rebased
 
 HOST_BLOCK_GRID = tuple(i / 20 for i in range(21))
 # A kind gets a fault rate of its own only where it faulted in this much per iteration: a few small
@@ -73,6 +75,9 @@ def calibrate(graph: Graph, plan: Plan, timeline: Timeline, base: CostModel = H1
     numbers: dict[str, Any] = {**rates, **fault_rate}  # rates only: `serialises_directions` stays `base`'s
     fitted = replace(base, name=label, op_ns=op_ns, op_gap_ns=op_gap_ns, fault_bytes_per_ns_by_kind=by_kind,
                      **numbers)
+    measured = set(op_ns) - set(base.op_ns)
+    if base.workspace_ns and measured:  # the ops timed here ran in the workspaces this run gave them
+        fitted = replace(fitted, workspace_ns=rebased(base.workspace_ns, executed_graph(graph, plan), measured))
     if not swap and any(m.mode is Mode.ASYNC for m in plan.memops) and len(tl.op_index):
         fitted = replace(fitted, host_block=_fit_host_block(graph, plan, tl, fitted))
     return fitted

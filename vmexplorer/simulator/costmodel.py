@@ -11,11 +11,14 @@ plan runs at: under swap a copy in is a copy in, planned or on demand, and the d
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..config import Mechanism
+
+if TYPE_CHECKING:
+    from ..graph import Graph
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,12 @@ class CostModel:
     swap_to_device_bytes_per_ns: float = 54.0
     swap_to_host_bytes_per_ns: float = 54.0
     swap_call_ns: float = 0.0
+    # a convolution's time by the workspace it runs in (cuDNN's heuristic takes the first of its plans that
+    # fits, and in less memory a slower one; `simulator.workspaces` builds these from a table of the plans
+    # timed on the GPU): by op name, (workspace bytes, ns beyond `op_ns`) steps in ascending bytes, each
+    # holding from its bytes up to the next step's. `op_ns` is the op's time in the workspace it was
+    # calibrated in: the step holding that workspace adds 0
+    workspace_ns: dict[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
 
     def for_mechanism(self, mechanism: Mechanism | str) -> CostModel:
         """The model a plan of `mechanism` runs at: itself under uvm; under swap its copy rates in
@@ -67,10 +76,28 @@ class CostModel:
     def copy_ns(self, nbytes: int, to_device: bool) -> float:
         return self.call_ns + nbytes / (self.prefetch_bytes_per_ns if to_device else self.evict_bytes_per_ns)
 
-    def compute_ns(self, name: str, flops: int, bytes_touched: int) -> float:
-        if name in self.op_ns:
-            return self.op_ns[name]
-        return self.launch_ns + max(flops / self.flops_per_ns, bytes_touched / self.bytes_per_ns)
+    def compute_ns(self, name: str, flops: int, bytes_touched: int, workspace_bytes: int | None = None) -> float:
+        """An op's time: measured (`op_ns`) or from its work at the model's rates; a convolution's in
+        `workspace_bytes` of workspace (`workspace_ns`), or, None, in the workspace it runs fastest in (what
+        a bound over every plan may assume)."""
+        ns = self.op_ns[name] if name in self.op_ns else \
+            self.launch_ns + max(flops / self.flops_per_ns, bytes_touched / self.bytes_per_ns)
+        steps = self.workspace_ns.get(name)
+        if not steps:
+            return ns
+        if workspace_bytes is None:
+            return max(ns + min(extra for _, extra in steps), 0.0)
+        held = steps[0][1]  # below the least workspace any plan takes: the least's (none fits; the plan refused it)
+        for nbytes, extra in steps:
+            if nbytes > workspace_bytes:
+                break
+            held = extra
+        return max(ns + held, 0.0)
+
+    def op_times_ns(self, graph: Graph) -> list[float]:
+        """Each of `graph`'s ops' time, its convolutions' in the workspaces the graph gives them."""
+        ws = graph.workspace_bytes
+        return [self.compute_ns(op.name, op.flops, op.bytes_touched, ws[k]) for k, op in enumerate(graph.ops)]
 
 
 # A cost model's single numbers (the session file stores them; `pooled` takes the median of each)

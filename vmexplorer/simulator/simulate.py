@@ -40,9 +40,12 @@ from ..records.spans import MAX_NS, Timeline, resident_curve
 from .costmodel import H100_DEFAULT, CostModel
 
 
-def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None) -> Timeline:
+def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None, executed: Graph | None = None) -> Timeline:
+    """The timeline of `plan` on `graph` under `cost`. `executed`: the graph a run executes
+    (`plan.pool.executed_graph`: its pool may give a convolution less workspace than `graph` does), whose
+    workspaces time the convolutions; `graph` itself if None."""
     graph = graph.sized_for(plan.planned_with)
-    walk = _Walk(graph, plan, (cost or H100_DEFAULT).for_mechanism(plan.mechanism))
+    walk = _Walk(graph, plan, (cost or H100_DEFAULT).for_mechanism(plan.mechanism), executed)
     n = len(graph.ops)
     for k in range(n + 1):
         arrived = max(walk.gpu, walk.host)  # op k-1 is done and the host has reached op k
@@ -64,12 +67,12 @@ class _Walk:
     driver's evictions before op k have made their room. `due_async[k]`, `due_sync[k]` and `faults[k]`
     hold the memory operations that complete before op k, by mode."""
 
-    def __init__(self, graph: Graph, plan: Plan, cost: CostModel) -> None:
+    def __init__(self, graph: Graph, plan: Plan, cost: CostModel, executed: Graph | None = None) -> None:
         self.graph, self.plan, self.cost = graph, plan, cost
         self.swap = plan.mechanism is Mechanism.SWAP
         self.ops, self.memops = ops, memops = graph.ops, plan.memops
         n = len(ops)
-        self.compute = [cost.compute_ns(op.name, op.flops, op.bytes_touched) for op in ops]
+        self.compute = cost.op_times_ns(executed or graph)
         self.gaps = [cost.op_gap_ns.get(op.name, 0.0) for op in ops]
         self.due_async: list[list[int]] = [[] for _ in range(n + 1)]
         self.due_sync: list[list[int]] = [[] for _ in range(n + 1)]

@@ -15,7 +15,7 @@ from ..config import Config, Mechanism
 from ..details import memop_what
 from ..plan import PlanError
 from ..records.breakdown import TimeSplit
-from ..session import Session
+from ..session import Session, timing_graph
 from ..session.planned import plan_for
 from ..session.samples import short_gpu
 from ..simulator import simulate
@@ -222,7 +222,7 @@ def drag_costliest_prefetch_early(state: AppState) -> bool:
             plan = plan_for(config, cost, moves, graph=s.graph).plan
         except PlanError:
             continue
-        took = int(simulate(s.graph, plan, cost).iteration_ns().max())
+        took = int(simulate(s.graph, plan, cost, timing_graph(s.graph, plan, cost)).iteration_ns().max())
         if worst is None or (took, -i) > worst[:2]:
             worst = (took, -i, mv.prefetch_after, earliest)
     if worst is None:

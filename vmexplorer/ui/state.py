@@ -26,7 +26,7 @@ from ..graph import Graph, GraphError, build_graph
 from ..plan import Move, PlanError
 from ..plan.moves import format_edits, parse_edits
 from ..policies import POLICIES
-from ..session import Session, SessionError, load_session, new_session, session_from_bytes
+from ..session import Session, SessionError, load_session, new_session, session_from_bytes, timing_graph
 from ..session.planned import plan_for
 from ..session.samples import DEFAULT_SAMPLE, SAMPLES, gpu_of, is_sample, measured_samples, read_sample, samples
 from ..simulator import H100_DEFAULT, CostModel, calibrate, simulate
@@ -243,7 +243,7 @@ class AppState(param.Parameterized):
         if was is None or was[0] is not loaded or was[1] != cost.name:
             g = loaded.graph
             self._unedited = ((loaded, cost.name), new_session(
-                g, loaded.plan, simulate(g, loaded.plan, cost), cost,
+                g, loaded.plan, simulate(g, loaded.plan, cost, timing_graph(g, loaded.plan, cost)), cost,
                 notes=[f"the plan before the edits, simulated with {cost.name}"]))
         return self._unedited[1]
 
