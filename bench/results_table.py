@@ -253,6 +253,10 @@ def refusals(gpu: Gpu) -> list[str]:
 def gpu_section(gpu: Gpu, rows: list[Config]) -> list[str]:
     log = json.loads(gpu.log.read_text()) if gpu.log.is_file() else []
     passes = len(next((e["passes"] for e in log if e["exit"] == 0), []))
+    # how often each sample of the section was recorded: passes cut short recorded some configurations fewer times
+    counts = sorted({len(ms) for ms in gpu.recordings().values()} - {0}) or [passes]
+    recorded = (f"{counts[0]} times" if len(counts) == 1 else
+                f"{counts[0]} to {counts[-1]} times (the validation below says how often each)")
     sample = next(iter(rows[0].by_policy.values()))
     tl = sample.timeline
     cost = {c.label: c.cost for c in rows if c.cost is not None}
@@ -260,7 +264,7 @@ def gpu_section(gpu: Gpu, rows: list[Config]) -> list[str]:
                       "to the device" for label, c in cost.items())
     even = " (of an even number, the lower middle)" if tl.timed_iterations % 2 == 0 else ""
     head = [f"Measured on the lent {gpu.name} ({sample.environment.get('gpu', 'GPU')}, PCIe Gen5 x16) with "
-            f"`bench/gpu/record_samples.py`. Each configuration was recorded {passes} times, each in a process of "
+            f"`bench/gpu/record_samples.py`. Each configuration was recorded {recorded}, each in a process of "
             f"its own, with every collector on; the sample is the recording with the median iteration time "
             f"(`bench/pick_samples.py`), and its time is its typical iteration's: the median one of its "
             f"{tl.timed_iterations} timed iterations{even}, "
