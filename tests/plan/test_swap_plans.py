@@ -113,3 +113,22 @@ def test_a_partial_eviction_is_refused_under_swap():
     memops = (*plan.memops[:i], half, *plan.memops[i + 1:])
     assert check(g, plan.capacity, memops, plan.resident_at_start, Mechanism.SWAP).problems
     assert check_plan(g, plan.__class__(plan.config, memops, plan.resident_at_start, plan.peak_resident)).problems
+
+
+def test_a_planned_copy_out_of_a_tensor_already_on_the_host_moves_nothing_and_the_plan_still_places():
+    # found by hypothesis: `tuned`'s search offloads a momentum the replay had left on the host (0 bytes to
+    # move), then brings it in; the pool's stays took the copy out for a second one and refused the plan
+    from vmexplorer.plan.pool import kept_tensors, plan_pool
+    from vmexplorer.plan.stays import stays
+    from vmexplorer.policies import Simulation
+    from vmexplorer.simulator import H100_DEFAULT, simulate
+    from vmexplorer.simulator.bound import lower_bound
+
+    g, capacity = graph("resnet18", 3, 32), 47818240
+    plan = compile_plan(g, capacity, "tuned", {"search_steps": 40, "search_seconds": 60.0},
+                        simulation=Simulation(simulate, lower_bound, H100_DEFAULT), mechanism="swap")
+    run = g.fitted(plan.planned_with)
+    empty = {i for i, m in enumerate(plan.memops) if m.direction is Direction.TO_HOST and m.nbytes == 0}
+    assert empty, "the plan holds such a copy, so the test says something"
+    assert empty <= stays(run, plan)[1]
+    assert plan_pool(run, plan, kept_tensors(run, False)).total <= capacity

@@ -34,7 +34,7 @@ from ..details import memop_range_name, op_range_name
 from ..graph import Graph
 from ..graph.ops import OPS, op_attrs
 from ..plan import Direction, Mechanism, Mode, Plan
-from ..plan.pool import KEPT_SUFFIXES, kept_tensors
+from ..plan.pool import KEPT_SUFFIXES, SwapPool, kept_tensors, run_pool
 from ..plan.validate import validate_plan
 from ..records.collected import CUPTI, PARTS
 from ..records.device_memory import DeviceMemory
@@ -166,8 +166,9 @@ def execute(graph: Graph, plan: Plan, settings: RunSettings = RunSettings(),
     collectors = _start_collectors(settings.collectors, settings.nvml_interval_s) if settings.collect else []
     try:
         keep = kept_tensors(graph, settings.keep_weights)
-        arena: Arena | SwapArena = (SwapArena(graph, plan, keep) if plan.mechanism is Mechanism.SWAP else
-                                    Arena(graph, managed=managed, capacity=plan.capacity, keep=keep))
+        pool = run_pool(graph, plan, keep)
+        arena: Arena | SwapArena = (SwapArena(graph, plan, pool, keep) if isinstance(pool, SwapPool) else
+                                    Arena(graph, pool, managed=managed, capacity=plan.capacity))
     except BaseException:
         for c in collectors:
             c.stop()

@@ -14,18 +14,19 @@ over-subscribed.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..graph import Graph
-from ..plan.placement import DEVICE_ALIGN, Span, top
-from ..plan.pool import device_pool, pool_limit, shrunk_workspaces
+from ..plan.placement import MANAGED_ALIGN
+from ..plan.pool import Layout, layout
 from ..units import format_bytes
 
-ALIGN = 2 << 20  # the driver migrates managed memory in 2 MiB blocks
+ALIGN = MANAGED_ALIGN
+__all__ = ["ALIGN", "Arena", "DeadBytes", "Layout", "ResourceError", "check_resources", "dead_bytes", "layout"]
 MANAGED_SHARE = 0.5  # managed memory stays well under the free device memory (docs/design.md's safety rule)
 DEVICE_SHARE = 0.9
 HOST_SHARE = 0.8
@@ -33,26 +34,6 @@ HOST_SHARE = 0.8
 
 class ResourceError(RuntimeError):
     """The machine cannot hold this run; the message says what is short and by how much."""
-
-
-@dataclass(frozen=True)
-class Layout:
-    offsets: tuple[int, ...]  # bytes from the pool's start, per tensor
-    sizes: tuple[int, ...]  # each tensor's bytes rounded up to `align`: what it occupies
-    spans: tuple[Span, ...]
-    total: int  # the pool's size
-    align: int
-
-    def range(self, tensor: int) -> tuple[int, int]:
-        """(start, end) of the tensor's bytes in the pool, padding included."""
-        return self.offsets[tensor], self.offsets[tensor] + self.sizes[tensor]
-
-
-def layout(graph: Graph, align: int = ALIGN, keep: Collection[int] = (), capacity: int | None = None) -> Layout:
-    """Where each tensor lives in the run's one pool (`plan.pool.device_pool`; within `capacity`, a
-    workspace may have less than its tensor's bytes)."""
-    offsets, sizes, lifetimes = device_pool(graph, align, keep, capacity)
-    return Layout(offsets, sizes, lifetimes, top(offsets, sizes), align)
 
 
 Range = tuple[int, int]  # [start, end) bytes in the pool
@@ -195,17 +176,15 @@ class Arena:
     reading says little: the driver keeps the physical chunks of pages once touched, wherever the pages
     are now."""
 
-    def __init__(self, graph: Graph, managed: bool, capacity: int, keep: Collection[int] = ()) -> None:
+    def __init__(self, graph: Graph, pool: Layout, managed: bool, capacity: int) -> None:
+        """`pool`: where `graph`'s tensors go (`plan.pool.run_pool`); this run executes `pool.executed(graph)`."""
         import cupy as cp
 
-        # a managed pool is not held to the capacity by its size (the driver evicts within it); a device
-        # pool is, beside what the engine takes of the capacity itself (`pool_limit`)
-        self.layout = layout(graph, ALIGN if managed else DEVICE_ALIGN, keep, None if managed else pool_limit(capacity))
+        self.layout = pool
         self.free_before, _ = cp.cuda.runtime.memGetInfo()
         check_resources(self.layout.total, capacity, managed, self.free_before, available_host_bytes())
         self.managed = managed
-        # the graph this run executes: its workspaces as large as the pool has room for
-        self.graph = shrunk_workspaces(graph, range(len(graph.tensors)), self.layout.sizes, self.layout.align)
+        self.graph = pool.executed(graph)
         size = max(self.layout.total, 1)
         self.memory = (cp.cuda.malloc_managed(size) if managed
                        else cp.cuda.MemoryPointer(cp.cuda.Memory(size), 0))

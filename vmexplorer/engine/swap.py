@@ -15,7 +15,7 @@ import numpy as np
 from ..graph import Graph
 from ..plan import Direction, Plan, PlanError
 from ..plan.placement import DEVICE_ALIGN
-from ..plan.pool import kept_tensors, plan_pool, shrunk_workspaces
+from ..plan.pool import SwapPool, kept_tensors
 from ..units import format_bytes
 from .memory import DEVICE_SHARE, HOST_SHARE, Layout, ResourceError, available_host_bytes, layout
 
@@ -39,13 +39,12 @@ class SwapArena:
 
     managed = False
 
-    def __init__(self, graph: Graph, plan: Plan, keep: Collection[int] = ()) -> None:
+    def __init__(self, graph: Graph, plan: Plan, pool: SwapPool, keep: Collection[int] = ()) -> None:
+        """`pool`: where `plan`'s stays go (`plan.pool.run_pool`); this run executes `pool.executed(graph)`."""
         import cupy as cp
 
-        self.pool = plan_pool(graph, plan, keep)
-        # the graph this run executes: its workspaces as large as the pool has room for
-        stayed = [s.tensor for s in self.pool.stays]
-        self.graph = graph = shrunk_workspaces(graph, stayed, self.pool.sizes, DEVICE_ALIGN)
+        self.pool = pool
+        self.graph = graph = pool.executed(graph)
         if self.pool.over_capacity and set(keep) <= kept_tensors(graph, keep_weights=False):
             # with weights kept for the host (a check of the numbers, not a timed run) the pool may grow
             raise PlanError(f"this swap plan's pool needs {format_bytes(self.pool.total)}, over its capacity "

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 DEVICE_ALIGN = 512  # CuPy's own allocation unit: every tensor stays aligned for cuDNN and vector loads
+MANAGED_ALIGN = 2 << 20  # the driver migrates managed memory in 2 MiB blocks: a tensor takes whole ones
 Span = tuple[int, int]  # (first op, last op) a tensor's bytes must hold; -1 and len(ops): across iterations
 
 

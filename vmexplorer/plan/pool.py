@@ -24,7 +24,7 @@ import numpy as np
 from ..config import Mechanism
 from ..graph import WORKSPACE_FLOOR, Graph, Kind
 from ..units import format_bytes
-from .placement import DEVICE_ALIGN, IMPROVE_PLACEMENTS, Span, aligned, fit_stretches, plan_offsets, top
+from .placement import DEVICE_ALIGN, IMPROVE_PLACEMENTS, MANAGED_ALIGN, Span, aligned, fit_stretches, plan_offsets, top
 from .plan import Plan
 from .stays import Event, Stay, stays
 
@@ -102,21 +102,56 @@ def shrunk_workspaces(graph: Graph, tensors: Sequence[int], sizes: Sequence[int]
     return graph.with_workspaces(cut) if cut else graph
 
 
-def executed_graph(graph: Graph, plan: Plan, keep: Collection[int] | None = None, cut: bool | None = None) -> Graph:
-    """The graph a run of `plan` executes (`engine.executor.execute`): fitted to the plan's room, its
-    convolutions' workspaces as large as its pool has room for. `device` places one pool within what the
-    capacity leaves it (`device_pool`), swap the plan's stays (`plan_pool`, with `cut`), managed memory
-    every tensor whole. `keep`: the tensors the host reads after the iteration (a timed run's, if None).
-    `cut`: which way the pool cuts workspaces (`plan_pool`); None, as the engine does now."""
-    graph = graph.sized_for(plan.planned_with)
-    keep = kept_tensors(graph, keep_weights=False) if keep is None else keep
+@dataclass(frozen=True)
+class Layout:
+    """Where each tensor of a run without stays lives in its one pool (`device_pool`)."""
+
+    offsets: tuple[int, ...]  # bytes from the pool's start, per tensor
+    sizes: tuple[int, ...]  # each tensor's bytes rounded up to `align`: what it occupies (a workspace: what it got)
+    spans: tuple[Span, ...]
+    total: int  # the pool's size
+    align: int
+
+    def range(self, tensor: int) -> tuple[int, int]:
+        """(start, end) of the tensor's bytes in the pool, padding included."""
+        return self.offsets[tensor], self.offsets[tensor] + self.sizes[tensor]
+
+    def executed(self, graph: Graph) -> Graph:
+        """`graph` (the one placed) with its workspaces as large as this pool gives them."""
+        return shrunk_workspaces(graph, range(len(graph.tensors)), self.sizes, self.align)
+
+
+def layout(graph: Graph, align: int = MANAGED_ALIGN, keep: Collection[int] = (), capacity: int | None = None,
+           cut: bool | None = None) -> Layout:
+    """Where each tensor lives in a run's one pool (`device_pool`; within `capacity`, a workspace may have
+    less than its tensor's bytes)."""
+    offsets, sizes, lifetimes = device_pool(graph, align, keep, capacity, cut)
+    return Layout(offsets, sizes, lifetimes, top(offsets, sizes), align)
+
+
+def run_pool(graph: Graph, plan: Plan, keep: Collection[int], cut: bool | None = None) -> Layout | SwapPool:
+    """The pool a run of `plan` places `graph`'s tensors in (`engine.executor.execute` allocates it): swap
+    the plan's stays (`plan_pool`); `device` one pool within what the capacity leaves it (`pool_limit`);
+    managed memory every tensor whole, on blocks of its own (the driver evicts within it, so its size is
+    not held to the capacity). `graph`: sized for the plan's room. `cut`: which way a pool cuts workspaces
+    (`plan_pool`); None, as the engine does. The one rule for where a run's tensors are and what
+    workspaces it has: the engine allocates this, and the simulator times `executed_graph`, its graph."""
     if plan.mechanism is Mechanism.SWAP:
-        pool = plan_pool(graph, plan, keep, cut=cut)
-        return shrunk_workspaces(graph, [s.tensor for s in pool.stays], pool.sizes, DEVICE_ALIGN)
+        return plan_pool(graph, plan, keep, cut=cut)
     if plan.policy == "device":
-        _, sizes, _ = device_pool(graph, DEVICE_ALIGN, keep, pool_limit(plan.capacity), cut=cut)
-        return shrunk_workspaces(graph, range(len(graph.tensors)), sizes, DEVICE_ALIGN)
-    return graph
+        return layout(graph, DEVICE_ALIGN, keep, pool_limit(plan.capacity), cut)
+    return layout(graph, MANAGED_ALIGN, keep)
+
+
+def executed_graph(graph: Graph, plan: Plan, keep: Collection[int] | None = None, cut: bool | None = None) -> Graph:
+    """The graph a run of `plan` executes (`run_pool`'s): fitted to the plan's room, its convolutions'
+    workspaces as large as its pool has room for. `keep`: the tensors the host reads after the iteration
+    (a timed run's, if None). `cut`: as `run_pool`'s."""
+    graph = graph.sized_for(plan.planned_with)
+    if plan.mechanism is not Mechanism.SWAP and plan.policy != "device":
+        return graph  # a managed pool holds every tensor whole (`run_pool`): nothing to place
+    keep = kept_tensors(graph, keep_weights=False) if keep is None else keep
+    return run_pool(graph, plan, keep, cut).executed(graph)
 
 
 @dataclass(frozen=True)
@@ -133,6 +168,11 @@ class SwapPool:
     kept_bytes: int  # tensors the host reads after the iteration, kept to its end: they may raise the peak so much
     elided: frozenset[int]  # memory operations that move nothing
     waits: dict[Event, tuple[Event, ...]]  # a step's waits for the ends of the stays whose bytes it takes
+    align: int = DEVICE_ALIGN
+
+    def executed(self, graph: Graph) -> Graph:
+        """`graph` (the one placed) with its workspaces as large as this pool gives their stays."""
+        return shrunk_workspaces(graph, [s.tensor for s in self.stays], self.sizes, self.align)
 
     def offsets_at_ops(self, n_ops: int) -> list[dict[int, int]]:
         """Per op, each tensor in the pool while it runs -> its stay's offset."""
@@ -189,7 +229,7 @@ def plan_pool(graph: Graph, plan: Plan, kept: Collection[int] = (), align: int =
         peak, kept_bytes = _peak(all_stays, sizes, n, kept)
     total = top(offsets, sizes)
     return SwapPool(all_stays, offsets, sizes, total, peak, plan.capacity, limit, kept_bytes, elided,
-                    pool_waits(all_stays, offsets, sizes))
+                    pool_waits(all_stays, offsets, sizes), align)
 
 
 def _peak(all_stays: Sequence[Stay], sizes: Sequence[int], n: int, kept: Collection[int]) -> tuple[int, int]:

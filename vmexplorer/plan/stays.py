@@ -54,19 +54,25 @@ def stays(graph: Graph, plan: Plan, kept: Collection[int] = ()) -> tuple[tuple[S
             if t not in kept:
                 moves[t].append((graph.last_use[t] + 1, -1, "out", ("op", graph.last_use[t])))
     resident = {t for t, _ in plan.resident_at_start}
+    # a planned copy out of a tensor already on the host (the repair gives it no bytes to move)
+    empty = frozenset(i for i, m in enumerate(plan.memops) if m.direction is Direction.TO_HOST and m.nbytes == 0)
     out: list[Stay] = []
     elided: set[int] = set()
     for t, tensor_moves in enumerate(moves):
-        out += _tensor_stays(graph, t, sorted(tensor_moves), t in resident, n, elided)
+        out += _tensor_stays(graph, t, sorted(tensor_moves), t in resident, n, elided, empty)
     return tuple(out), frozenset(elided)
 
 
 def _tensor_stays(graph: Graph, t: int, moves: list[tuple[int, int, str, Event]], resident: bool, n: int,
-                  elided: set[int]) -> list[Stay]:
-    """One tensor's stays from its moves in time order; a pair that holds no op goes to `elided`."""
+                  elided: set[int], empty: frozenset[int] = frozenset()) -> list[Stay]:
+    """One tensor's stays from its moves in time order; a pair that holds no op goes to `elided`, and so
+    does a copy out of nothing (in `empty`) where the tensor is not in the pool."""
     out: list[Stay] = []
     open_: tuple[int, Event | None] | None = (0, None) if resident else None  # (begin_at, begin)
     for at, _, way, event in moves:
+        if way == "out" and open_ is None and event[0] == "memop" and event[1] in empty:
+            elided.add(event[1])
+            continue
         if (way == "in") == (open_ is not None):
             raise ValueError(f"the plan moves {graph.tensors[t].name} {way} before op {at} where it already is")
         if way == "in":

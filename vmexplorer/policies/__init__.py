@@ -28,7 +28,7 @@ from typing import Any
 from ..config import Config, Mechanism
 from ..graph import Graph
 from ..plan import Move, Plan, PlanError
-from ..plan.pool import executed_graph, kept_tensors, plan_pool, pool_limit
+from ..plan.pool import SwapPool, executed_graph, kept_tensors, plan_pool, pool_limit
 from ..plan.residency import repair, transfers_for_moves
 from ..units import format_bytes
 from . import autovm, belady, device, manual, tuned, uvm, vdnn
@@ -80,9 +80,9 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
     if mech is not Mechanism.SWAP:
         return plan_at(capacity)
     searches = spec.search is not None and simulation is not None
-    timed = _timed(full, simulation)
+    timed = _Timed(full, simulation) if simulation is not None else None
     # choosing between less room and cut workspaces by time needs a model that times workspaces
-    by_workspace = timed if getattr(simulation and simulation.cost_model, "workspace_ns", None) else None
+    by_workspace = timed if timed is not None and timed.by_workspace else None
     # a search is slow: the room its plan fits in is found with the policy's quick plan first
     plan, cut = fit_pool(full, plan_at(capacity, search=not searches), partial(plan_at, search=not searches),
                          by_workspace)
@@ -104,24 +104,35 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
     return order_copies(full, plan, simulation) if simulation is not None else plan
 
 
-def _timed(full: Graph, simulation: Simulation | None) -> Callable[[Plan], float] | None:
+class _Timed:
     """A swap plan's simulated iteration, its convolutions in the workspaces its pool gives them where the
-    cost model times them by workspace; None without a simulation."""
-    if simulation is None:
-        return None
-    by_workspace = bool(getattr(simulation.cost_model, "workspace_ns", None))
+    cost model times them by workspace (`by_workspace`). Each plan is simulated once: `fit_pool` and the
+    search's guard ask again for plans already timed."""
 
-    def timed(plan: Plan) -> float:
-        graph = full.fitted(plan.planned_with)
-        executed = executed_graph(graph, plan) if by_workspace else None
-        return float(simulation.simulate(graph, plan, simulation.cost_model, executed).iteration_ns().max())
-    return timed
+    def __init__(self, full: Graph, simulation: Simulation) -> None:
+        self.full, self.simulation = full, simulation
+        self.by_workspace = bool(getattr(simulation.cost_model, "workspace_ns", None))
+        self._seen: dict[int, tuple[Plan, float]] = {}
+
+    def __call__(self, plan: Plan, pool: SwapPool | None = None) -> float:
+        """`pool`: the plan's pool as the engine places it, where the caller has placed it already."""
+        seen = self._seen.get(id(plan))
+        if seen is not None and seen[0] is plan:
+            return seen[1]
+        graph = self.full.fitted(plan.planned_with)
+        executed = None
+        if self.by_workspace:
+            placed = graph.sized_for(plan.planned_with)
+            executed = executed_graph(placed, plan) if pool is None else pool.executed(placed)
+        ns = float(self.simulation.simulate(graph, plan, self.simulation.cost_model, executed).iteration_ns().max())
+        self._seen[id(plan)] = (plan, ns)
+        return ns
 
 
 FIT_ROUNDS = 8  # plans made with less room at most, one after another, until the pool fits
 
 
-def fit_pool(graph: Graph, plan: Plan, plan_at: Callable[[int], Plan], timed: Callable[[Plan], float] | None = None,
+def fit_pool(graph: Graph, plan: Plan, plan_at: Callable[[int], Plan], timed: _Timed | None = None,
              cuts: tuple[bool, ...] = (False, True)) -> tuple[Plan, bool]:
     """A swap plan whose device pool holds its stays within the capacity. Stays cannot always be placed in
     as many bytes as the most they hold at once (a tensor needs one free stretch of the pool), so where the
@@ -139,18 +150,20 @@ def fit_pool(graph: Graph, plan: Plan, plan_at: Callable[[int], Plan], timed: Ca
     first, found = plan, []
     for cut in cuts:
         plan, at = first, first.planned_with
-        pool = plan_pool(graph, plan, kept, cut=cut).total
+        placed = plan_pool(graph, plan, kept, cut=cut)
         for k in range(FIT_ROUNDS):
-            if pool <= limit or at <= least:
+            if placed.total <= limit or at <= least:
                 break
-            at = max(at - max(pool - limit, capacity * 2**k // 100), least)
+            at = max(at - max(placed.total - limit, capacity * 2**k // 100), least)
             try:
                 plan = plan_at(at)
             except PlanError:  # the policy cannot plan with so little room
                 break
-            pool = plan_pool(graph, plan, kept, cut=cut).total
+            placed = plan_pool(graph, plan, kept, cut=cut)
+        pool = placed.total
         if pool <= limit:
-            found.append((plan, cut))
+            # a pool that fits uncut is the one the engine places (`plan_pool`'s `cut` None tries it first)
+            found.append((plan, cut, None if cut else placed))
             # fitting with the room it was first made with, nothing was given up for it; untimed, the
             # workspaces are not cut where less room fits
             if plan is first or timed is None:
@@ -162,7 +175,9 @@ def fit_pool(graph: Graph, plan: Plan, plan_at: Callable[[int], Plan], timed: Ca
                         f"one free stretch of the pool, and planned with as little as "
                         f"{format_bytes(plan.planned_with)} of room no placement found fits; try a larger "
                         "capacity, or uvm")
-    return found[0] if len(found) == 1 or timed is None else min(found, key=lambda pc: timed(pc[0]))
+    if len(found) == 1 or timed is None:
+        return found[0][:2]
+    return min(found, key=lambda pcp: timed(pcp[0], pcp[2]))[:2]
 
 
 def check_mechanism(spec: PolicySpec, mechanism: Mechanism | str) -> Mechanism:

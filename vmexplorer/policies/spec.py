@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from ..config import Mechanism
 from ..graph import Graph
-from ..plan import Move
+from ..plan import Move, Plan
 
 # the options' upper bounds: past any model's ops or a GPU's bytes, or longer than a person waits for a plan
 MAX_DISTANCE = 10_000  # ops
@@ -51,6 +51,10 @@ class _Timed(Protocol):  # records.spans.Timeline
     def iteration_ns(self) -> Any: ...  # the simulated iterations' times
 
 
+class _Simulates(Protocol):  # simulator.simulate
+    def __call__(self, graph: Graph, plan: Plan, cost: Any, executed: Graph | None = None) -> _Timed: ...
+
+
 class _Bounded(Protocol):
     @property
     def lower_bound_ns(self) -> int: ...  # simulator.bound.Bound
@@ -63,9 +67,8 @@ class Simulation:
     counts lazy imports too), so the caller, which holds the cost model, passes the functions in:
     `Simulation(simulator.simulate, simulator.bound.lower_bound, cost)`."""
 
-    # (graph, plan, cost model[, the graph a run executes: its workspaces time the convolutions]); it reads
-    # the plan's mechanism from the plan
-    simulate: Callable[..., _Timed]
+    # `executed`: the graph a run executes (its workspaces time the convolutions); the plan says its mechanism
+    simulate: _Simulates
     lower_bound: Callable[[Graph, int, Any, Mechanism], _Bounded]
     cost_model: Any  # a simulator.CostModel: the policy only hands it back to the two functions
     report: Callable[[str], None] | None = None  # told, for people, how the search went

@@ -132,7 +132,7 @@ class Planned:
         executed = timing_graph(self.graph, self.plan, self.cost_model)
         timeline = simulate(self.graph, self.plan, self.cost_model, executed)
         return new_session(self.graph, self.plan, timeline, self.cost_model, notes=[*self.reports, *notes],
-                           bound=self.bound)
+                           bound=self.bound, executed=executed)
 
 
 def plan_for(config: Config, cost_model: CostModel, edits: Sequence[Move] = (),

@@ -92,14 +92,17 @@ def timing_graph(graph: Graph, plan: Plan, cost_model: CostModel | None) -> Grap
 def new_session(graph: Graph, plan: Plan, timeline: Timeline, cost_model: CostModel | None = None,
                 notes: tuple[str, ...] | list[str] = (),
                 environment: dict[str, str] | None = None, *, collected: Collected | None = None,
-                bound: Bound | None = None, device_memory: DeviceMemory | None = None) -> Session:
+                bound: Bound | None = None, device_memory: DeviceMemory | None = None,
+                executed: Graph | None = None) -> Session:
     """A session stamped now, with this machine's software versions; `environment` adds to them
     (the engine passes the GPU, its driver and CUDA). `collected`: the collectors' records of a
     measured run (see `vmexplorer.records.collected`), checked against the timeline. `bound`: the
     plan's graph and capacity against `simulator.bound.lower_bound` (under the cost model it used); a
     measured session given none gets `bound_for` its plan under its `cost_model`, as every run is held
     against the bound (its simulated kin are made where the bound is at hand, and some many times a
-    second), and no bound without a cost model: a measured run is judged by its own GPU's."""
+    second), and no bound without a cost model: a measured run is judged by its own GPU's. `executed`: the
+    caller's `timing_graph` of the plan under `cost_model`, where it has worked it out (its pool placed
+    once, not again for the session's time split)."""
     graph = graph.sized_for(plan.planned_with)
     check_matches(graph, plan)
     check_collected(collected, timeline)
@@ -113,7 +116,10 @@ def new_session(graph: Graph, plan: Plan, timeline: Timeline, cost_model: CostMo
            "platform": platform.platform(), "numpy": np.__version__}
     env.update(environment or {})
     created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return Session(graph, plan, timeline, cost_model, env, tuple(notes), created, collected, bound, device_memory)
+    session = Session(graph, plan, timeline, cost_model, env, tuple(notes), created, collected, bound, device_memory)
+    if executed is not None:
+        vars(session)["_executed"] = executed  # `cached_property` keeps its value there
+    return session
 
 
 def bound_for(graph: Graph, plan: Plan, cost_model: CostModel | None = None) -> Bound | None:

@@ -242,9 +242,10 @@ class AppState(param.Parameterized):
         was = self._unedited[0]
         if was is None or was[0] is not loaded or was[1] != cost.name:
             g = loaded.graph
+            executed = timing_graph(g, loaded.plan, cost)
             self._unedited = ((loaded, cost.name), new_session(
-                g, loaded.plan, simulate(g, loaded.plan, cost, timing_graph(g, loaded.plan, cost)), cost,
-                notes=[f"the plan before the edits, simulated with {cost.name}"]))
+                g, loaded.plan, simulate(g, loaded.plan, cost, executed), cost,
+                notes=[f"the plan before the edits, simulated with {cost.name}"], executed=executed))
         return self._unedited[1]
 
     def unedited_kept(self) -> tuple[str, Session] | None:
