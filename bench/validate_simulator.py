@@ -77,8 +77,13 @@ class Gpu:
     # cuDNN's plans timed per convolution (bench/gpu/conv_workspaces.py --plans), a file in `results`: its
     # models' convolutions are timed by the workspaces their runs gave them (`timed_by_workspace`)
     plans_name: str = ""
-    # how the engine that recorded it cut workspaces to its pool (`plan.pool.executed_graph`'s `cut`)
-    cut: bool | None = None
+    # until when (a session's `created`, ISO UTC) its engine cut workspaces to its pool by placing the
+    # others anew first (`plan.pool.run_pool`'s `cut` True: fb75d65's engine); later, as the engine does now
+    cut_anew_until: str = ""
+
+    def cut(self, s: Session) -> bool | None:
+        """How the engine that recorded `s` cut workspaces to its pool (`plan.pool.executed_graph`'s `cut`)."""
+        return True if s.created < self.cut_anew_until else None
 
     @property
     def passes_dir(self) -> Path:
@@ -112,9 +117,11 @@ class Gpu:
 
 
 H100 = Gpu("H100", "", ROOT / "bench" / "results" / "h100", settled_on=7)
-# every H200 sample and pass was recorded at fb75d65, whose pools placed the others anew and cut the
-# workspaces to the stretches they left (`cut` True); the engine now cuts them only where that is needed
-H200 = Gpu("H200", "h200-", ROOT / "bench" / "results" / "h200", settled_on=0, plans_name="conv_plans.json", cut=True)
+# the H200's uvm passes were recorded at fb75d65, whose pools placed the others anew and cut the workspaces
+# to the stretches they left; from 718b054 (committed 2026-11-28T18:25:09Z) the engine cuts them only where
+# that is needed (its swap passes were recorded again at b020eb6)
+H200 = Gpu("H200", "h200-", ROOT / "bench" / "results" / "h200", settled_on=0, plans_name="conv_plans.json",
+           cut_anew_until="2026-11-28T18:25:09Z")
 GPUS = (H200, H100)
 # the H200's swap sessions (bench/gpu/record_samples.py --set h200 --mechanism swap)
 H200_SWAP = replace(H200, mechanism="swap", passes_name="passes_swap", log_name="record_samples_swap.json")
@@ -201,7 +208,7 @@ def timed_by_workspace(cost: CostModel, device: Session, gpu: Gpu) -> CostModel:
 
 def executed(s: Session, gpu: Gpu) -> Graph:
     """The graph `s`'s run executed: its workspaces as the recording engine's pool cut them."""
-    return executed_graph(s.graph, s.plan, cut=gpu.cut)
+    return executed_graph(s.graph, s.plan, cut=gpu.cut(s))
 
 
 def predicted_ms(s: Session, cost: CostModel, gpu: Gpu) -> float:
