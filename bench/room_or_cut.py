@@ -7,8 +7,8 @@ convolutions' workspaces are cut to the stretches the others leave them (`polici
 model that times a convolution by its workspace (the H200 samples' models: `CostModel.workspace_ns`),
 both are tried and the faster kept; without one, less room always. For each configuration of the H200's
 swap samples: the plan made each way, simulated under the H200 model (its convolutions in the workspaces
-its pool gives them), beside the sample's measured time. The samples were recorded at fb75d65, whose
-engine cut workspaces first, so they measure the "cut" way at the room that rule planned with.
+its pool gives them), beside the sample's measured time. The swap samples were recorded at b020eb6,
+whose engine planned as `compile_plan` does here: each measures the way chosen, at the room chosen.
 """
 
 from __future__ import annotations

@@ -60,6 +60,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+CONV_PLANS = ROOT / "bench" / "results" / "h200" / "conv_plans.json"  # cuDNN's plans timed (conv_workspaces.py --plans)
 FIFTY = [(m, b, p, 50 if p != "device" else None) for m, b in (("alexnet", 256), ("vgg19", 64), ("resnet50", 64))
          for p in ("device", "uvm", "autovm")]
 SWEEP = [("vgg19", 64, p, pct) for pct in (30, 40, 60, 75, 90) for p in ("uvm", "autovm")]
@@ -102,11 +103,14 @@ def record(model: str, batch: int, policy: str, pct: int | None, out: Path, iter
 
 
 def calibrated(device: Path, paging: Path, out: Path) -> dict:
-    """`vmexplorer calibrate` of a paging session on its model's `device` session, into out/cost_models/."""
+    """`vmexplorer calibrate` of a paging session on its model's `device` session, into out/cost_models/,
+    its convolutions timed by their workspace from the H200's table of cuDNN's plans (`--conv-plans`), so
+    that the plans made with it choose less room or cut workspaces by time (`policies.fit_pool`), as the
+    app's plans do under the samples' models (before b020eb6's recordings it had none: they chose less room)."""
     target = out / "cost_models" / paging.name.replace(".measured.vms", ".calibrated.vms")
     target.parent.mkdir(exist_ok=True)
     cmd = [sys.executable, "-m", "vmexplorer", "calibrate", str(paging), "--device", str(device),
-           "--out", str(target), "--force", "--format", "json"]
+           "--out", str(target), "--force", "--format", "json", "--conv-plans", str(CONV_PLANS)]
     t = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     row = {"cost_model": str(target.relative_to(out)), "exit": done.returncode,
