@@ -803,8 +803,8 @@ def within_bound17(swap: list[Config], uvm: list[Config]) -> list[str]:
             "(the sample of the best schedule):", "", *where]
     return out + (["", "What would close each missed goal:", "", *missed, "", "How much of it the copy streams' "
                    "order and a longer search would take off, and whether the bound has slack its windows alone "
-                   "cannot see, is measured in the simulator by `bench/swap_schedule_gap.py` "
-                   "(`bench/results/h200/swap_schedule_gap.md`)."] if missed else [])
+                   "cannot see, was measured in the simulator (`bench/results/h200/swap_schedule_gap.md`; "
+                   "notes/swap-schedule-gap.md)."] if missed else [])
 
 
 def close_bound17(c: Config, name: str, s: Session, rec: list[float]) -> str:
@@ -829,8 +829,9 @@ def close_bound17(c: Config, name: str, s: Session, rec: list[float]) -> str:
 
 
 def in_backward17(c: Config, target: float) -> str:
-    """What `bench/gpu/probe_optimizer_in_backward.py` measured for the configuration, where it ran: the
-    same schedule search with each layer's SGD step inside the backward."""
+    """What the H200's probe of the optimizer in the backward measured for the configuration, where it ran
+    (its result files; notes/optimizer-in-backward.md): the same schedule search with each layer's SGD step
+    inside the backward."""
     name = f"probe_optimizer_in_backward_{c.model}-b{c.batch}-tuned-swap-{c.pct}pct.json"
     path = ROOT / "bench" / "results" / "h200" / name
     if not path.is_file():
@@ -842,7 +843,7 @@ def in_backward17(c: Config, target: float) -> str:
     return (f" Part of what it loses is the update: every SGD step waits after the backward for its weights, gradients "
             "and momenta to come back (`bench/results/h200/optimizer_in_backward.md` says how long). With each "
             "step right after the backward op completing its gradient "
-            f"(`bench/optimizer_in_backward.py`), `tuned` through swap measured {ms_['in_backward']:.1f} ms against "
+            f"(notes/optimizer-in-backward.md), `tuned` through swap measured {ms_['in_backward']:.1f} ms against "
             f"{ms_['as_is']:.1f} ms for the graph as it is ({probe['processes']} processes each, medians; "
             f"{'the same weights bit for bit' if ms_['same_weights'] else 'DIFFERENT weights'} as the `device` run "
             f"after 5 iterations), {verdict}: an order the graph does not offer yet.")
@@ -914,19 +915,19 @@ def against_save_on_cpu17(swap: list[Config]) -> list[str]:
 
 
 def within_half17(rows: list[dict]) -> list[str]:
-    """The fastest swap plan whose pool holds half of save_on_cpu's peak (`bench/pool_within.py`), run beside
-    save_on_cpu in the same processes (`bench_save_on_cpu.py --within-half`)."""
+    """The fastest swap plan whose pool holds half of save_on_cpu's peak, run beside save_on_cpu in the same
+    processes: the runs of a closed investigation (notes/swap-pool-fitting.md), read from its result files."""
     ours = [r for r in rows if "pool_bytes" in r]
     chosen = {(c["model"], c["batch"]): c for c in json.loads(POOL_WITHIN.read_text())["cases"]} \
         if POOL_WITHIN.is_file() else {}
     if not ours:
         return []
     out = ["", "### At the capacity where the pool holds half of save_on_cpu's peak", "",
-           "The goal does not fix the capacity. `bench/pool_within.py` finds, for each model, the fastest swap plan "
-           "(simulated under the model's H200 `belady` swap sample's cost model) whose pool holds at most half of "
-           "save_on_cpu's peak, trying capacities from 50% of the footprint down; `bench/gpu/bench_save_on_cpu.py "
-           "--within-half` runs it beside PyTorch in the same processes (medians over them, the range in brackets). "
-           "The bound is the least any schedule could do at that capacity.", "",
+           "The goal does not fix the capacity. A closed investigation (notes/swap-pool-fitting.md) found, for each "
+           "model, the fastest swap plan (simulated under the model's H200 `belady` swap sample's cost model) whose "
+           "pool holds at most half of save_on_cpu's peak, trying capacities from 50% of the footprint down "
+           "(`bench/results/h200/pool_within_half.json`), and ran it beside PyTorch in the same processes (medians "
+           "over them, the range in brackets). The bound is the least any schedule could do at that capacity.", "",
            "| model | plan | its time | save_on_cpu, the same processes (peak) | faster? | pool | half the peak "
            "| pool within half? | taken | bound at that capacity | plan / bound |",
            "|---|---|---:|---:|---|---:|---:|---|---:|---:|---:|"]

@@ -605,7 +605,8 @@ def evidence(gpu: Gpu, samples: Sequence[Path], calibrate_on: str) -> str:
                  + "\n" + persistence(gpu))
         if gpu.name == "H200":
             text += ("\nWhat sets the two states, probed on six lease machines, and how the simulator does on a "
-                     "machine slow throughout: `bench/results/h200/eviction_states.md` (`bench/eviction_states.py`).\n")
+                     "machine slow throughout: `bench/results/h200/eviction_states.md` "
+                     "(notes/eviction-rate-states.md).\n")
     return text
 
 

@@ -16,11 +16,7 @@ lazily loaded kernel modules count in neither). Each process runs every configur
 configurations in turn, one process after another, and the figures are medians over processes.
 With --policies the engine runs those policies at --share of the footprint in the same processes,
 reporting its GPU iteration and the executor's ledger peak (managed memory has no other reading).
-With --within-half FILE (bench/pool_within.py's output) the engine also runs, in the same processes,
-each model's fastest swap plan whose pool holds at most half of save_on_cpu's peak, made again from
-the file (a plan whose pool differs from the file's stops the run), reporting its iteration, its pool
-and what cudaMemGetInfo saw the run take; the report says whether the pool is within half of the
-save_on_cpu peak measured in this run. Writes bench_save_on_cpu.txt and .json to --out.
+Writes bench_save_on_cpu.txt and .json to --out.
 """
 
 from __future__ import annotations
@@ -91,25 +87,6 @@ def engine_config(graph: Any, policy: str, share: float, iterations: int) -> dic
             "workspace_bytes": memory.workspace_bytes if memory else None}
 
 
-def within_half_config(graph: Any, choice: dict[str, Any], cost_session: str, iterations: int) -> dict[str, Any]:
-    from pool_within import pool_bytes, swap_plan
-
-    from vmexplorer.engine.executor import RunSettings, execute
-    from vmexplorer.records import summarize
-    from vmexplorer.session import load_session
-
-    plan = swap_plan(graph, choice["capacity_bytes"], choice["policy"], load_session(REPO / cost_session).cost_model)
-    if pool_bytes(graph, plan) != choice["pool_bytes"]:
-        raise RuntimeError(f"{graph.model}: the plan made again has a pool of {pool_bytes(graph, plan)} bytes, "
-                           f"not the {choice['pool_bytes']} bench/pool_within.py chose it for")
-    result = execute(graph, plan, RunSettings(iterations=iterations, warmup=2, collect=False))
-    assert result.memory is not None
-    return {"config": f"engine {choice['policy']} swap {choice['share_pct']:g}% (pool within half)",
-            "iteration_ms": summarize(graph, plan, result.timeline)["iteration_ns"] / 1e6,
-            "capacity_bytes": choice["capacity_bytes"], "pool_bytes": result.memory.pool_bytes,
-            "workspace_bytes": result.memory.workspace_bytes, "device_bytes_taken": result.memory.device_bytes_taken}
-
-
 def worker(args: argparse.Namespace, index: int) -> list[dict[str, Any]]:
     from vmexplorer.graph import build_graph
 
@@ -125,15 +102,7 @@ def worker(args: argparse.Namespace, index: int) -> list[dict[str, Any]]:
         for policy in filter(None, args.policies.split(",")):
             rows.append({"model": model, "batch": int(batch), **engine_config(graph, policy, args.share,
                                                                              args.iterations)})
-        for case in within_half_cases(args.within_half):
-            if (case["model"], case["batch"]) == (model, int(batch)) and case["best"]:
-                rows.append({"model": model, "batch": int(batch),
-                             **within_half_config(graph, case["best"], case["cost_session"], args.iterations)})
     return rows
-
-
-def within_half_cases(path: str) -> list[dict[str, Any]]:
-    return json.loads(Path(path).read_text())["cases"] if path else []
 
 
 def summarise(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -161,30 +130,11 @@ def report(rows: list[dict[str, Any]], env: dict[str, str], args: argparse.Names
         if "max_allocated_bytes" in r:
             mem = (f"{r['max_allocated_bytes'] / GiB:10.2f} GiB {r['max_reserved_bytes'] / GiB:9.2f} GiB "
                    f"{r['mem_get_info_taken_bytes'] / GiB:11.2f} GiB")
-        elif "pool_bytes" in r:
-            mem = f"{'pool':>9s} {r['pool_bytes'] / GiB:.2f} GiB {'':>13s} {r['device_bytes_taken'] / GiB:11.2f} GiB"
         else:
             mem = f"{'ledger peak':>14s} {(r['ledger_peak_bytes'] or 0) / GiB:9.2f} GiB {'(managed)':>15s}"
         lines.append(f"{r['model'] + ' b' + str(r['batch']):14s} {r['config']:40s} {r['iteration_ms']:7.1f} ms "
                      f"{mem} {per}")
-    return "\n".join(lines + within_half_verdicts(rows)) + "\n"
-
-
-def within_half_verdicts(rows: list[dict[str, Any]]) -> list[str]:
-    """Each within-half engine row against this run's save_on_cpu: faster, and the pool within half."""
-    out = []
-    for r in rows:
-        theirs = next((t for t in rows if (t["model"], t["batch"]) == (r["model"], r["batch"])
-                       and t["config"].startswith("pytorch save_on_cpu")), None)
-        if "pool_bytes" not in r or theirs is None:
-            continue
-        half = theirs["max_allocated_bytes"] / 2
-        out.append(f"{r['model']} b{r['batch']}: {r['config']} {r['iteration_ms']:.1f} ms against save_on_cpu's "
-                   f"{theirs['iteration_ms']:.1f} ms ({theirs['iteration_ms'] / r['iteration_ms']:.2f}x faster"
-                   f"{'' if r['iteration_ms'] < theirs['iteration_ms'] else ': NOT faster'}); pool "
-                   f"{r['pool_bytes'] / GiB:.2f} GiB against half its peak {half / GiB:.2f} GiB "
-                   f"({'within' if r['pool_bytes'] <= half else 'OVER'})")
-    return [""] + out if out else []
+    return "\n".join(lines) + "\n"
 
 
 def environment() -> dict[str, str]:
@@ -202,7 +152,6 @@ def main() -> int:
     ap.add_argument("--processes", type=int, default=3)
     ap.add_argument("--policies", default="", help="engine policies to run beside, e.g. autovm,belady")
     ap.add_argument("--share", type=float, default=0.5, help="the engine policies' capacity, of the footprint")
-    ap.add_argument("--within-half", default="", help="bench/pool_within.py's JSON: run its plans beside")
     ap.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "bench" / "results" / "h200"))
     ap.add_argument("--worker", type=int, default=-1, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -212,8 +161,7 @@ def main() -> int:
     runs = []
     for p in range(args.processes):
         cmd = [sys.executable, str(HERE), "--worker", str(p), "--cases", args.cases, "--iterations",
-               str(args.iterations), "--policies", args.policies, "--share", str(args.share),
-               "--within-half", args.within_half]
+               str(args.iterations), "--policies", args.policies, "--share", str(args.share)]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"process {p} failed ({done.returncode}):\n{done.stderr[-3000:]}")
