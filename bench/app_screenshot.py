@@ -1,6 +1,6 @@
 """The README's picture of the app: the first screen a visitor sees, taken in headless Chromium.
 
-    python bench/app_screenshot.py [--out docs/app.png] [--size 1280x720] [--query "?projector=1"]
+    python -m bench.app_screenshot [--out docs/app.png] [--size 1280x720] [--query "?projector=1"]
 
 Serves this checkout's app (`python -m vmexplorer serve`, as the README starts it) on a free loopback
 port, opens /app at the size asked, waits until the timeline has painted and the page is quiet, and
@@ -16,8 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_page import CHROMIUM, CHROMIUM_ARGS, DRAWN_TIMEOUT_MS, ROOT, TIMELINE_DRAWN, served  # noqa: E402
+from bench.bench_page import CHROMIUM, CHROMIUM_ARGS, DRAWN_TIMEOUT_MS, ROOT, TIMELINE_DRAWN, served
 
 QUIET_MS = 2_000  # after the timeline paints: the tables and tabs below it fill in
 

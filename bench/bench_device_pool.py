@@ -1,7 +1,7 @@
 """The `device` run in its footprint, and what discarding dead pages costs or saves the paging policies.
 
-    python3 bench/bench_device_pool.py memory [--cases alexnet:256,vgg19:64,resnet50:64]
-    python3 bench/bench_device_pool.py paging [--case vgg19:64] [--share 0.5] [--policies uvm,autovm]
+    python3 -m bench.bench_device_pool memory [--cases alexnet:256,vgg19:64,resnet50:64]
+    python3 -m bench.bench_device_pool paging [--case vgg19:64] [--share 0.5] [--policies uvm,autovm]
                                               [--processes 3] [--iterations 4]
 
 memory: per case, `device` runs twice in one process (the first loads cuDNN's plans and CuPy's kernels,
@@ -27,10 +27,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from vmexplorer.graph import build_graph
+from vmexplorer.units import format_bytes
 
-from vmexplorer.graph import build_graph  # noqa: E402
-from vmexplorer.units import format_bytes  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def memory(cases: str) -> tuple[list[str], list[dict]]:
@@ -84,8 +84,9 @@ def paging(case: str, share: float, policies: str, processes: int, iterations: i
     for round_ in range(processes):
         for policy in policies.split(","):
             for discard in (True, False):
-                out = subprocess.run([sys.executable, __file__, "one", model, batch, policy, str(share),
-                                      str(int(discard)), str(iterations)], capture_output=True, text=True)
+                out = subprocess.run([sys.executable, "-m", "bench.bench_device_pool", "one", model, batch, policy,
+                                      str(share), str(int(discard)), str(iterations)], capture_output=True, text=True,
+                                     cwd=ROOT)
                 if out.returncode:
                     print(out.stderr[-2000:], file=sys.stderr)
                     raise SystemExit(f"{policy} discard={discard} failed")
@@ -127,7 +128,7 @@ def main() -> int:
     env = gpu.environment()
     header = (f"# bench_device_pool {args.mode} on {env.get('gpu')}, driver {env.get('cuda_driver')}, "
               f"cupy {env.get('cupy')}")
-    out = Path(os.environ.get("OUT") or Path(__file__).resolve().parent / "results" / "h200")
+    out = Path(os.environ.get("OUT") or ROOT / "bench" / "results" / "h200")
     out.mkdir(parents=True, exist_ok=True)
     (out / f"bench_device_pool_{args.mode}.txt").write_text("\n".join([header, *lines]) + "\n")
     (out / f"bench_device_pool_{args.mode}.json").write_text(json.dumps({"environment": env, "rows": rows}, indent=1))

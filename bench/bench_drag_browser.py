@@ -1,7 +1,7 @@
 """Drag a prefetch marker with the mouse in the served app, in headless Chromium (Debian's), and time
 the server's answer as the page shows it.
 
-    python bench/bench_drag_browser.py [--drags 10] [--root DIR]
+    python -m bench.bench_drag_browser [--drags 10] [--root DIR]
 
 Serves `vmexplorer/app.py` of `--root` (default: this checkout) with `panel serve`, opens it in one
 page (1280x720) and drags, `--drags` times, a prefetch marker of the timeline (the renderer named
@@ -31,9 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_page import CHROMIUM, CHROMIUM_ARGS, ROOT, TIMELINE_DRAWN, served  # noqa: E402
+from bench.bench_page import CHROMIUM, CHROMIUM_ARGS, ROOT, TIMELINE_DRAWN, served
 
 RESULTS = ROOT / "bench" / "results" / "bench_drag_browser.txt"
 ANSWER_TIMEOUT_MS = 10_000

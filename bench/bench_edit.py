@@ -1,6 +1,6 @@
 """Drag-to-simulate cost: re-plan a session's edited moves as `manual` and re-simulate, per model.
 
-    python bench/bench_edit.py
+    python -m bench.bench_edit
 
 Each edit moves one prefetch a step earlier (what a marker drag does), then compiles and simulates;
 prints the median and worst time over the edits. Goal (issue 5): under 300 ms for VGG-19 on a
@@ -12,14 +12,11 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
-
-from vmexplorer.graph import build_graph  # noqa: E402
-from vmexplorer.plan import Move  # noqa: E402
-from vmexplorer.policies import compile_plan  # noqa: E402
-from vmexplorer.simulator import simulate  # noqa: E402
+from vmexplorer.graph import build_graph
+from vmexplorer.plan import Move
+from vmexplorer.policies import compile_plan
+from vmexplorer.simulator import simulate
 
 CASES = [("vgg19", 64), ("resnet50", 64), ("alexnet", 256), ("resnet152", 64)]
 EDITS = 30

@@ -13,7 +13,7 @@ and runs `vmexplorer info`, `export --html`, `export --chrome-trace`, `compare F
 process of its own, measuring its peak resident memory (the child's ru_maxrss, read by a small
 intermediate process so that nothing of this one's memory is counted) and its time.
 
-    python bench/bench_hostile_sessions.py [--out bench/results/hostile_sessions.txt]
+    python -m bench.bench_hostile_sessions [--out bench/results/hostile_sessions.txt]
 """
 
 from __future__ import annotations
@@ -49,7 +49,6 @@ print(json.dumps({"rss_kib": usage.ru_maxrss, "seconds": time.monotonic() - t,
 UPLOAD = """
 import sys
 from pathlib import Path
-sys.path.insert(0, {root!r})
 from vmexplorer.ui.page import Page
 view = Page()
 path = Path(sys.argv[1])
@@ -61,7 +60,8 @@ sys.exit(2 if view.state.message else 0)
 
 
 def peak(argv: list[str]) -> dict[str, object]:
-    done = subprocess.run([sys.executable, "-c", MEASURE, *argv], capture_output=True, text=True, check=True)
+    # from the checkout's root, so that `-m vmexplorer` and the upload's `-c` import its vmexplorer
+    done = subprocess.run([sys.executable, "-c", MEASURE, *argv], capture_output=True, text=True, check=True, cwd=ROOT)
     result: dict[str, object] = json.loads(done.stdout)
     return result
 
@@ -157,7 +157,8 @@ def main() -> int:
     worst = 0.0
     with tempfile.TemporaryDirectory() as d:
         # the files are made by a child, so this process stays small
-        made = subprocess.run([sys.executable, __file__, "--make", d], capture_output=True, text=True, check=True)
+        made = subprocess.run([sys.executable, "-m", "bench.bench_hostile_sessions", "--make", d], capture_output=True,
+                              text=True, check=True, cwd=ROOT)
         out = Path(d) / "out"
         for name, path_text in json.loads(made.stdout):
             path = Path(path_text)
@@ -167,7 +168,7 @@ def main() -> int:
                      "export --chrome-trace": ["-m", "vmexplorer", "export", str(path), "--chrome-trace", str(out),
                                                "--force"],
                      "compare F F": ["-m", "vmexplorer", "compare", str(path), str(path)],
-                     "app upload": ["-c", UPLOAD.format(root=str(ROOT)), str(path)]}
+                     "app upload": ["-c", UPLOAD, str(path)]}
             for tool, argv in tools.items():
                 r = peak([sys.executable, *argv])
                 mb = int(r["rss_kib"]) / 1024  # type: ignore[call-overload]

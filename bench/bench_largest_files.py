@@ -21,7 +21,7 @@ below is grown until one step more is refused:
 Files are built from one simulated iteration, its rows repeated with times shifted (the cheapest way:
 no simulation of a thousand iterations), and written with gzip's fastest level.
 
-    python bench/bench_largest_files.py [--out bench/results/largest_files.txt] [--shape NAME ...]
+    python -m bench.bench_largest_files [--out bench/results/largest_files.txt] [--shape NAME ...]
 
 tests/session/test_largest_files.py holds the costliest shapes to the goal, with the same builder and
 measure.
@@ -46,20 +46,18 @@ from typing import Any
 
 import numpy as np
 
+from vmexplorer.graph import build_graph
+from vmexplorer.plan import Direction, MemOp, Mode, Origin
+from vmexplorer.plots.export import MAX_DRAWN_ROWS
+from vmexplorer.policies import compile_plan
+from vmexplorer.records.collected import UM_KINDS, Collected, CollectorStatus
+from vmexplorer.session import bound_for, new_session
+from vmexplorer.session import format as schema
+from vmexplorer.session.files import MAX_JSON_BYTES, MAX_VALUES
+from vmexplorer.session.session import FORMAT, SCHEMA_VERSION
+from vmexplorer.simulator import H100_DEFAULT, simulate
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # run from anywhere, as the other bench scripts are
-
-from vmexplorer.graph import build_graph  # noqa: E402
-from vmexplorer.plan import Direction, MemOp, Mode, Origin  # noqa: E402
-from vmexplorer.plots.export import MAX_DRAWN_ROWS  # noqa: E402
-from vmexplorer.policies import compile_plan  # noqa: E402
-from vmexplorer.records.collected import UM_KINDS, Collected, CollectorStatus  # noqa: E402
-from vmexplorer.session import bound_for, new_session  # noqa: E402
-from vmexplorer.session import format as schema  # noqa: E402
-from vmexplorer.session.files import MAX_JSON_BYTES, MAX_VALUES  # noqa: E402
-from vmexplorer.session.session import FORMAT, SCHEMA_VERSION  # noqa: E402
-from vmexplorer.simulator import H100_DEFAULT, simulate  # noqa: E402
-
 SECONDS, RSS_BYTES = 10.0, 2**30  # the goal, per tool and file
 TOOLS = ("info", "compare F F", "export --html", "export --chrome-trace")
 _TIMES = ("start_ns", "end_ns", "t_ns")  # the columns that are points in time: shifted when repeated

@@ -1,6 +1,6 @@
 """A bounded load test: K simulated users dragging prefetch markers on one `panel serve` process.
 
-    python bench/bench_load.py [--users 20] [--seconds 60] [--interval 3.5] [--stagger 0.5]
+    python -m bench.bench_load [--users 20] [--seconds 60] [--interval 3.5] [--stagger 0.5]
                                [--root DIR] [--profile-server FILE.prof]
                                [--hostile [--tuned-seconds S] [--upload-file FILE]]
 
@@ -92,9 +92,7 @@ import numpy as np
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_page import ROOT, served  # noqa: E402
+from bench.bench_page import ROOT, served
 
 RESULTS = ROOT / "bench" / "results" / "bench_load.txt"
 REPLY_TIMEOUT_S = 10.0  # a drag whose status comes later counts as timed out
@@ -641,7 +639,7 @@ def report(tally: Tally, samples: list[Sample], args: argparse.Namespace, hostil
             f"{max(c, default=float('nan')):.1f} s; {usage_figures(tally, samples, opened)}")
     print(line)
     if hostile is not None:
-        from load_hostile import drag_p95
+        from bench.load_hostile import drag_p95
 
         p95 = (drag_p95([d.answered_s for d in tally.drags]), drag_p95([d.answered_s for d in later]))
         line += "; " + hostile.report(samples, p95, tally.started_at,
@@ -686,8 +684,8 @@ def main() -> int:
     hostile = None
     if args.hostile:
         args.launcher = True  # the guarded routes and the websocket's message limit are `vmexplorer serve`'s
-        sys.modules.setdefault("bench_load", sys.modules[__name__])  # the helper imports this module by name
-        from load_hostile import Hostile
+        sys.modules.setdefault("bench.bench_load", sys.modules[__name__])  # the helper imports this module by name
+        from bench.load_hostile import Hostile
 
         hostile = Hostile.made(args.upload_file, args.tuned_seconds)
     elif args.tuned_seconds is not None or args.upload_file is not None:

@@ -1,7 +1,7 @@
 """Cold first load of the served app in headless Chromium (Debian's): time to the drawn timeline, and
 the bytes on the wire.
 
-    python bench/bench_page.py [--loads 5] [--gap 3] [--root DIR] [--launcher | --compress] [--profile]
+    python -m bench.bench_page [--loads 5] [--gap 3] [--root DIR] [--launcher | --compress] [--profile]
 
 Serves `vmexplorer/app.py` of `--root` (default: this checkout) with `panel serve` on a free loopback
 port, then loads the page `--loads` times, each in a fresh browser context (an empty cache), and
@@ -236,6 +236,7 @@ def report_loads(results: list[Load], how: str) -> str:
 
 def profile_build(root: Path, builds: int = 5) -> str:
     """Build the page (`ui.page.Page`) in this process: its time per build after a warm-up, and a profile of one."""
+    # --root picks the tree measured, so its vmexplorer goes first (this checkout's, run from its root, otherwise)
     sys.path.insert(0, str(root))
     from vmexplorer.ui.page import Page
 

@@ -1,6 +1,6 @@
 """How smooth pan and zoom are on the largest sample session, in headless Chromium (Debian's).
 
-    python bench/bench_pan_zoom.py [--session FILE] [--moves 60] [--all-iterations]
+    python -m bench.bench_pan_zoom [--session FILE] [--moves 60] [--all-iterations]
 
 Exports the session's timeline as the standalone HTML page (the same Bokeh figure the app shows; by
 default one iteration, the median, as the app first shows a measured session), opens it from disk,
@@ -20,13 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
+from vmexplorer.plots.export import export_html
+from vmexplorer.session import load_session
+from vmexplorer.session.iterations import iteration_view
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from vmexplorer.plots.export import export_html  # noqa: E402
-from vmexplorer.session import load_session  # noqa: E402
-from vmexplorer.session.iterations import iteration_view  # noqa: E402
-
 CHROMIUM = os.environ.get("VMEXPLORER_CHROMIUM", "/usr/bin/chromium")
 # one recorder at a time: a new gesture's recorder stops the last one's loop
 RECORD_FRAMES = ("() => { window.__frames = []; const g = (window.__gen = (window.__gen || 0) + 1); "

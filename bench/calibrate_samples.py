@@ -1,6 +1,6 @@
 """Store one cost model per GPU and model in every measured sample session of it, and the bound it gives.
 
-    python bench/calibrate_samples.py [DIR] [--check]
+    python -m bench.calibrate_samples [DIR] [--check]
 
 A configuration must read the same everywhere: the bound a class is told in the lesson, the one on the
 bars, `vmexplorer info`'s, the paging cliff's and docs/results.md's. So every sample of one GPU and model
@@ -23,14 +23,11 @@ import dataclasses
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from results_table import bound_model  # noqa: E402
-from validate_simulator import GPUS, H200_SWAP, SWAP_CALIBRATION, Gpu, named, pooled_on, timed_by_workspace  # noqa: E402
-
-from vmexplorer.session import Session, bound_for, load_session, save_session  # noqa: E402
-from vmexplorer.simulator import CostModel  # noqa: E402
-from vmexplorer.simulator.costmodel import SWAP_RATES  # noqa: E402
+from bench.results_table import bound_model
+from bench.validate_simulator import GPUS, H200_SWAP, SWAP_CALIBRATION, Gpu, named, pooled_on, timed_by_workspace
+from vmexplorer.session import Session, bound_for, load_session, save_session
+from vmexplorer.simulator import CostModel
+from vmexplorer.simulator.costmodel import SWAP_RATES
 
 ROOT = Path(__file__).resolve().parents[1]
 # the planning reports a recording stored, whose figures were the recording's cost model's

@@ -53,8 +53,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench_load import OPEN_TIMEOUT_S, Sample, Tally, User, pct, spread
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+
+from bench.bench_load import OPEN_TIMEOUT_S, Sample, Tally, User, pct, spread
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_sessions" / "resnet50-b64-uvm-50pct.measured.vms"
@@ -525,7 +526,7 @@ def build_upload(fresh: bool = False) -> tuple[list[bytes], str]:
                     f.unlink()
                 old.rmdir()
         folder.mkdir(exist_ok=True)
-        subprocess.run([sys.executable, __file__, "--make", str(folder)], check=True)
+        subprocess.run([sys.executable, "-m", "bench.load_hostile", "--make", str(folder)], cwd=ROOT, check=True)
     about = json.loads(meta.read_text())
     return [(folder / name).read_bytes() for name in about["files"]], about["about"]
 
@@ -533,9 +534,7 @@ def build_upload(fresh: bool = False) -> tuple[list[bytes], str]:
 def _make(folder: Path) -> None:
     """Build the files: the sample tiled to just under the limit on values (fewer, if the loader refuses
     that), padded with whitespace to just under the limit on bytes, gzip stored; each checked."""
-    sys.path.insert(0, str(ROOT))
-    from bench_hostile_sessions import tiled
-
+    from bench.bench_hostile_sessions import tiled
     from vmexplorer.session.files import MAX_FILE_BYTES, MAX_JSON_BYTES, MAX_VALUES, session_from_bytes
 
     target, refusals = MAX_VALUES - 150_000, []
@@ -714,4 +713,5 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--make":
         _make(Path(sys.argv[2]))
     else:
-        sys.exit(f"usage: {sys.argv[0]} --make FOLDER (bench_load.py --hostile runs the visitors)")
+        sys.exit("usage: python -m bench.load_hostile --make FOLDER "
+                 "(python -m bench.bench_load --hostile runs the visitors)")

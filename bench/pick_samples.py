@@ -1,6 +1,6 @@
 """Keep, for each sample, the recording whose iteration time is the median of its repeats.
 
-    python bench/pick_samples.py DIR [DIR ...] [--samples sample_sessions] [--log FILE] [--prefix GPU-]
+    python -m bench.pick_samples DIR [DIR ...] [--samples sample_sessions] [--log FILE] [--prefix GPU-]
                                  [--only GLOB]
 
 Each DIR is one pass of `bench/gpu/record_samples.py --out DIR`, as it wrote it (before

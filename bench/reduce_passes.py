@@ -1,6 +1,6 @@
 """Rewrite the recording passes without the collector records that nothing reads from them.
 
-    python bench/reduce_passes.py [DIR ...]     (default: every bench/results/<gpu>/passes/pass*)
+    python -m bench.reduce_passes [DIR ...]     (default: every bench/results/<gpu>/passes/pass*)
 
 `bench/gpu/record_samples.py` writes whole sessions. What is read from the passes once they are
 committed: `bench/validate_simulator.py` reads each session's graph, plan and timeline (it calibrates
@@ -32,10 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from vmexplorer.records.collected import CUPTI, PARTS, Collected, CollectorStatus, thin  # noqa: E402
-from vmexplorer.session import load_session, save_session  # noqa: E402
+from vmexplorer.records.collected import CUPTI, PARTS, Collected, CollectorStatus, thin
+from vmexplorer.session import load_session, save_session
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"  # a folder per GPU, its passes in passes/
 DROPPED = ("kernel", "memcpy", "nvml")  # the tables of `Collected` dropped, by their column prefix

@@ -1,6 +1,6 @@
 """Render what the GPU benchmarks and tests measured (bench/results/h100/*) as one Markdown page.
 
-    python bench/report_h100.py > bench/results/h100/README.md
+    python -m bench.report_h100 > bench/results/h100/README.md
 
 Every figure comes from those files, which the scripts in bench/gpu and the GPU tests wrote on the lent
 H100. The page ends with the questions closed by diagnoses since retired: the pages in notes/.
@@ -196,7 +196,6 @@ def cupti_vs_engine() -> list[str]:
     """CUPTI's bytes each way in every measured sample session against what the engine moved (the
     plan's transfers, which the capacity emulation carries out exactly) and against NVML's PCIe
     counters: how complete CUPTI's counts are."""
-    sys.path.insert(0, str(HERE.parents[2]))
     from vmexplorer.session import load_session
 
     rows = ["", "## CUPTI's migration counts in the sample sessions", "",
@@ -257,7 +256,7 @@ def passes_section() -> list[str]:
             f"Every recording behind the samples: {len(folders)} passes of `bench/gpu/record_samples.py`, a folder "
             "each with its log (`record_samples.json`). `bench/pick_samples.py` copied each configuration's median "
             "recording, whole, into `sample_sessions/`. The passes are kept reduced to what is read from them "
-            "(`python bench/reduce_passes.py`, run after `pick_samples.py`; run again it changes nothing): each "
+            "(`python -m bench.reduce_passes`, run after `pick_samples.py`; run again it changes nothing): each "
             "session's graph, plan and timeline, on which `bench/validate_simulator.py` calibrates and simulates, "
             "and CUPTI's unified-memory counts merged to one row per kind and iteration, every total kept (the "
             "shares above). Their kernel records, memory copies and NVML samples are dropped, and each session's "

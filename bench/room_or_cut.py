@@ -1,6 +1,6 @@
 """Less room or cut workspaces: what `compile_plan` chooses under swap on the H200, and what it is worth.
 
-    python bench/room_or_cut.py [--out FILE]   (default bench/results/h200/room_or_cut.txt)
+    python -m bench.room_or_cut [--out FILE]   (default bench/results/h200/room_or_cut.txt)
 
 Where a swap plan's pool outgrows its capacity, the plan is made again with less room, or the
 convolutions' workspaces are cut to the stretches the others leave them (`policies.fit_pool`). With a cost
@@ -18,14 +18,12 @@ import dataclasses
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from vmexplorer.config import Mechanism  # noqa: E402
-from vmexplorer.graph import build_graph  # noqa: E402
-from vmexplorer.plan.pool import executed_graph  # noqa: E402
-from vmexplorer.session import load_session  # noqa: E402
-from vmexplorer.session.planned import Config, plan_for  # noqa: E402
-from vmexplorer.simulator import CostModel, simulate  # noqa: E402
+from vmexplorer.config import Mechanism
+from vmexplorer.graph import build_graph
+from vmexplorer.plan.pool import executed_graph
+from vmexplorer.session import load_session
+from vmexplorer.session.planned import Config, plan_for
+from vmexplorer.simulator import CostModel, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = [("vgg19", 64, pct) for pct in (50, 60, 75, 90)] + [("alexnet", 256, 50), ("resnet50", 64, 50)]

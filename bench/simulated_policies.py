@@ -1,8 +1,8 @@
 """Every policy on one model, batch and capacity, simulated side by side in one run.
 
-    python bench/simulated_policies.py --model vgg19 --batch 64 --capacity 50%
-    python bench/simulated_policies.py --out bench/results/simulated_policies.md
-    python bench/simulated_policies.py --readme docs/results.md   # regenerate the table in docs/results.md
+    python -m bench.simulated_policies --model vgg19 --batch 64 --capacity 50%
+    python -m bench.simulated_policies --out bench/results/simulated_policies.md
+    python -m bench.simulated_policies --readme docs/results.md   # regenerate the table in docs/results.md
 
 The figures come from the simulator's uncalibrated H100 cost model (vmexplorer/simulator/costmodel.py) until
 measured sessions calibrate it; the table says which cost model made it. Each case is held against its
@@ -110,7 +110,7 @@ def main() -> int:
     cases = [(args.model, args.batch, args.capacity)] if args.model else CASES
     body = "\n\n".join(table(*c) for c in cases)
     body += f"\n\nSimulated with the `{H100_DEFAULT.name}` cost model; regenerate with " \
-            "`python bench/simulated_policies.py --readme docs/results.md`."
+            "`python -m bench.simulated_policies --readme docs/results.md`."
     print(body)
     if args.out:
         args.out.write_text(body + "\n")

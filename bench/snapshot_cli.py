@@ -6,9 +6,9 @@ stdout, stderr and a digest of every file it wrote; then re-saves every sample s
 loader and the writer and records a digest of the bytes. Run it before a change and after, and
 compare:
 
-    python bench/snapshot_cli.py --out /tmp/before.json
+    python -m bench.snapshot_cli --out /tmp/before.json
     ...change...
-    python bench/snapshot_cli.py --out /tmp/after.json && cmp /tmp/before.json /tmp/after.json
+    python -m bench.snapshot_cli --out /tmp/after.json && cmp /tmp/before.json /tmp/after.json
 
 What differs between two runs of the same code is normalised, and only that: a session's `created`
 time, Bokeh's random element ids in an HTML export, and the temporary folder's name.
@@ -109,8 +109,7 @@ def digest(data: bytes) -> str:
 
 
 def resaved_samples() -> dict[str, str]:
-    sys.path.insert(0, str(ROOT))
-    from vmexplorer.session import load_session, session_to_bytes  # noqa: PLC0415 (after the path)
+    from vmexplorer.session import load_session, session_to_bytes
 
     return {s.name: digest(session_to_bytes(load_session(s))) for s in SAMPLES}
 

@@ -1,6 +1,6 @@
 """Check the simulator against the measured sample sessions, on a CPU, from the sessions alone.
 
-    python bench/validate_simulator.py [--calibrate-on uvm|autovm] [--samples DIR] [--out FILE]
+    python -m bench.validate_simulator [--calibrate-on uvm|autovm] [--samples DIR] [--out FILE]
                                        [--readme docs/results.md [--check]]
 
 Per GPU (`GPUS`: each GPU's samples in DIR by their names, bench/pick_samples.py's, its recording
@@ -34,24 +34,22 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from vmexplorer.config import share_of_footprint  # noqa: E402
-from vmexplorer.graph import Graph  # noqa: E402
-from vmexplorer.plan import Direction, MemOp, Mode  # noqa: E402
-from vmexplorer.plan.pool import executed_graph  # noqa: E402
-from vmexplorer.plan.stays import elided  # noqa: E402
-from vmexplorer.policies import non_default_options  # noqa: E402
-from vmexplorer.records.spans import Timeline, timed_only  # noqa: E402
-from vmexplorer.session import Session, load_session  # noqa: E402
-from vmexplorer.simulator import (  # noqa: E402
+from vmexplorer.config import share_of_footprint
+from vmexplorer.graph import Graph
+from vmexplorer.plan import Direction, MemOp, Mode
+from vmexplorer.plan.pool import executed_graph
+from vmexplorer.plan.stays import elided
+from vmexplorer.policies import non_default_options
+from vmexplorer.records.spans import Timeline, timed_only
+from vmexplorer.session import Session, load_session
+from vmexplorer.simulator import (
     H100_DEFAULT,
     calibrate,
     simulate,
 )
-from vmexplorer.simulator.calibrate import Eviction, evictions  # noqa: E402
-from vmexplorer.simulator.costmodel import CostModel, fault_rates_by_kind_text, pooled  # noqa: E402
-from vmexplorer.simulator.workspaces import workspace_ns  # noqa: E402
+from vmexplorer.simulator.calibrate import Eviction, evictions
+from vmexplorer.simulator.costmodel import CostModel, fault_rates_by_kind_text, pooled
+from vmexplorer.simulator.workspaces import workspace_ns
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL = 0.10
@@ -757,7 +755,7 @@ def main() -> int:
         new = before + start + "\n" + text("###") + end + rest.split(end, 1)[1]
         if args.check:
             print("up to date" if new == readme
-                  else f"out of date: run python bench/validate_simulator.py --readme {args.readme}")
+                  else f"out of date: run python -m bench.validate_simulator --readme {args.readme}")
             return 0 if new == readme else 1
         args.readme.write_text(new)
     full = text("##", full=True)

@@ -6,14 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from scripts import bench_script
+from bench import pick_samples
 
 ROOT = Path(__file__).resolve().parents[1]
 DEVICE, SWAP = "vgg19-b64-device.measured.vms", "vgg19-b64-tuned-swap-50pct.measured.vms"
-
-
-def _script():
-    return bench_script("pick_samples")
 
 
 def _passes(tmp_path: Path, iteration_ms: list[float]) -> list[Path]:
@@ -36,7 +32,8 @@ def test_the_sample_kept_is_the_recording_with_the_median_iteration_time(tmp_pat
     samples, log = tmp_path / "samples", tmp_path / "log.json"
     samples.mkdir()
     passes = _passes(tmp_path, [30.0, 10.0, 20.0])
-    assert _script().main([*map(str, passes), "--samples", str(samples), "--log", str(log), "--prefix", "h200-"]) == 0
+    argv = [*map(str, passes), "--samples", str(samples), "--log", str(log), "--prefix", "h200-"]
+    assert pick_samples.main(argv) == 0
     assert (samples / f"h200-{SWAP}").read_text() == "pass 3"
     assert {e["session"]: e["kept_pass"] for e in json.loads(log.read_text())} == {f"h200-{DEVICE}": 3,
                                                                                    f"h200-{SWAP}": 3}
@@ -47,8 +44,8 @@ def test_only_picks_the_configurations_it_names_and_leaves_the_others_samples_un
     samples.mkdir()
     (samples / f"h200-{DEVICE}").write_text("picked from the uvm passes")
     passes = _passes(tmp_path, [30.0, 10.0, 20.0])
-    assert _script().main([*map(str, passes), "--samples", str(samples), "--log", str(log), "--prefix", "h200-",
-                           "--only", "*-swap-*"]) == 0
+    assert pick_samples.main([*map(str, passes), "--samples", str(samples), "--log", str(log), "--prefix", "h200-",
+                              "--only", "*-swap-*"]) == 0
     assert (samples / f"h200-{DEVICE}").read_text() == "picked from the uvm passes"
     assert (samples / f"h200-{SWAP}").read_text() == "pass 3"
     assert [e["session"] for e in json.loads(log.read_text())] == [f"h200-{SWAP}"]

@@ -16,8 +16,8 @@ RESULTS = "docs/results.md"
 
 
 @pytest.mark.parametrize("command", [
-    ["bench/results_table.py", "--check"],  # its default is docs/results.md
-    ["bench/validate_simulator.py", "--readme", RESULTS, "--check"],
+    ["-m", "bench.results_table", "--check"],  # its default is docs/results.md
+    ["-m", "bench.validate_simulator", "--readme", RESULTS, "--check"],
 ], ids=["measured results table", "simulator validation"])
 def test_a_generated_section_of_the_results_matches_its_script(command: list[str]) -> None:
     done = subprocess.run([sys.executable, *command], cwd=ROOT, capture_output=True, text=True, timeout=600)

@@ -7,22 +7,18 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-from scripts import bench_script
 
+from bench import reduce_passes
 from vmexplorer.session import load_session
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_sessions" / "vgg19-b64-uvm-50pct.measured.vms"  # a whole recording
 
 
-def _script():
-    return bench_script("reduce_passes")
-
-
 def test_a_reduced_recording_keeps_its_timeline_and_every_unified_memory_figure(tmp_path: Path) -> None:
     path = tmp_path / SAMPLE.name
     shutil.copyfile(SAMPLE, path)
-    assert _script().reduce_file(path)
+    assert reduce_passes.reduce_file(path)
     whole, reduced = load_session(SAMPLE), load_session(path)
     assert np.array_equal(whole.timeline.op_end_ns, reduced.timeline.op_end_ns)
     assert whole.plan.memops == reduced.plan.memops
@@ -36,7 +32,7 @@ def test_a_reduced_recording_keeps_its_timeline_and_every_unified_memory_figure(
 def test_a_reduced_recording_names_each_dropped_table_so_its_zeros_are_not_read_as_none(tmp_path: Path) -> None:
     path = tmp_path / SAMPLE.name
     shutil.copyfile(SAMPLE, path)
-    _script().reduce_file(path)
+    reduce_passes.reduce_file(path)
     c = load_session(path).collected
     assert c is not None
     assert len(c.kernel_start_ns) == len(c.memcpy_bytes) == len(c.nvml_t_ns) == 0 and c.kernel_names == ()
@@ -49,7 +45,6 @@ def test_a_reduced_recording_names_each_dropped_table_so_its_zeros_are_not_read_
 def test_reducing_a_reduced_recording_changes_nothing(tmp_path: Path) -> None:
     path = tmp_path / SAMPLE.name
     shutil.copyfile(SAMPLE, path)
-    script = _script()
-    assert script.reduce_file(path)
+    assert reduce_passes.reduce_file(path)
     once = path.read_bytes()
-    assert not script.reduce_file(path) and path.read_bytes() == once
+    assert not reduce_passes.reduce_file(path) and path.read_bytes() == once

@@ -6,19 +6,15 @@ by the mechanism alone."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from bench import results_table, validate_simulator
+from vmexplorer.config import Mechanism
+from vmexplorer.session import load_session
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))  # the scripts import each other as the bench/ folder's modules
-
-import results_table  # noqa: E402
-import validate_simulator  # noqa: E402
-
-from vmexplorer.config import Mechanism  # noqa: E402
-from vmexplorer.session import load_session  # noqa: E402
 
 PASS1 = ROOT / "bench" / "results" / "h200" / "passes_swap" / "pass1"
 needs_pass1 = pytest.mark.skipif(not PASS1.is_dir(), reason="no H200 swap pass in the repo")

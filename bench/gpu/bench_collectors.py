@@ -1,7 +1,7 @@
 """Collectors on the GPU, in one process: what they cost, what CUPTI counts against the plan, and how
 large a long session is.
 
-    python3 bench/gpu/bench_collectors.py [--iterations 6] [--reps 5] [--long 20]
+    python3 -m bench.gpu.bench_collectors [--iterations 6] [--reps 5] [--long 20]
                                           [--policies device,uvm,autovm] [--into FILE]
 
 1. Overhead. VGG-19 b64 under `device` (whole footprint), `uvm` and `autovm` at 50%, three ways taking
@@ -31,15 +31,13 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from vmexplorer.engine.executor import RunSettings, execute, measured_session  # noqa: E402
-from vmexplorer.graph import build_graph  # noqa: E402
-from vmexplorer.plan import Direction, Mode  # noqa: E402
-from vmexplorer.policies import compile_plan  # noqa: E402
-from vmexplorer.records import summarize  # noqa: E402
-from vmexplorer.records.collected import collected_summary, migration_shares, per_op  # noqa: E402
-from vmexplorer.session import save_session  # noqa: E402
+from vmexplorer.engine.executor import RunSettings, execute, measured_session
+from vmexplorer.graph import build_graph
+from vmexplorer.plan import Direction, Mode
+from vmexplorer.policies import compile_plan
+from vmexplorer.records import summarize
+from vmexplorer.records.collected import collected_summary, migration_shares, per_op
+from vmexplorer.session import save_session
 
 WAYS = ("counted after", "none", "counted throughout")  # the first paging run of the process counts after
 

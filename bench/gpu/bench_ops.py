@@ -1,6 +1,6 @@
 """The CUDA fast paths of the memory-bound ops against the generic cupy path, on the models' own shapes.
 
-    python3 bench/gpu/bench_ops.py [--cases vgg19:64,resnet50:64] [--repeats 10] [--detail]
+    python3 -m bench.gpu.bench_ops [--cases vgg19:64,resnet50:64] [--repeats 10] [--detail]
 
 For each op kind with a fast path (relu, max_pool2d, batch_norm2d, add, sgd_momentum and the
 backwards), every distinct (operand shapes, attrs) signature in the model's training graph is run on
@@ -23,10 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from vmexplorer.graph import build_graph  # noqa: E402
-from vmexplorer.graph.ops import OPS, op_attrs  # noqa: E402
+from vmexplorer.graph import build_graph
+from vmexplorer.graph.ops import OPS, op_attrs
 
 KINDS = ("relu", "relu_backward", "max_pool2d", "max_pool2d_backward", "batch_norm2d", "batch_norm2d_backward",
          "add", "sgd_momentum")

@@ -1,6 +1,6 @@
 """Paging on a real GPU: `device`, `uvm` and `autovm` at a share of the footprint, side by side in one run.
 
-    python3 bench/gpu/bench_paging.py [--cases vgg19:64,resnet50:64] [--share 0.5] [--iterations 3]
+    python3 -m bench.gpu.bench_paging [--cases vgg19:64,resnet50:64] [--share 0.5] [--iterations 3]
 
 Prints measured iteration times (median over recorded iterations), the ratios uvm/autovm and
 autovm/device, the simulator's uncalibrated prediction beside each, and saves every session to $OUT
@@ -16,14 +16,12 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from vmexplorer.engine.executor import RunSettings, execute  # noqa: E402
-from vmexplorer.graph import build_graph  # noqa: E402
-from vmexplorer.policies import compile_plan  # noqa: E402
-from vmexplorer.records import summarize  # noqa: E402
-from vmexplorer.session import new_session, save_session  # noqa: E402
-from vmexplorer.simulator import simulate  # noqa: E402
+from vmexplorer.engine.executor import RunSettings, execute
+from vmexplorer.graph import build_graph
+from vmexplorer.policies import compile_plan
+from vmexplorer.records import summarize
+from vmexplorer.session import new_session, save_session
+from vmexplorer.simulator import simulate
 
 POLICIES = [("device", {}), ("uvm", {}), ("autovm", {}), ("autovm", {"tensors": "all"})]
 

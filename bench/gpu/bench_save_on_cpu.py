@@ -1,6 +1,6 @@
 """PyTorch's own answer to a small GPU, the anchor schedules are held against: save_on_cpu, side by side.
 
-    python3 bench/gpu/bench_save_on_cpu.py [--cases vgg19:64,resnet50:64,alexnet:256] [--iterations 5]
+    python3 -m bench.gpu.bench_save_on_cpu [--cases vgg19:64,resnet50:64,alexnet:256] [--iterations 5]
         [--processes 3] [--policies autovm,belady --share 0.5] [--out DIR]
 
 For each model, PyTorch eager trains the same graph as the engine (tests/gpu/reference.py's
@@ -34,15 +34,13 @@ from typing import Any
 
 HERE = Path(__file__).resolve()
 REPO = HERE.parents[2]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(REPO / "bench"))
 GiB = 1 << 30
 
 
 def torch_config(graph: Any, save_on_cpu: bool, iterations: int, warmup: int = 2) -> dict[str, Any]:
     import torch
-    from bench_speed import torch_setup
+
+    from bench.gpu.bench_speed import torch_setup
 
     gc.collect()
     torch.cuda.empty_cache()
@@ -160,9 +158,9 @@ def main() -> int:
         return 0
     runs = []
     for p in range(args.processes):
-        cmd = [sys.executable, str(HERE), "--worker", str(p), "--cases", args.cases, "--iterations",
-               str(args.iterations), "--policies", args.policies, "--share", str(args.share)]
-        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        cmd = [sys.executable, "-m", "bench.gpu.bench_save_on_cpu", "--worker", str(p), "--cases", args.cases,
+               "--iterations", str(args.iterations), "--policies", args.policies, "--share", str(args.share)]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=REPO)
         if done.returncode != 0:
             raise RuntimeError(f"process {p} failed ({done.returncode}):\n{done.stderr[-3000:]}")
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))

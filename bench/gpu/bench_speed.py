@@ -1,6 +1,6 @@
 """No paging: our engine (`device` policy) against PyTorch eager, same model, batch and precision.
 
-    python3 bench/gpu/bench_speed.py [--cases vgg19:64,resnet50:64,alexnet:256] [--iterations 10]
+    python3 -m bench.gpu.bench_speed [--cases vgg19:64,resnet50:64,alexnet:256] [--iterations 10]
         [--processes 3] [--engine new=. --engine old=.bench_before] [--autotune] [--out DIR]
 
 Each `--engine NAME=ROOT` is a tree holding a `vmexplorer` package (the working tree, or HEAD exported
@@ -37,9 +37,7 @@ def torch_setup(graph: Any, matmul_tf32: bool = False, benchmark: bool = False) 
     """One training step of `graph` in PyTorch eager from the engine's starting values."""
     import torch
 
-    sys.path.insert(0, str(REPO / "tests" / "gpu"))
-    from reference import forward_loss
-
+    from tests.gpu.reference import forward_loss
     from vmexplorer.engine.init import initial_value
     from vmexplorer.graph import Kind
 
@@ -104,6 +102,7 @@ def engine_ms(graph: Any, iterations: int, autotune: bool = False) -> tuple[floa
 
 def worker(root: str, cases: list[tuple[str, int]], iterations: int, autotune: bool) -> list[dict[str, Any]]:
     """One process: the engine from `root` and PyTorch, case by case."""
+    # each --engine is another tree: its vmexplorer goes before this checkout's, before anything imports one
     sys.path.insert(0, str(Path(root).resolve()))
     from vmexplorer.graph import build_graph
 
@@ -122,9 +121,9 @@ def worker(root: str, cases: list[tuple[str, int]], iterations: int, autotune: b
 
 
 def run_process(root: str, args: argparse.Namespace) -> list[dict[str, Any]]:
-    cmd = [sys.executable, str(HERE), "--worker", "--root", root, "--cases", args.cases,
+    cmd = [sys.executable, "-m", "bench.gpu.bench_speed", "--worker", "--root", root, "--cases", args.cases,
            "--iterations", str(args.iterations)] + (["--autotune"] if args.autotune else [])
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=REPO)
     if done.returncode != 0:
         raise RuntimeError(f"worker for {root} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -1,7 +1,7 @@
 """Time schedules through the swap mechanism with `vmexplorer run --mechanism swap`, each run in a process of
 its own, and hold each against its bound (`vmexplorer plan --mechanism swap`'s JSON `bound`).
 
-    python3 bench/gpu/bench_swap.py [--model vgg19] [--batch 64] [--capacity 50%] [--policies autovm,belady,tuned]
+    python3 -m bench.gpu.bench_swap [--model vgg19] [--batch 64] [--capacity 50%] [--policies autovm,belady,tuned]
                                     [--rounds 1] [--cost-model FILE] [--out DIR]
 
 `tuned` searches with `--cost-model` (default: the H200's VGG-19 b64 uvm sample, whose calibrated model holds
@@ -10,7 +10,7 @@ bound is worked out with the same model. Per run: the iteration's median over it
 pool (bytes, and how far over the capacity), what cudaMemGetInfo says the run took, and median / bound.
 Rows go to stdout as JSON lines and to DIR/bench_swap.json (DIR: $OUT, else the current folder).
 
-    python3 bench/gpu/bench_swap.py --placements
+    python3 -m bench.gpu.bench_swap --placements
 
 needs no GPU: for every configuration the H200 samples cover (AlexNet b256 and ResNet-50 b64 at 50%, VGG-19 b64
 at 50, 60, 75 and 90%) and every policy that runs through swap (tuned searching with the same cost model),

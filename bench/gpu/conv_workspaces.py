@@ -1,6 +1,6 @@
 """Every cuDNN plan of every convolution of a model, with the workspace it needs and its time.
 
-    python3 bench/gpu/conv_workspaces.py --out DIR [--models vgg19:64,resnet50:64,alexnet:256] [--plans]
+    python3 -m bench.gpu.conv_workspaces --out DIR [--models vgg19:64,resnet50:64,alexnet:256] [--plans]
 
 For each distinct convolution problem of the model's training iteration (fprop of each conv2d op; dgrad
 and wgrad of each backward), every plan cuDNN's frontend can build (TF32 allowed, nondeterministic allowed:
@@ -22,12 +22,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 MiB = 2**20
 

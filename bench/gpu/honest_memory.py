@@ -1,7 +1,7 @@
 """The memory a run takes, all in, beside its capacity; and what holding swap plans to the capacity costs.
 
-    python3 bench/gpu/honest_memory.py --out DIR [--models vgg19:64,resnet50:64,alexnet:256]
-    python3 bench/gpu/honest_memory.py --simulate     # no GPU
+    python3 -m bench.gpu.honest_memory --out DIR [--models vgg19:64,resnet50:64,alexnet:256]
+    python3 -m bench.gpu.honest_memory --simulate     # no GPU
 
 For each model: fresh `vmexplorer run`s, each in its own process as the samples are, of `device` (at the
 footprint), `belady` through uvm at 50%, and `belady` and `tuned` through swap at 50%, each searched and
@@ -23,7 +23,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 SAMPLES = ROOT / "sample_sessions"
 RUNS = (("device", "uvm", "100%"), ("belady", "uvm", "50%"), ("belady", "swap", "50%"), ("tuned", "swap", "50%"))
 MiB = 2**20

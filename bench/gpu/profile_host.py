@@ -1,6 +1,6 @@
 """Where the engine's host time goes: the Python that enqueues one iteration, op kind by op kind.
 
-    python3 bench/gpu/profile_host.py [--case resnet50:64] [--iterations 4] [--top 30]
+    python3 -m bench.gpu.profile_host [--case resnet50:64] [--iterations 4] [--top 30]
 
 A model with many small ops (ResNet-50) can leave the GPU waiting on the host. This times, per
 iteration, the host's enqueueing (the executor's step loop) against the GPU's iteration, the host time
@@ -27,7 +27,7 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--root", default=str(Path(__file__).resolve().parents[2]), help="a tree holding vmexplorer")
     args = ap.parse_args()
-    sys.path.insert(0, str(Path(args.root).resolve()))
+    sys.path.insert(0, str(Path(args.root).resolve()))  # --root picks the tree profiled: its vmexplorer first
     from vmexplorer.engine import executor
     from vmexplorer.engine.executor import RunSettings, execute
     from vmexplorer.engine.schedule import StepKind

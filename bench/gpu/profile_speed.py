@@ -1,6 +1,6 @@
 """Where the engine's time goes against PyTorch eager's, kernel by kernel and op by op, one process.
 
-    python3 bench/gpu/profile_speed.py [--cases vgg19:64,resnet50:64,alexnet:256] [--iterations 4]
+    python3 -m bench.gpu.profile_speed [--cases vgg19:64,resnet50:64,alexnet:256] [--iterations 4]
 
 Both sides run under torch.profiler (CUPTI kernel records: it sees CuPy's and cuDNN's kernels as well as
 PyTorch's). Per case it prints, per iteration: the engine's GPU time per op kind (from its own events)
@@ -23,14 +23,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_speed import torch_setup  # noqa: E402
-
-from vmexplorer.engine.executor import RunSettings, execute  # noqa: E402
-from vmexplorer.graph import build_graph  # noqa: E402
-from vmexplorer.policies import compile_plan  # noqa: E402
+from bench.gpu.bench_speed import torch_setup
+from vmexplorer.engine.executor import RunSettings, execute
+from vmexplorer.graph import build_graph
+from vmexplorer.policies import compile_plan
 
 # kernel families by name, first match wins (cuDNN's engines, cuBLAS/CUTLASS, PyTorch's and ours)
 FAMILIES = (

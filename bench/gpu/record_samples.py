@@ -1,6 +1,6 @@
 """Record the measured sample sessions on the GPU, each with `vmexplorer run` in a process of its own.
 
-    python3 bench/gpu/record_samples.py [--set fifty|sweep|all|h200] [--mechanism uvm|swap] [--iterations 5]
+    python3 -m bench.gpu.record_samples [--set fifty|sweep|all|h200] [--mechanism uvm|swap] [--iterations 5]
                                         [--out DIR] [--collectors PARTS] [--log NAME]
 
 `fifty`: AlexNet b256, VGG-19 b64 and ResNet-50 b64 under `device` (the whole footprint), `uvm` and
@@ -28,25 +28,27 @@ unified-memory counters and counts one more iteration after them (`vmexplorer ru
 samples' iteration times carry no counting cost and docs/results.md's results table is read from them.
 
 The H100 samples in the repo come from fifteen passes (`--iterations 8 --out bench/results/h100/passes/passN`,
-N = 1..15, on the device; an odd number, so each median is a recording), then, on any machine,
-`bench/pick_samples.py` (each configuration's median recording into sample_sessions/),
-`bench/calibrate_samples.py`, and `bench/reduce_passes.py` (the passes without the records nothing
-reads from them).
+N = 1..15, on the device; an odd number, so each median is a recording), then, on any machine, from the
+repository root, `python -m bench.pick_samples` (each configuration's median recording into
+sample_sessions/), `python -m bench.calibrate_samples`, and `python -m bench.reduce_passes` (the passes
+without the records nothing reads from them).
 
 The H200 samples come from seven passes of `--set h200` at the defaults (5 timed iterations after 1
 warmup, then 1 counted), one pass per device call (`--out /tmp/passN`, the folder brought back as one
 archive, the limit on files back from a call being a handful), unpacked into
-bench/results/h200/passes/passN; then `bench/pick_samples.py bench/results/h200/passes/pass* --prefix
-h200- --log bench/results/h200/record_samples.json` (sample_sessions/ holds both GPUs: the H200's
-named `h200-...`), `bench/calibrate_samples.py --glob 'h200-*'` and `bench/reduce_passes.py`.
+bench/results/h200/passes/passN; then `python -m bench.pick_samples bench/results/h200/passes/pass*
+--prefix h200- --log bench/results/h200/record_samples.json` (sample_sessions/ holds both GPUs: the
+H200's named `h200-...`), `python -m bench.calibrate_samples` (every GPU's samples at once, one cost
+model per GPU and model) and `python -m bench.reduce_passes`.
 
 The H200's swap samples come from five passes of `--set h200 --mechanism swap` at the same defaults, one
 pass per device call in the same way, unpacked into bench/results/h200/passes_swap/passN; then
-`bench/pick_samples.py bench/results/h200/passes_swap/pass* --prefix h200- --only '*-swap-*' --log
+`python -m bench.pick_samples bench/results/h200/passes_swap/pass* --prefix h200- --only '*-swap-*' --log
 bench/results/h200/record_samples_swap.json` (the passes' `device` runs, each the base of its pass's swap
-calibration, are not picked: the `device` samples stay those of the uvm passes), `bench/calibrate_samples.py
---glob 'h200-*-swap-*'` (each on its model's `device` sample and on itself, which fits its pinned copies'
-rates, as the pass calibrates `belady`) and `bench/reduce_passes.py bench/results/h200/passes_swap/pass*`.
+calibration, are not picked: the `device` samples stay those of the uvm passes),
+`python -m bench.calibrate_samples` (the pinned copies' rates fitted to each model's `device` and `belady`
+runs through swap at 50%, as the pass calibrates `belady`) and
+`python -m bench.reduce_passes bench/results/h200/passes_swap/pass*`.
 """
 
 from __future__ import annotations

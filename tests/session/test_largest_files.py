@@ -13,13 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripts import bench_script
 
+from bench import bench_largest_files as bench
 from vmexplorer.session import SessionError, session_from_bytes
 from vmexplorer.session.files import MAX_VALUES
 from vmexplorer.session.format import MAX_ITERATIONS, MAX_MEMOPS
 
-bench = bench_script("bench_largest_files")
 # the costliest of the bench's shapes: the most rows a policy's plan records (ResNet-152 under uvm at its
 # least capacity, 91 iterations), a plan of the most memory operations a file may hold, repeated as often
 # as the values allow, and the most collector records (kernels, in one iteration)
