@@ -168,7 +168,10 @@ def measure(root: Path, drags: int, seed: int) -> tuple[list[tuple[float, float]
             page.evaluate(HELPERS)
             for _ in range(drags):
                 got = drag_once(page, rng)
-                (failures.append if isinstance(got, str) else times.append)(got)  # type: ignore[operator]
+                if isinstance(got, str):
+                    failures.append(got)
+                else:
+                    times.append(got)
                 settle(page)
         finally:
             browser.close()
@@ -183,8 +186,8 @@ def main() -> int:
     args = ap.parse_args()
     root = args.root.resolve()
     times, failures, errors = measure(root, args.drags, args.seed)
-    for f in failures:
-        print("  not measured:", f)
+    for failure in failures:
+        print("  not measured:", failure)
     for e in sorted(set(errors)):
         print("  console error:", e[:300])
     if times:

@@ -194,11 +194,12 @@ def _records(tl: Any, memops: Any, with_um: bool) -> Collected:
             u_value += [1] * len(faulting)
     nvml_t = np.arange(0, int(tl.op_end_ns.max()), 1_000_000, dtype=np.int64)
     n_u, n_v = len(u_start), len(nvml_t)
+    um = [np.array(c, np.int64) for c in (u_start, u_end, u_kind, u_value)]
     status = tuple(CollectorStatus(name, True, "", 0, 0)
                    for name in ("cupti", "cupti_kernels", "cupti_um", "cupti_faults", "cupti_memcpy", "nvml"))
     return Collected(np.zeros(n_k, np.int64), k_start, k_end, np.full(n_k, 7), np.arange(n_k) % 2,
                      ("volta_sgemm_128x64_nn", "void cudnn::winograd_nonfused::winogradForwardData4x4"),
-                     np.zeros(n_u, np.int64), u_start, u_end, u_kind, u_value,
+                     np.zeros(n_u, np.int64), um[0], um[1], um[2], um[3],
                      nvml_t, np.full(n_v, 2**34), np.full(n_v, 1e9), np.full(n_v, 2e9), np.full(n_v, 87.0), status)
 
 

@@ -273,8 +273,8 @@ def main() -> int:
     args = ap.parse_args()
     root = args.root.resolve()
     results, _ = measure_loads(root, args.loads, args.compress, args.launcher, args.gap)
-    how = " (vmexplorer serve)" if args.launcher else " (gzip)" if args.compress else ""
-    lines = [report_loads(results, f"{how}, {args.gap:g} s apart")]
+    served_by = " (vmexplorer serve)" if args.launcher else " (gzip)" if args.compress else ""
+    lines = [report_loads(results, f"{served_by}, {args.gap:g} s apart")]
     if args.profile:
         lines.append(profile_build(root))
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")

@@ -44,7 +44,9 @@ def models(gpu: Gpu, folder: Path) -> dict[tuple[str, int], tuple[CostModel, lis
     out = {}
     for key, mine in by_model.items():
         device = next((p for p, s in mine if s.plan.policy == "device"), None)
-        uvm = bound_model(gpu, device, [s for _, s in mine]) if device is not None else None
+        if device is None:
+            continue
+        uvm = bound_model(gpu, device, [s for _, s in mine])
         if uvm is None:
             continue
         # "pooled over 7 recordings of ...": how many passes the model's runs came from

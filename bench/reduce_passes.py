@@ -29,6 +29,7 @@ import math
 import sys
 from dataclasses import fields, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -52,8 +53,9 @@ def reduced(collected: Collected) -> Collected | None:
     merged = thin(collected, max_rows=None, gap_ns=math.inf)
     if not full and not unnamed and len(merged.um_value) == len(collected.um_value):
         return None
-    emptied = {name: () if name == "kernel_names" else np.zeros(0, dtype=values.dtype)
-               for name, values in columns.items()}
+    # Collected's fields by name, each of its own type (the names a tuple, the columns arrays)
+    emptied: dict[str, Any] = {name: () if name == "kernel_names" else np.zeros(0, dtype=values.dtype)
+                               for name, values in columns.items()}
     status = list(collected.status)
     for table in unnamed:
         part = next(p for p in PARTS if p.table == table)

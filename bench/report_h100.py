@@ -215,7 +215,7 @@ def cupti_vs_engine() -> list[str]:
         m = session.summary
         if not m.get("bytes_to_host"):
             continue
-        gib = {k: m.get(k, 0) / 2**30 for k in ("bytes_to_host", "measured_bytes_dtoh", "bytes_to_device",
+        gib = {k: float(m.get(k, 0)) / 2**30 for k in ("bytes_to_host", "measured_bytes_dtoh", "bytes_to_device",
                                                  "measured_bytes_htod")}
         nvml = nvml_estimate(session)
         rows.append(f"| {path.name} | {gib['bytes_to_host']:.2f} GiB | {gib['measured_bytes_dtoh']:.2f} GiB "

@@ -56,7 +56,7 @@ def main() -> int:
             if sample.is_file():
                 s = load_session(sample)
                 measured = (f"room {s.plan.planned_with / s.plan.capacity:.3f}: "
-                            f"{s.summary['iteration_ns'] / 1e6:.1f} ms")
+                            f"{float(s.summary['iteration_ns']) / 1e6:.1f} ms")
             chosen, always = (planned(model, batch, pct, policy, c, cost) for c in (cost, untimed))
             lines.append(f"| {model} b{batch} {policy} swap {pct}% | {chosen} | {always} | {measured} |")
             print(lines[-1], flush=True)

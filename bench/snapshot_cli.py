@@ -26,11 +26,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted((ROOT / "sample_sessions").glob("*.vms"))
 MODELS = ("alexnet", "vgg11", "vgg19", "resnet18", "resnet50")
-POLICY_ARGS = (
+POLICY_ARGS: tuple[tuple[str, str, list[str]], ...] = (
     ("device", "100%", []),
     ("uvm", "60%", []),
     ("uvm", "75%", []),
@@ -118,7 +119,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="the snapshot, as JSON")
     args = parser.parse_args()
-    results = []
+    results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         (tmp / "moves.json").write_text(json.dumps(MOVES))

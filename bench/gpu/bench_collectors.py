@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vmexplorer.engine.executor import RunSettings, execute, measured_session
+from vmexplorer.engine.executor import RunResult, RunSettings, execute, measured_session
 from vmexplorer.graph import build_graph
 from vmexplorer.plan import Direction, Mode
 from vmexplorer.policies import compile_plan
@@ -67,10 +67,10 @@ def gaps(graph, plan, result) -> list[dict]:
              "fault_groups": int(groups[k])} for k in worst]
 
 
-def one_run(graph, plan, way: str, iterations: int) -> tuple[dict, object]:
+def one_run(graph, plan, way: str, iterations: int) -> tuple[dict, RunResult]:
     result = execute(graph, plan, settings(way, iterations))
     tl = result.timeline
-    run = {"timed_ms": summarize(graph, plan, tl)["iteration_ns"] / 1e6,
+    run = {"timed_ms": float(summarize(graph, plan, tl)["iteration_ns"]) / 1e6,
            "timed_all_ms": [round(float(x) / 1e6, 1) for x in tl.timed_ns()]}
     if tl.counted:
         run["counted_ms"] = [round(float(x) / 1e6, 1) for x in tl.iteration_ns()[tl.timed_iterations:]]
@@ -103,7 +103,7 @@ def main() -> int:
             continue
         plan = compile_plan(graph, capacity, policy)
         runs: dict[str, list[dict]] = {way: [] for way in WAYS}
-        last = None
+        last: RunResult | None = None
         for rep in range(args.reps if policy != "device" else min(args.reps, 3)):
             for way in WAYS:
                 run, result = one_run(graph, plan, way, args.iterations)
@@ -111,6 +111,7 @@ def main() -> int:
                 if way == "counted after":
                     last = result
                 print(policy, rep, way, json.dumps(run), flush=True)
+        assert last is not None  # every policy runs `counted after` at least once
         median = {way: float(np.median([r["timed_ms"] for r in rs])) for way, rs in runs.items()}
         counted = [float(np.median(r["counted_ms"])) / r["timed_ms"] - 1 for r in runs["counted after"]]
         row = {"runs": runs, "median_ms": median,

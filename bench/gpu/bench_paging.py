@@ -75,8 +75,8 @@ def main() -> int:
             share = "" if policy == "device" else f"-{int(args.share * 100)}pct"
             save_session(session, out / f"{model}-b{batch}-{name}{share}.measured.vms", force=True)
             sessions[name] = session
-            measured = summarize(graph, plan, result.timeline)["iteration_ns"] / 1e6
-            predicted = summarize(graph, plan, simulate(graph, plan))["iteration_ns"] / 1e6
+            measured = float(summarize(graph, plan, result.timeline)["iteration_ns"]) / 1e6
+            predicted = float(summarize(graph, plan, simulate(graph, plan))["iteration_ns"]) / 1e6
             times[name] = measured
             rows.append({"model": model, "batch": int(batch), "policy": name, "measured_ms": measured,
                          "simulated_ms": predicted, "wall_s": wall})

@@ -80,7 +80,7 @@ def engine_config(graph: Any, policy: str, share: float, iterations: int) -> dic
     result = execute(graph, plan, RunSettings(iterations=iterations, warmup=2, collect=False))
     memory = result.memory
     return {"config": f"engine {policy}" + ("" if policy == "device" else f" {share:.0%}"),
-            "iteration_ms": summarize(graph, plan, result.timeline)["iteration_ns"] / 1e6,
+            "iteration_ms": float(summarize(graph, plan, result.timeline)["iteration_ns"]) / 1e6,
             "capacity_bytes": capacity, "ledger_peak_bytes": memory.ledger_peak_bytes if memory else None,
             "workspace_bytes": memory.workspace_bytes if memory else None}
 

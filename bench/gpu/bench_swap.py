@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 H200_MODEL = ROOT / "sample_sessions" / "h200-vgg19-b64-uvm-50pct.measured.vms"
@@ -70,7 +71,8 @@ def placements(cost_model: Path) -> list[dict]:
     from vmexplorer.session.planned import plan_for
 
     cost = load_session(cost_model).cost_model
-    rows = []
+    assert cost is not None, f"{cost_model} carries no cost model"
+    rows: list[dict[str, Any]] = []
     for model, batch, pcts in CONFIGS:
         graph = build_graph(model, batch)
         for pct in pcts:

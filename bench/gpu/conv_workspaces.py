@@ -24,6 +24,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,6 +73,7 @@ def iteration_ms(graph, iterations: int) -> tuple[float, int]:
     began = tl.op_start_ns - tl.op_stall_ns
     lengths = [tl.op_end_ns[tl.op_iteration == i].max() - began[tl.op_iteration == i].min()
                for i in np.unique(tl.op_iteration)]
+    assert result.device_memory is not None  # a run on the GPU reads it
     return float(np.median(lengths)) / 1e6, result.device_memory.scratch_bytes
 
 
@@ -88,8 +90,8 @@ def workspace_cost(models: str, iterations: int) -> list[dict]:
         variants = (("outside (cuDNN's own choice)", build_graph(name, int(batch), workspaces=False)),
                     ("full (device at the footprint)", full.fitted(full.footprint)),
                     ("fitted to 50% of the footprint", half))
-        row = {"model": name, "batch": int(batch), "footprint_bytes": full.footprint,
-               "footprint_without_workspaces_bytes": variants[0][1].footprint}
+        row: dict[str, Any] = {"model": name, "batch": int(batch), "footprint_bytes": full.footprint,
+                               "footprint_without_workspaces_bytes": variants[0][1].footprint}
         line = f"{name} b{batch} device:"
         for label, graph in variants:
             ms, scratch = iteration_ms(graph, iterations)

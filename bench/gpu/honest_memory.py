@@ -72,14 +72,16 @@ def simulated(models: str) -> None:
                 continue
             s = load_session(path)
             g, cost, capacity = s.graph, s.cost_model, s.plan.capacity
+            assert cost is not None, f"{path.name} carries no cost model (bench/calibrate_samples.py stores one)"
             now = plan_for(s.plan.config, cost, graph=g).plan
             kept = kept_tensors(g, keep_weights=False)
             was_ms, now_ms = (float(simulate(g, p, cost).iteration_ns().max()) / 1e6 for p in (s.plan, now))
             was_pool, now_pool = (plan_pool(g, p, kept).total for p in (s.plan, now))
             bound = lower_bound(g, capacity, cost, now.mechanism).lower_bound_ns / 1e6
+            measured = float(s.summary["iteration_ns"]) / 1e6
             print(f"{model}-b{batch} {policy:6s} swap 50%: capacity {capacity / MiB:7.1f} MiB; recorded plan: pool "
                   f"{was_pool / MiB:7.1f} MiB ({was_pool / capacity - 1:+.1%}), simulated {was_ms:7.2f} ms "
-                  f"(measured {s.summary['iteration_ns'] / 1e6:7.2f} ms); plan now: room {now.planned_with / MiB:7.1f} "
+                  f"(measured {measured:7.2f} ms); plan now: room {now.planned_with / MiB:7.1f} "
                   f"MiB ({now.planned_with / capacity:.1%}), pool {now_pool / MiB:7.1f} MiB "
                   f"({now_pool / capacity - 1:+.1%}), "
                   f"simulated {now_ms:7.2f} ms (x{now_ms / was_ms:.3f}); bound {bound:.2f} ms", flush=True)

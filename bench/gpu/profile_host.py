@@ -45,14 +45,14 @@ def main() -> int:
     enqueue: list[float] = []
     issue, iteration = executor._issue, executor._iteration
 
-    def timed_issue(cp, graph_, plan_, arena, stream, step, *rest):  # type: ignore[no-untyped-def]
+    def timed_issue(cp, graph_, plan_, arena, stream, step, *rest):
         t = time.perf_counter()
         issue(cp, graph_, plan_, arena, stream, step, *rest)
         kind = graph.ops[step.index].kind if step.kind is StepKind.OP else step.kind.value
         per_kind[kind][0] += time.perf_counter() - t
         per_kind[kind][1] += 1
 
-    def timed_iteration(*a):  # type: ignore[no-untyped-def]
+    def timed_iteration(*a):
         t = time.perf_counter()
         out = iteration(*a)
         enqueue.append((time.perf_counter() - t) * 1e3)
@@ -61,7 +61,7 @@ def main() -> int:
     executor._issue, executor._iteration = timed_issue, timed_iteration
     result = execute(graph, plan, settings)
     executor._issue, executor._iteration = issue, iteration
-    gpu_ms = summarize(graph, plan, result.timeline)["iteration_ns"] / 1e6
+    gpu_ms = float(summarize(graph, plan, result.timeline)["iteration_ns"]) / 1e6
     issued = sum(v[0] for v in per_kind.values()) * 1e3 / args.iterations
     print(f"{model} b{batch}: GPU iteration {gpu_ms:.2f} ms; host enqueue per iteration "
           f"{', '.join(f'{x:.1f}' for x in enqueue)} ms, of which inside _issue {issued:.1f} ms")

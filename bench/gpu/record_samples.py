@@ -63,9 +63,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CONV_PLANS = ROOT / "bench" / "results" / "h200" / "conv_plans.json"  # cuDNN's plans timed (conv_workspaces.py --plans)
-FIFTY = [(m, b, p, 50 if p != "device" else None) for m, b in (("alexnet", 256), ("vgg19", 64), ("resnet50", 64))
-         for p in ("device", "uvm", "autovm")]
-SWEEP = [("vgg19", 64, p, pct) for pct in (30, 40, 60, 75, 90) for p in ("uvm", "autovm")]
+Case = tuple[str, int, str, int | None]  # model, batch, policy, % of the footprint (None: `device`)
+FIFTY: list[Case] = [(m, b, p, 50 if p != "device" else None)
+                     for m, b in (("alexnet", 256), ("vgg19", 64), ("resnet50", 64))
+                     for p in ("device", "uvm", "autovm")]
+SWEEP: list[Case] = [("vgg19", 64, p, pct) for pct in (30, 40, 60, 75, 90) for p in ("uvm", "autovm")]
 H200_MODELS = (("alexnet", 256, (50,)), ("vgg19", 64, (50, 60, 75, 90)), ("resnet50", 64, (50,)))
 H200_POLICIES = ("uvm", "autovm", "belady", "vdnn", "tuned")
 SWAP_POLICIES = ("belady", "autovm", "vdnn", "tuned")  # belady first: calibrated, then tuned searches with it
@@ -212,15 +214,14 @@ def main() -> int:
         (h200_swap if args.mechanism == "swap" else h200)(out, args.iterations, args.collectors, args.log)
         return 0
     todo = {"fifty": FIFTY, "sweep": SWEEP, "all": FIFTY + SWEEP}[args.set]
-    if args.mechanism == "swap":
-        todo = [(*case, "swap") for case in todo if case[2] != "uvm"]
+    if args.mechanism == "swap":  # `uvm` only runs through the driver
+        todo = [case for case in todo if case[2] != "uvm"]
     log = out / args.log
     old = json.loads(log.read_text()) if log.exists() else []
     rows: list[dict] = []
-    for case in todo:
-        model, batch, policy, pct, *mechanism = case
+    for model, batch, policy, pct in todo:
         rows.append(record(model, batch, policy, pct, out=out, iterations=args.iterations, collectors=args.collectors,
-                           mechanism=(mechanism or ["uvm"])[0]))
+                           mechanism=args.mechanism))
         keep = [r for r in old if r["session"] not in {row["session"] for row in rows}]
         log.write_text(json.dumps(keep + rows, indent=1))
     return 0

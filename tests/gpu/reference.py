@@ -64,6 +64,7 @@ def forward_loss(graph: Graph, values: dict[int, Any], masks: dict[str, Any] | N
         elif op.kind == "dropout" and masks is None:
             y = F.dropout(x[0], a["p"], training=True)
         elif op.kind == "dropout":
+            assert masks is not None  # the branch above took the other case
             mask = torch.from_numpy(masks[graph.tensors[op.writes[1]].name]).to(x[0].device).to(x[0].dtype)
             y = x[0] * mask / (1.0 - a["p"])
         elif op.kind == "add":
