@@ -518,12 +518,24 @@ def test_calibrating_with_the_gpus_timed_plans_times_each_convolution_by_its_wor
     timed = run_json(capsys, "calibrate", swap, *device, "--conv-plans", str(H200_PLANS),
                      "--out", str(tmp_path / "b.vms"))
     assert plain["ops_timed_by_workspace"] == 0 and timed["ops_timed_by_workspace"] > 0
+    from vmexplorer.graph import Kind
     from vmexplorer.session import load_session
+    from vmexplorer.simulator import simulate
 
-    assert load_session(tmp_path / "b.vms").cost_model.workspace_ns
-    # the sample's convolutions ran in workspaces its pool cut: timed by them, the model comes nearer
+    session, with_plans = load_session(swap), load_session(tmp_path / "b.vms").cost_model
+    without = load_session(tmp_path / "a.vms").cost_model
+    assert with_plans is not None and without is not None and with_plans.workspace_ns
+    # timed by the workspaces the sample's run had, the model is no further from its measurement
     measured = timed["measured_iteration_ns"]
-    assert abs(timed["simulated_iteration_ns"] - measured) < abs(plain["simulated_iteration_ns"] - measured)
+    assert abs(timed["simulated_iteration_ns"] - measured) <= abs(plain["simulated_iteration_ns"] - measured)
+    # and a run giving its convolutions almost no workspace is simulated slower under it, the same without
+    g = session.graph.sized_for(session.plan.planned_with)
+    starved = g.with_workspaces({t: 4096 for t, x in enumerate(g.tensors)
+                                 if x.kind is Kind.WORKSPACE and g.workspace_bytes[x.producer]})
+    (timed_ran, timed_short), (plain_ran, plain_short) = (
+        (simulate(g, session.plan, m).iteration_ns().max(), simulate(g, session.plan, m, starved).iteration_ns().max())
+        for m in (with_plans, without))
+    assert timed_short > timed_ran and plain_short == plain_ran
     code, out, _ = run(capsys, "calibrate", swap, *device, "--conv-plans", str(H200_PLANS),
                        "--out", str(tmp_path / "b.vms"), "--force")
     assert code == 0 and "convolutions timed by their workspace" in out
