@@ -11,10 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vmexplorer.engine.memory import ALIGN, ResourceError, check_resources, dead_bytes, layout
+from vmexplorer.engine.memory import ResourceError, check_resources, dead_bytes
 from vmexplorer.graph import WORKSPACE_FLOOR, Kind, build_graph
 from vmexplorer.plan.placement import DEVICE_ALIGN, aligned, fit_stretches, peak_bytes, plan_offsets
-from vmexplorer.plan.pool import shrunk_workspaces
+from vmexplorer.plan.placement import MANAGED_ALIGN as ALIGN
+from vmexplorer.plan.pool import layout, shrunk_workspaces
 
 GiB = 2**30
 SMALL = [("resnet18", 4, 64), ("alexnet", 8, 64), ("vgg11", 2, 64)]

@@ -4,10 +4,12 @@ from functools import cache
 
 import pytest
 
-from vmexplorer.engine.memory import ALIGN, dead_bytes, layout
+from vmexplorer.engine.memory import dead_bytes
 from vmexplorer.engine.schedule import PAGE, Ledger, StepKind, Stream, room_per_op, schedule
 from vmexplorer.graph import build_graph
 from vmexplorer.plan import Direction, Mode
+from vmexplorer.plan.placement import MANAGED_ALIGN as ALIGN
+from vmexplorer.plan.pool import layout
 from vmexplorer.policies import compile_plan
 
 

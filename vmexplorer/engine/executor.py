@@ -33,7 +33,7 @@ from ..collectors import Collector, CuptiCollector, NvmlSampler
 from ..details import memop_range_name, op_range_name
 from ..graph import Graph
 from ..graph.ops import OPS, op_attrs
-from ..plan import Direction, Mechanism, Mode, Plan
+from ..plan import Direction, Mode, Plan
 from ..plan.pool import KEPT_SUFFIXES, SwapPool, kept_tensors, run_pool
 from ..plan.validate import validate_plan
 from ..records.collected import CUPTI, PARTS
@@ -154,7 +154,7 @@ def execute(graph: Graph, plan: Plan, settings: RunSettings = RunSettings(),
     # CUPTI's unified-memory counters follow only managed memory allocated after they were first
     # enabled in the process (on the H100, a run that allocated first recorded no migration at all),
     # so the collectors start before the arena
-    managed = plan.policy != "device" and plan.mechanism is Mechanism.UVM
+    managed = plan.managed
     counts_migrations = settings.collect and any(p.counts_um and p.name in settings.collectors for p in PARTS)
     if managed and counts_migrations and settings.counted == 0 and not _PAGED_UNCOUNTED:
         # On the H100, in a process whose first paging ran under CUPTI's unified-memory counters, they

@@ -21,12 +21,9 @@ from typing import Any
 import numpy as np
 
 from ..graph import Graph
-from ..plan.placement import MANAGED_ALIGN
-from ..plan.pool import Layout, layout
+from ..plan.pool import Layout
 from ..units import format_bytes
 
-ALIGN = MANAGED_ALIGN
-__all__ = ["ALIGN", "Arena", "DeadBytes", "Layout", "ResourceError", "check_resources", "dead_bytes", "layout"]
 MANAGED_SHARE = 0.5  # managed memory stays well under the free device memory (docs/design.md's safety rule)
 DEVICE_SHARE = 0.9
 HOST_SHARE = 0.8

@@ -15,9 +15,9 @@ import numpy as np
 from ..graph import Graph
 from ..plan import Direction, Plan, PlanError
 from ..plan.placement import DEVICE_ALIGN
-from ..plan.pool import SwapPool, kept_tensors
+from ..plan.pool import Layout, SwapPool, kept_tensors, layout
 from ..units import format_bytes
-from .memory import DEVICE_SHARE, HOST_SHARE, Layout, ResourceError, available_host_bytes, layout
+from .memory import DEVICE_SHARE, HOST_SHARE, ResourceError, available_host_bytes
 
 
 def check_swap_resources(pool: int, host: int, free_device: int, available_host: int) -> None:

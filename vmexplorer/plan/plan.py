@@ -104,6 +104,12 @@ class Plan:
         return self.config.mechanism
 
     @property
+    def managed(self) -> bool:
+        """Whether a run holds its tensors in managed memory: a policy that pages, through the UVM driver
+        (`device` allocates plain device memory, as swap does its pool)."""
+        return self.policy != "device" and self.mechanism is Mechanism.UVM
+
+    @property
     def key(self) -> tuple[str, int, int]:
         return self.config.key
 

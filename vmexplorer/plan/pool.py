@@ -138,9 +138,9 @@ def run_pool(graph: Graph, plan: Plan, keep: Collection[int], cut: bool | None =
     workspaces it has: the engine allocates this, and the simulator times `executed_graph`, its graph."""
     if plan.mechanism is Mechanism.SWAP:
         return plan_pool(graph, plan, keep, cut=cut)
-    if plan.policy == "device":
-        return layout(graph, DEVICE_ALIGN, keep, pool_limit(plan.capacity), cut)
-    return layout(graph, MANAGED_ALIGN, keep)
+    if plan.managed:
+        return layout(graph, MANAGED_ALIGN, keep)
+    return layout(graph, DEVICE_ALIGN, keep, pool_limit(plan.capacity), cut)
 
 
 def executed_graph(graph: Graph, plan: Plan, keep: Collection[int] | None = None, cut: bool | None = None) -> Graph:
@@ -148,7 +148,7 @@ def executed_graph(graph: Graph, plan: Plan, keep: Collection[int] | None = None
     workspaces as large as its pool has room for. `keep`: the tensors the host reads after the iteration
     (a timed run's, if None). `cut`: as `run_pool`'s."""
     graph = graph.sized_for(plan.planned_with)
-    if plan.mechanism is not Mechanism.SWAP and plan.policy != "device":
+    if plan.managed:
         return graph  # a managed pool holds every tensor whole (`run_pool`): nothing to place
     keep = kept_tensors(graph, keep_weights=False) if keep is None else keep
     return run_pool(graph, plan, keep, cut).executed(graph)
