@@ -407,6 +407,32 @@ def test_a_run_longer_than_a_session_holds_is_refused_before_the_gpu_works(
     assert code == 2 and "would not fit in one session" in err and not (tmp_path / "big.vms").exists()
 
 
+@pytest.mark.parametrize("given, discard", [((), False), (("--dead-pages", "keep"), False),
+                                             (("--dead-pages", "discard"), True)])
+def test_run_keeps_dead_pages_on_the_device_unless_told_to_discard_them(
+        given: tuple[str, ...], discard: bool, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from vmexplorer.engine import executor, gpu
+
+    seen = []
+
+    def execute(graph: object, plan: object, settings: executor.RunSettings, **kwargs: object) -> None:
+        seen.append(settings.discard)
+        raise OSError("stopped where the GPU would start")
+
+    monkeypatch.setattr(gpu, "cupy", lambda: None)  # a GPU, as far as the checks before the run go
+    monkeypatch.setattr(executor, "execute", execute)
+    code, _, err = run(capsys, "run", *HALF, "--policy", "belady", *given, "--out", str(tmp_path / "run.vms"))
+    assert seen == [discard] and code == 2 and "stopped where the GPU would start" in err
+    assert not (tmp_path / "run.vms").exists()
+
+
+def test_run_refuses_an_unknown_way_with_dead_pages(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run(capsys, "run", *HALF, "--policy", "belady", "--dead-pages", "evict",
+                       "--out", str(tmp_path / "run.vms"))
+    assert code == 2 and "--dead-pages" in err and not (tmp_path / "run.vms").exists()
+
+
 def test_calibrate_stores_a_fitted_model_in_a_copy_of_a_measured_session(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from vmexplorer.session import load_session

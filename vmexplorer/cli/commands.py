@@ -280,7 +280,7 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
                          f"in one session: at most {fit} in all")
     settings = RunSettings(iterations=args.iterations, warmup=args.warmup, seed=args.seed,
                            allow_tf32=not args.no_tf32, autotune=args.autotune, collect=not args.no_collectors,
-                           collectors=parts, counted=args.counted)
+                           collectors=parts, counted=args.counted, discard=args.dead_pages == "discard")
     progress = (lambda i, n, loss: print(f"iteration {i}/{n}: loss {loss:.4f}", file=sys.stderr)) \
         if args.progress else None
     try:

@@ -146,6 +146,10 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-tf32", action="store_true", help="full fp32 convolutions and matmuls")
     p.add_argument("--autotune", action="store_true",
                    help="time every cuDNN plan once per shape and keep the fastest (like cudnn.benchmark)")
+    p.add_argument("--dead-pages", choices=("keep", "discard"), default="keep",
+                   help="managed memory: keep a dead tensor's pages on the device until a new tensor takes them "
+                        "over (default; the device may then hold more than the capacity), or discard them where "
+                        "the capacity has no room for them and populate new tensors in place (CUDA 13)")
     p.add_argument("--progress", action="store_true", help="print each iteration's loss on stderr")
     p.add_argument("--no-collectors", action="store_true", help="record without CUPTI and NVML")
     p.add_argument("--collectors", metavar="PARTS",
