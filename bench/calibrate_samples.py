@@ -89,7 +89,8 @@ def main() -> int:
                 if not args.check:
                     save_session(again, path, force=True)
             print(f"{gpu.name} {model} b{batch}: {len(paths)} samples, {cost.name}; eviction "
-                  f"{cost.evict_bytes_per_ns:.1f} GB/s, prefetch {cost.prefetch_bytes_per_ns:.1f} GB/s, copies "
+                  f"{cost.evict_bytes_per_ns:.1f} GB/s (the bound's {cost.fastest_evict_bytes_per_ns:.1f}), "
+                  f"prefetch {cost.prefetch_bytes_per_ns:.1f} GB/s, copies "
                   f"{cost.swap_to_host_bytes_per_ns:.1f}/{cost.swap_to_device_bytes_per_ns:.1f} GB/s")
     if args.check:
         print("up to date" if not stale else f"{len(stale)} samples do not carry their GPU's model: {', '.join(stale)}")

@@ -48,6 +48,7 @@ from bench.validate_simulator import (
     H200_SWAP,
     SWAP_CALIBRATION,
     Gpu,
+    fastest_eviction,
     median_ms,
     pooled_on,
     recordings,
@@ -137,17 +138,20 @@ class Config:
 
 def bound_model(gpu: Gpu, device: Path, mine: list[Session], uvm: CostModel | None = None) -> CostModel | None:
     """The rates every configuration of a model is held against on `gpu`: fitted to its `device` and
-    `autovm` runs at 50%, pooled over the GPU's passes; without passes, the autovm sample's own. A swap
-    set's: `uvm` (the same model's uvm bound model) with the copy rates of its swap calibration."""
+    `autovm` runs at 50%, pooled over the GPU's passes; without passes, the autovm sample's own; its
+    evictions at the fastest any of the GPU's recordings reached (`fastest_eviction`). A swap set's: `uvm`
+    (the same model's uvm bound model) with the copy rates of its swap calibration."""
     name = device.name.removeprefix(gpu.prefix)
     if gpu.mechanism == Mechanism.SWAP:
         return swap_bound_model(gpu, name, uvm)
     fitted = pooled_on(gpu.passes(), name, name.replace("-device.", "-autovm-50pct."),
                        f"{gpu.name}: device and autovm at 50%")
-    if fitted is not None:  # its convolutions timed by their workspace where the GPU has its plans timed
-        return timed_by_workspace(fitted[0], load_session(device), gpu)
-    autovm = next((s for s in mine if s.plan.policy == "autovm" and share(s) == 50), None)
-    return autovm.cost_model if autovm else None
+    model = (timed_by_workspace(fitted[0], load_session(device), gpu) if fitted is not None  # where timed per plan
+             else next((s.cost_model for s in mine if s.plan.policy == "autovm" and share(s) == 50), None))
+    if model is None:
+        return None
+    # the bound evicts at the fastest rate any recording of the GPU reached, not the average of these
+    return replace(model, evict_fastest_bytes_per_ns=max(model.fastest_evict_bytes_per_ns, fastest_eviction(gpu)))
 
 
 def swap_bound_model(gpu: Gpu, device: str, uvm: CostModel | None) -> CostModel | None:
@@ -318,7 +322,7 @@ def autovm_paragraph(rows: list[Config], h100: list[Config]) -> str:
                            for x in vgg if (b := x.best()) is not None)
     cost, out_bytes = c.cost, int(autovm.summary["bytes_to_host"])
     to_host_ms = out_bytes / cost.evict_bytes_per_ns / 1e6
-    least_out_ms = c.bound.min_bytes_to_host / cost.evict_bytes_per_ns / 1e6
+    least_out_ms = c.bound.min_bytes_to_host / cost.fastest_evict_bytes_per_ns / 1e6
     least_in_ms = c.bound.min_bytes_to_device / cost.prefetch_bytes_per_ns / 1e6
     need, _ = c.device.graph.min_capacity
     h100_text = (f" (on the H100, {ms(old.by_policy['uvm']) / ms(old.by_policy['autovm']):.2f}x)"
@@ -336,7 +340,8 @@ def autovm_paragraph(rows: list[Config], h100: list[Config]) -> str:
         f"the driver moves one direction at a time. So the {format_bytes(out_bytes)} that leave per iteration at "
         f"50% under autovm take {to_host_ms:.0f} ms by themselves, {to_host_ms / ms(c.device):.1f} times the whole "
         f"compute; even the least any schedule must move, {format_bytes(c.bound.min_bytes_to_host)} each way, "
-        f"takes {least_out_ms:.0f} ms out and {least_in_ms:.0f} ms in, so migration, not compute, sets the bound "
+        f"takes {least_out_ms:.0f} ms out (at {cost.fastest_evict_bytes_per_ns:.1f} GB/s, the fastest any recording's "
+        f"evictions reached) and {least_in_ms:.0f} ms in, so migration, not compute, sets the bound "
         f"({c.bound_ms():.0f} ms: no schedule through UVM is more than {ms(uvm) / c.bound_ms():.2f}x faster than "
         f"`uvm`). `{best_name}` comes to "
         f"{ms(best) / c.bound_ms():.2f}x of it, moving {moved(best)} where autovm moves {moved(autovm)}. On a "
@@ -426,7 +431,7 @@ def directions_ms(c: Config) -> tuple[float, float]:
     assert c.bound is not None and c.cost is not None
     cost = c.cost.for_mechanism(c.mechanism)
     into = max(cost.prefetch_bytes_per_ns, cost.fault_bytes_per_ns, *cost.fault_bytes_per_ns_by_kind.values())
-    return c.bound.min_bytes_to_host / cost.evict_bytes_per_ns / 1e6, c.bound.min_bytes_to_device / into / 1e6
+    return c.bound.min_bytes_to_host / cost.fastest_evict_bytes_per_ns / 1e6, c.bound.min_bytes_to_device / into / 1e6
 
 
 def _best_versus(c: Config, u: Config | None) -> str:
@@ -612,7 +617,7 @@ def _name(c: Config, policy: str) -> str:
 
 def _bound_parts(c: Config) -> str:
     assert c.bound is not None and c.cost is not None
-    out_ms = c.bound.min_bytes_to_host / c.cost.evict_bytes_per_ns / 1e6
+    out_ms = c.bound.min_bytes_to_host / c.cost.fastest_evict_bytes_per_ns / 1e6
     in_ms = c.bound.min_bytes_to_device / c.cost.prefetch_bytes_per_ns / 1e6
     return f"{out_ms:.0f} ms out and {in_ms:.0f} ms in at the bound's rates; compute {c.compute_ms():.1f} ms"
 

@@ -47,7 +47,7 @@ from vmexplorer.simulator import (
     calibrate,
     simulate,
 )
-from vmexplorer.simulator.calibrate import Eviction, evictions
+from vmexplorer.simulator.calibrate import Eviction, eviction_rate, evictions
 from vmexplorer.simulator.costmodel import CostModel, fault_rates_by_kind_text, pooled
 from vmexplorer.simulator.workspaces import workspace_ns
 
@@ -514,6 +514,17 @@ def alternatives(gpu: Gpu, samples: Sequence[Path], calibrate_on: str, passes: l
 
 
 BIG = 16 << 20  # evictions this large take their time in bytes, not in the call's fixed cost
+
+
+@cache
+def fastest_eviction(gpu: Gpu) -> float:
+    """The fastest rate a whole recording's big evictions reached (`calibrate.eviction_rate`) over every
+    paging recording of `gpu`'s passes through uvm: the bound's eviction rate on that GPU
+    (`CostModel.evict_fastest_bytes_per_ns`), as its evictions run faster on some machines than others."""
+    rates = [eviction_rate(s.graph, s.plan, s.timeline) for folder in gpu.passes()
+             for path in sorted(folder.glob("*pct.measured.vms")) if "-swap-" not in path.name
+             for s in [load_session(path)]]
+    return max(rates, default=0.0)
 
 
 @cache

@@ -198,11 +198,18 @@ def set_in(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
     return change
 
 
+def without_schema_13(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document without schema 13's `cost_model.evict_fastest_bytes_per_ns`."""
+    if doc["cost_model"] is not None:
+        doc["cost_model"].pop("evict_fastest_bytes_per_ns", None)
+    return doc
+
+
 def without_schema_12(doc: dict[str, Any]) -> dict[str, Any]:
-    """The document without schema 12's `cost_model.workspace_ns`."""
+    """The document without schema 12's `cost_model.workspace_ns` and schema 13's field."""
     if doc["cost_model"] is not None:
         doc["cost_model"].pop("workspace_ns", None)
-    return doc
+    return without_schema_13(doc)
 
 
 def without_schema_10(doc: dict[str, Any]) -> dict[str, Any]:
@@ -254,6 +261,8 @@ def as_version(version: int) -> Callable[[dict[str, Any]], None]:
             without_schema_10(doc)
         elif version < 12:
             without_schema_12(doc)
+        elif version < 13:
+            without_schema_13(doc)
         doc["schema_version"] = version
         if version < 6 and doc["cost_model"] is not None:
             del doc["cost_model"]["fault_bytes_per_ns_by_kind"]
@@ -798,6 +807,29 @@ def test_a_schema_11_file_loads_with_no_op_timed_by_its_workspace(session: Sessi
     as_version(11)(doc)
     assert "workspace_ns" not in doc["cost_model"]
     assert session_from_bytes(gzip.compress(json.dumps(doc).encode())).cost_model.workspace_ns == {}
+
+
+def test_the_fastest_eviction_rate_round_trips_and_a_schema_12_file_loads_with_its_fitted_rate(
+        session: Session) -> None:
+    cost = dataclasses.replace(session.cost_model or H100_DEFAULT, evict_fastest_bytes_per_ns=17.5)
+    back = session_from_bytes(session_to_bytes(dataclasses.replace(session, cost_model=cost))).cost_model
+    assert back is not None and back.evict_fastest_bytes_per_ns == 17.5
+    doc = json.loads(gzip.decompress(session_to_bytes(dataclasses.replace(session, cost_model=cost))))
+    as_version(12)(doc)
+    old = session_from_bytes(gzip.compress(json.dumps(doc).encode())).cost_model
+    assert old is not None and old.evict_fastest_bytes_per_ns == 0.0
+    assert old.fastest_evict_bytes_per_ns == old.evict_bytes_per_ns
+    doc["cost_model"]["evict_fastest_bytes_per_ns"] = 1.0
+    with pytest.raises(SessionError, match='unexpected field "evict_fastest_bytes_per_ns"'):
+        session_from_bytes(gzip.compress(json.dumps(doc).encode()))
+
+
+def test_a_negative_fastest_eviction_rate_is_refused(session: Session) -> None:
+    doc = json.loads(gzip.decompress(session_to_bytes(
+        dataclasses.replace(session, cost_model=session.cost_model or H100_DEFAULT))))
+    doc["cost_model"]["evict_fastest_bytes_per_ns"] = -1.0
+    with pytest.raises(SessionError, match="evict_fastest_bytes_per_ns is -1: expected 0 or a rate"):
+        session_from_bytes(gzip.compress(json.dumps(doc).encode()))
 
 
 @pytest.mark.parametrize("steps, says", [

@@ -169,6 +169,8 @@ def test_pooling_calibrations_takes_each_figures_median_over_the_recordings_that
     assert (pool.name, pool.evict_bytes_per_ns, pool.call_ns) == ("three recordings", 10.0, 70.0)
     assert pool.op_ns == {"a": 2.0, "b": 6.0}
     assert pool.fault_bytes_per_ns_by_kind == {"sgd_momentum": 10.0}
+    # the bound's eviction rate is the fastest recording's, not a median
+    assert pool.evict_fastest_bytes_per_ns == 12.0 and pool.fastest_evict_bytes_per_ns == 12.0
     with pytest.raises(ValueError):
         pooled([], "none")
 

@@ -110,6 +110,26 @@ def test_data_comes_in_at_the_fastest_rate_the_cost_model_knows() -> None:
     assert lower_bound(g, capacity, fast_faults, windows=False).lower_bound_ns == int(expected)
 
 
+@pytest.mark.parametrize("windows", [False, True])
+def test_data_goes_out_at_the_fastest_eviction_rate_the_gpu_showed_not_the_fitted_average(windows: bool) -> None:
+    g = graph("alexnet", 256)
+    capacity = g.footprint // 2
+    traffic = min_traffic(g, capacity)
+    fitted = lower_bound(g, capacity, H100_DEFAULT, windows=windows)
+    fast = replace(H100_DEFAULT, evict_fastest_bytes_per_ns=2 * H100_DEFAULT.evict_bytes_per_ns)
+    bound = lower_bound(g, capacity, fast, windows=windows)
+    assert bound.lower_bound_ns < fitted.lower_bound_ns
+    if not windows:
+        expected = (traffic.min_bytes_to_host / (2 * H100_DEFAULT.evict_bytes_per_ns)
+                    + traffic.min_bytes_to_device / H100_DEFAULT.prefetch_bytes_per_ns)
+        assert bound.lower_bound_ns == int(expected)
+    # a "fastest" rate below the fitted one changes nothing, and swap's copies have rates of their own
+    slower = replace(H100_DEFAULT, evict_fastest_bytes_per_ns=H100_DEFAULT.evict_bytes_per_ns / 2)
+    assert lower_bound(g, capacity, slower, windows=windows) == fitted
+    assert lower_bound(g, capacity, fast, "swap", windows=windows) == lower_bound(g, capacity, H100_DEFAULT, "swap",
+                                                                                  windows=windows)
+
+
 def test_a_faster_gpu_has_a_lower_bound_and_more_capacity_never_raises_it() -> None:
     g = graph("resnet50", 32)
     faster = replace(H100_DEFAULT, evict_bytes_per_ns=17.5, prefetch_bytes_per_ns=51.0)

@@ -140,7 +140,8 @@ def _cost_model(c: CostModel) -> dict[str, Any]:
             "serialises_directions": bool(c.serialises_directions),
             **{table: {k: float(v) for k, v in getattr(c, table).items()}
                for table in ("op_ns", "op_gap_ns", "fault_bytes_per_ns_by_kind")},
-            "workspace_ns": {k: [[int(b), float(ns)] for b, ns in steps] for k, steps in c.workspace_ns.items()}}
+            "workspace_ns": {k: [[int(b), float(ns)] for b, ns in steps] for k, steps in c.workspace_ns.items()},
+            "evict_fastest_bytes_per_ns": float(c.evict_fastest_bytes_per_ns)}
 
 
 def _collected(c: Collected) -> dict[str, Any]:
@@ -420,14 +421,13 @@ def _one_run_each(r: Reader, ops: dict[str, Any], memops: dict[str, Any], iterat
 
 
 def _read_cost_model(r: Reader, value: Any, version: int) -> CostModel:
-    """(schema 3 added `call_ns` and `op_gap_ns`; an older cost model has neither: 0 and no gaps. Schema 6
-    added `fault_bytes_per_ns_by_kind`; an older one has none: every kind faults at the one rate. Schema 7
-    added `serialises_directions`; an older one was of managed memory, whose driver does: true. Schema 12
-    added `workspace_ns`; an older one has none: no op's time depends on its workspace.)"""
+    """(Each schema's additions, missing from an older file: 3 `call_ns` (0) and `op_gap_ns` (none); 6
+    `fault_bytes_per_ns_by_kind` (none: one rate); 7 `serialises_directions` (true: the driver's); 8 the swap
+    rates (the defaults); 12 `workspace_ns` (none); 13 `evict_fastest_bytes_per_ns` (0: the fitted rate).)"""
     newer = (("call_ns", "op_gap_ns") if version >= 3 else ()) + (
         ("fault_bytes_per_ns_by_kind",) if version >= 6 else ()) + (
         ("serialises_directions",) if version >= 7 else ()) + (SWAP_RATES if version >= 8 else ()) + (
-        ("workspace_ns",) if version >= 12 else ())
+        ("workspace_ns",) if version >= 12 else ()) + (("evict_fastest_bytes_per_ns",) if version >= 13 else ())
     d = r.fields(value, "cost_model", ("name", *_COST_FIELDS, "op_ns", *newer))
 
     def number(v: Any, where: str, lo: float, hi: float, what: str) -> float:
@@ -437,12 +437,11 @@ def _read_cost_model(r: Reader, value: Any, version: int) -> CostModel:
         return x
 
     rate = (*RATE_RANGE, f"a rate from {RATE_RANGE[0]:g} to {RATE_RANGE[1]:g} per ns")
+    fixed = (0.0, FIXED_NS_MAX, f"a time from 0 to {FIXED_NS_MAX:g} ns")
     limits = {"host_block": (0.0, 1.0, "a share from 0 to 1"),
-              "launch_ns": (0.0, FIXED_NS_MAX, f"a time from 0 to {FIXED_NS_MAX:g} ns"),
-              "call_ns": (0.0, FIXED_NS_MAX, f"a time from 0 to {FIXED_NS_MAX:g} ns"),
-              "swap_call_ns": (0.0, FIXED_NS_MAX, f"a time from 0 to {FIXED_NS_MAX:g} ns")}
-    names = (*_COST_FIELDS, "call_ns") if version >= 3 else _COST_FIELDS
-    names += SWAP_RATES if version >= 8 else ()  # older: the uncalibrated defaults (CostModel's)
+              **dict.fromkeys(("launch_ns", "call_ns", "swap_call_ns"), fixed),
+              "evict_fastest_bytes_per_ns": (0.0, RATE_RANGE[1], f"0 or a rate up to {RATE_RANGE[1]:g} per ns")}
+    names = (*_COST_FIELDS, *(f for f in newer if f in (*RATES, *SWAP_RATES, "evict_fastest_bytes_per_ns")))
     rates = {f: number(d[f], f"cost_model.{f}", *limits.get(f, rate)) for f in names}
     op_time = (0.0, OP_NS_MAX, f"a time from 0 to {OP_NS_MAX:g} ns")
     by_op = {}

@@ -26,9 +26,9 @@ FORMAT = "vmexplorer-session"
 # "collected.memcpy", 7 the "bound" and the cost model's "serialises_directions", 8 "config.mechanism" and
 # the cost model's swap rates, 9 "plan.copy_order", 10 "plan.room_bytes" and "device_memory", 11
 # "config.workspaces" (the kernels' workspaces as graph tensors inside the capacity; older files load
-# with none), 12 the cost model's "workspace_ns" (convolutions timed by their workspace); older files
-# still load
-SCHEMA_VERSION = 12
+# with none), 12 the cost model's "workspace_ns" (convolutions timed by their workspace), 13 its
+# "evict_fastest_bytes_per_ns" (the bound's eviction rate); older files still load
+SCHEMA_VERSION = 13
 
 class SessionError(ValueError):
     """A session that cannot be saved or loaded; the message names the file and the problem."""

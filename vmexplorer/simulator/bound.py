@@ -2,8 +2,9 @@
 
 `lower_bound(graph, capacity, cost)` is the larger of the iteration's compute (the sum of the cost
 model's per-op times: every schedule runs every op once on one compute stream) and the time the least
-traffic takes at the fastest rate the cost model knows each way (bytes to the host at the eviction
-rate; bytes to the device at the faster of prefetching and demand faults). Where the cost model says
+traffic takes at the fastest rate the cost model knows each way (bytes to the host at the fastest
+eviction rate the GPU showed, `CostModel.fastest_evict_bytes_per_ns`, not the average the simulator
+predicts with; bytes to the device at the faster of prefetching and demand faults). Where the cost model says
 migrations run one direction at a time (`CostModel.serialises_directions`: the UVM driver), the two
 directions' times add up; otherwise each direction is a bound of its own. Fixed costs (a memory call's,
 a launch's) and the host's falling behind are left out: they only make real iterations longer.
@@ -68,7 +69,7 @@ def lower_bound(graph: Graph, capacity: int, cost: CostModel, mechanism: Mechani
     rates = cost.for_mechanism(mechanism)
     traffic = min_traffic(graph, capacity)
     compute = float(_op_ns(graph, rates).sum())
-    out_ns = traffic.min_bytes_to_host / rates.evict_bytes_per_ns
+    out_ns = traffic.min_bytes_to_host / rates.fastest_evict_bytes_per_ns
     in_ns = traffic.min_bytes_to_device / _into(rates)
     if rates.serialises_directions:
         moving, what = out_ns + in_ns, MIGRATION
@@ -117,7 +118,7 @@ def windows_of(graph: Graph, capacity: int, cost: CostModel, mechanism: Mechanis
     a phase's first op: the windowed bound is their sum."""
     cost = cost.for_mechanism(mechanism)
     op_ns = _op_ns(graph, cost)
-    cuts = [_best_cut(window_traffic(graph, capacity, first), op_ns, cost.evict_bytes_per_ns, _into(cost),
+    cuts = [_best_cut(window_traffic(graph, capacity, first), op_ns, cost.fastest_evict_bytes_per_ns, _into(cost),
                       cost.serialises_directions) for first in _cuts(graph)]
     return max(cuts, key=lambda ws: sum(w.ns for w in ws))
 

@@ -40,7 +40,8 @@ def calibrate(graph: Graph, plan: Plan, timeline: Timeline, base: CostModel = H1
       an op (calibrate on the `device` run first, then on a paging run with that model as `base`) its
       time from the paging-free run is kept.
     - Evictions: a line through every eviction's span against its bytes: the intercept is the fixed
-      cost of a memory call (`call_ns`), the slope the eviction bandwidth; prefetches: their bytes
+      cost of a memory call (`call_ns`), the slope the eviction bandwidth; under uvm, the rate the big
+      ones reached together too (`evict_fastest_bytes_per_ns`, the bound's); prefetches: their bytes
       over their busy time less that fixed cost.
     - Demand-fault throughput: faulted bytes over the time the faulting ops took beyond their
       fault-free time (which is why the `device` calibration comes first), over all faulting ops and
@@ -125,6 +126,9 @@ def _transfer_rates(graph: Graph, plan: Plan, tl: Timeline, base: CostModel) -> 
         call, per_byte = _line(sizes, spans[evictions])
         if per_byte > 0:
             rates["evict_bytes_per_ns"], rates["call_ns"] = 1 / per_byte, call
+        big = sizes >= BIG_EVICTION
+        if plan.mechanism is Mechanism.UVM and big.any():  # the bound's: the rate the big ones reached together
+            rates["evict_fastest_bytes_per_ns"] = float(sizes[big].sum() / spans[evictions][big].sum())
     # under swap a copy in on demand is a copy like a prefetch (under uvm a fault is the kernels')
     into = (Mode.ASYNC,) if plan.mechanism is Mechanism.UVM else (Mode.ASYNC, Mode.SYNC)
     prefetches = rows_of(Direction.TO_DEVICE, into)
@@ -182,6 +186,16 @@ def _fit_host_block(graph: Graph, plan: Plan, tl: Timeline, cost: CostModel) -> 
     errors = [(abs(float(np.median(simulate(graph, plan, replace(cost, host_block=h)).iteration_ns())) - measured), h)
               for h in HOST_BLOCK_GRID]
     return min(errors)[1]
+
+
+BIG_EVICTION = 16 << 20  # evictions this large take their time in bytes, not in the call's fixed cost
+
+
+def eviction_rate(graph: Graph, plan: Plan, timeline: Timeline) -> float:
+    """The rate a run's evictions of `BIG_EVICTION` bytes or more reached together, their bytes over the
+    time they took (0 where it made none): what `calibrate` keeps as a uvm run's fastest eviction rate."""
+    big = [e for e in evictions(graph, plan, timeline) if e.nbytes >= BIG_EVICTION and e.span_ns > 0]
+    return sum(e.nbytes for e in big) / sum(e.span_ns for e in big) if big else 0.0
 
 
 @dataclass(frozen=True)

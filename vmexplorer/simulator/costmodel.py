@@ -58,6 +58,16 @@ class CostModel:
     # holding from its bytes up to the next step's. `op_ns` is the op's time in the workspace it was
     # calibrated in: the step holding that workspace adds 0
     workspace_ns: dict[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    # the fastest rate a whole recording's evictions ran at on this GPU (0: `evict_bytes_per_ns`). The
+    # driver's evictions run in states, machine by machine and minute by minute (the H200's near 11 and
+    # near 17 GB/s, notes/eviction-rate-states.md): the simulator predicts at the fitted average, the
+    # bound (simulator/bound.py) at this, so that no run on a faster machine beats its bound
+    evict_fastest_bytes_per_ns: float = 0.0
+
+    @property
+    def fastest_evict_bytes_per_ns(self) -> float:
+        """The eviction rate the bound takes: the fastest this model knows."""
+        return max(self.evict_bytes_per_ns, self.evict_fastest_bytes_per_ns)
 
     def for_mechanism(self, mechanism: Mechanism | str) -> CostModel:
         """The model a plan of `mechanism` runs at: itself under uvm; under swap its copy rates in
@@ -68,7 +78,7 @@ class CostModel:
         into, out = self.swap_to_device_bytes_per_ns, self.swap_to_host_bytes_per_ns
         return replace(self, prefetch_bytes_per_ns=into, evict_bytes_per_ns=out, fault_bytes_per_ns=into,
                        fault_bytes_per_ns_by_kind={}, host_block=0.0, call_ns=self.swap_call_ns,
-                       serialises_directions=False)
+                       serialises_directions=False, evict_fastest_bytes_per_ns=0.0)
 
     def fault_ns(self, nbytes: int, kind: str = "") -> float:
         return nbytes / self.fault_bytes_per_ns_by_kind.get(kind, self.fault_bytes_per_ns)
@@ -137,7 +147,7 @@ def pooled(models: list[CostModel], name: str) -> CostModel:
     the next (bench/results/validation.md gives the spread), and a model fitted to one recording carries that process's
     luck to every prediction; medians over recordings carry the machine's typical behaviour. A figure
     a recording lacks (an op that always faulted there, a kind that never faulted) is the median over
-    those that have it."""
+    those that have it. The fastest eviction rate is the fastest of theirs: the bound's, not a median."""
     if not models:
         raise ValueError("pooled needs at least one cost model")
 
@@ -149,4 +159,5 @@ def pooled(models: list[CostModel], name: str) -> CostModel:
     return replace(models[0], name=name, **medians,
                    op_ns=median_by_key([m.op_ns for m in models]),
                    op_gap_ns=median_by_key([m.op_gap_ns for m in models]),
-                   fault_bytes_per_ns_by_kind=median_by_key([m.fault_bytes_per_ns_by_kind for m in models]))
+                   fault_bytes_per_ns_by_kind=median_by_key([m.fault_bytes_per_ns_by_kind for m in models]),
+                   evict_fastest_bytes_per_ns=max(m.fastest_evict_bytes_per_ns for m in models))

@@ -125,9 +125,9 @@ def _bound(state: AppState) -> str:
         return "Why this GPU cannot go faster: no bound could be worked out for this session."
     return (f"Why the {_gpu(state)} cannot go faster: at this capacity any schedule must move at least "
             f"{format_bytes(b.min_bytes_to_host)} out and back each iteration, and the driver migrates one way at a "
-            f"time ({rates.evict_bytes_per_ns:.1f} GB/s out, {rates.prefetch_bytes_per_ns:.1f} GB/s in, fitted to "
-            f"this GPU's runs): no schedule beats {format_ns(b.lower_bound_ns)} (the bound, drawn on the bars), set by "
-            f"{b.set_by}. The searched schedule ({s.plan.policy}) takes {format_ns(split.iteration_ns)}: "
+            f"time (at best {rates.fastest_evict_bytes_per_ns:.1f} GB/s out, {rates.prefetch_bytes_per_ns:.1f} GB/s "
+            f"in, as this GPU's runs went): no schedule beats {format_ns(b.lower_bound_ns)} (the bound, drawn on the "
+            f"bars), set by {b.set_by}. The searched schedule ({s.plan.policy}) takes {format_ns(split.iteration_ns)}: "
             f"{b.versus(split.iteration_ns).split(',')[0]} and "
             f"{numbers.times_than(split.iteration_ns, uvm.iteration_ns, 'uvm')} ({format_ns(uvm.iteration_ns)}).")
 
