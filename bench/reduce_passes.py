@@ -1,6 +1,6 @@
 """Rewrite the recording passes without the collector records that nothing reads from them.
 
-    python -m bench.reduce_passes [DIR ...]     (default: every bench/results/<gpu>/passes/pass*)
+    python -m bench.reduce_passes [DIR ...]     (default: every bench/results/<gpu>/passes*/pass* folder)
 
 `bench/gpu/record_samples.py` writes whole sessions. What is read from the passes once they are
 committed: `bench/validate_simulator.py` reads each session's graph, plan and timeline (it calibrates
@@ -19,7 +19,8 @@ A session already reduced is left as it is, so running this twice changes nothin
 Every file is loaded and saved with vmexplorer's own loader and writer, which check it.
 
 The samples (`sample_sessions/`) are whole recordings: `bench/pick_samples.py` copies them from the
-passes as `record_samples.py` wrote them, so pick them before reducing the passes.
+passes as `record_samples.py` wrote them, so pick them before reducing the passes; then pack the set
+(`python -m bench.passes pack DIR`): the folders of a packed set are no longer there to reduce.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import numpy as np
 from vmexplorer.records.collected import CUPTI, PARTS, Collected, CollectorStatus, thin
 from vmexplorer.session import load_session, save_session
 
-RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"  # a folder per GPU, its passes in passes/
+RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"  # a folder per GPU, a set of passes each in passes*/
 DROPPED = ("kernel", "memcpy", "nvml")  # the tables of `Collected` dropped, by their column prefix
 REASON = "dropped from this copy by bench/reduce_passes.py: nothing read from the recording passes uses it"
 MERGED = ("unified-memory rows merged to one per kind and iteration by bench/reduce_passes.py (every total per "
@@ -86,7 +87,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folders", nargs="*", type=Path, help="recording passes, one folder of sessions each")
     args = ap.parse_args()
-    folders = args.folders or sorted(p for p in RESULTS.glob("*/passes/pass*") if p.is_dir())
+    folders = args.folders or sorted(p for p in RESULTS.glob("*/passes*/pass*") if p.is_dir())
     changed = total = 0
     for folder in folders:
         for path in sorted(folder.glob("**/*.vms")):  # a pass's cost_models/ too (record_samples.py --set h200)

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from bench.passes import folder as passes_folder
+
 HERE = Path(__file__).parent / "results" / "h100"
 NOTES = Path(__file__).resolve().parents[1] / "notes"
 
@@ -232,7 +234,7 @@ def share_over_passes() -> list[str]:
     from vmexplorer.session import load_session
 
     shares: dict[str, list[float]] = {}
-    for folder in sorted((HERE / "passes").glob("pass*")):
+    for folder in sorted(passes_folder(HERE / "passes").glob("pass*")):
         for path in sorted(folder.glob("*pct.measured.vms")):
             share = load_session(path).summary.get("measured_htod_share")
             if isinstance(share, float):
@@ -249,12 +251,13 @@ def share_over_passes() -> list[str]:
 
 def passes_section() -> list[str]:
     """What the recording passes hold: every recording, reduced by bench/reduce_passes.py."""
-    folders = sorted(p for p in (HERE / "passes").glob("pass*") if p.is_dir())
+    folders = sorted(p for p in passes_folder(HERE / "passes").glob("pass*") if p.is_dir())
     if not folders:
         return []
-    return ["", "## The recording passes (`passes/`)", "",
+    return ["", "## The recording passes (`passes.tar`)", "",
             f"Every recording behind the samples: {len(folders)} passes of `bench/gpu/record_samples.py`, a folder "
-            "each with its log (`record_samples.json`). `bench/pick_samples.py` copied each configuration's median "
+            "each with its log (`record_samples.json`), kept as one archive (`python -m bench.passes`). "
+            "`bench/pick_samples.py` copied each configuration's median "
             "recording, whole, into `sample_sessions/`. The passes are kept reduced to what is read from them "
             "(`python -m bench.reduce_passes`, run after `pick_samples.py`; run again it changes nothing): each "
             "session's graph, plan and timeline, on which `bench/validate_simulator.py` calibrates and simulates, "

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.passes import folder as passes_folder
 from vmexplorer.config import share_of_footprint
 from vmexplorer.graph import Graph
 from vmexplorer.plan import Direction, MemOp, Mode
@@ -92,7 +93,7 @@ class Gpu:
         return self.results / self.log_name
 
     def passes(self) -> list[Path]:
-        return sorted((p for p in self.passes_dir.glob("pass*") if p.is_dir()), key=pass_number)
+        return sorted((p for p in passes_folder(self.passes_dir).glob("pass*") if p.is_dir()), key=pass_number)
 
     def samples(self, folder: Path) -> list[Path]:
         """Its samples in `folder`. A swap set's are its `-swap-` sessions there, or where none was picked
@@ -556,8 +557,9 @@ def eviction_states(gpu: Gpu) -> list[str]:
     out = []
     for device in [p for p in gpu.samples(ROOT / "sample_sessions") if p.name.endswith("-device.measured.vms")]:
         stem = device.name.removeprefix(gpu.prefix).removesuffix("-device.measured.vms")
-        uvm = [e for f in gpu.passes_dir.glob(f"pass*/{stem}-uvm-50pct.measured.vms") for e in big_evictions(f)]
-        planned = [e for f in gpu.passes_dir.glob(f"pass*/{stem}-*-50pct.measured.vms") if "-uvm-" not in f.name
+        where = passes_folder(gpu.passes_dir)
+        uvm = [e for f in where.glob(f"pass*/{stem}-uvm-50pct.measured.vms") for e in big_evictions(f)]
+        planned = [e for f in where.glob(f"pass*/{stem}-*-50pct.measured.vms") if "-uvm-" not in f.name
                    for e in big_evictions(f) if e.planned]
         if not uvm or not planned:
             continue

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 
 from bench import results_table, validate_simulator
+from bench.passes import folder
 from vmexplorer.config import Mechanism
 from vmexplorer.session import load_session
 
 ROOT = Path(__file__).resolve().parents[1]
 
-PASS1 = ROOT / "bench" / "results" / "h200" / "passes_swap" / "pass1"
+PASS1 = folder(ROOT / "bench" / "results" / "h200" / "passes_swap") / "pass1"  # its archive unpacked
 needs_pass1 = pytest.mark.skipif(not PASS1.is_dir(), reason="no H200 swap pass in the repo")
 
 
@@ -48,14 +49,15 @@ def test_a_session_a_pass_failed_to_record_is_not_a_recording(tmp_path: Path) ->
 def test_swap_samples_come_from_the_passes_until_picked_and_the_device_run_always_does(tmp_path: Path) -> None:
     swap = validate_simulator.H200_SWAP
     unpicked = swap.samples(tmp_path)
-    assert unpicked and all(p.parent.parent == swap.passes_dir for p in unpicked)
+    assert unpicked and all(p.parent.parent == folder(swap.passes_dir) for p in unpicked)
     assert any(p.name == "vgg19-b64-device.measured.vms" for p in unpicked)
     picked = tmp_path / "h200-vgg19-b64-tuned-swap-50pct.measured.vms"
     picked.write_text("")
     (tmp_path / "h200-vgg19-b64-device.measured.vms").write_text("")  # the uvm passes' device sample
     samples = swap.samples(tmp_path)
     assert picked in samples
-    assert [p.parent.parent for p in samples if p.name.endswith("-device.measured.vms")] == [swap.passes_dir] * 3
+    passes = folder(swap.passes_dir)
+    assert [p.parent.parent for p in samples if p.name.endswith("-device.measured.vms")] == [passes] * 3
 
 
 @needs_pass1

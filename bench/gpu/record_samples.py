@@ -49,6 +49,10 @@ calibration, are not picked: the `device` samples stay those of the uvm passes),
 `python -m bench.calibrate_samples` (the pinned copies' rates fitted to each model's `device` and `belady`
 runs through swap at 50%, as the pass calibrates `belady`) and
 `python -m bench.reduce_passes bench/results/h200/passes_swap/pass*`.
+
+Each set is then committed as one archive: `python -m bench.passes pack bench/results/h200/passes_swap`
+(DIR.tar; the scripts read it unpacked). To add passes to a packed set, `python -m bench.passes unpack
+DIR` says where its passes are: copy them back into DIR with the new ones, pick, reduce, pack again.
 """
 
 from __future__ import annotations
