@@ -105,6 +105,25 @@ def test_a_fresh_run_is_judged_by_its_own_gpu_the_samples_model_else_its_own_cal
         assert bool(stalls) == (path is paging)
 
 
+def test_a_fresh_run_whose_evictions_beat_every_recording_raises_its_bounds_eviction_rate_to_its_own() -> None:
+    import dataclasses
+
+    from vmexplorer.engine.executor import RunResult, measured_session
+    from vmexplorer.simulator.calibrate import eviction_rate
+
+    s = load_session(next(p for p in MEASURED if p.name == "h200-vgg19-b64-belady-50pct.measured.vms"))
+    assert s.cost_model is not None
+    tl = s.timeline  # every memory call twice as fast as recorded: a machine faster than any the samples saw
+    faster = dataclasses.replace(tl, memop_end_ns=tl.memop_start_ns + (tl.memop_end_ns - tl.memop_start_ns) // 2)
+    rate = eviction_rate(s.graph, s.plan, faster)
+    assert rate > s.cost_model.fastest_evict_bytes_per_ns
+    session = measured_session(s.graph, s.plan, RunResult(faster, (2.3,), dict(s.environment)))
+    assert session.cost_model is not None and session.bound is not None and s.bound is not None
+    assert session.cost_model.fastest_evict_bytes_per_ns == rate
+    assert session.cost_model.evict_bytes_per_ns == s.cost_model.evict_bytes_per_ns  # the simulator's stays
+    assert session.bound.lower_bound_ns < s.bound.lower_bound_ns
+
+
 @pytest.mark.parametrize("path", MEASURED, ids=[p.name for p in MEASURED])
 def test_a_measured_run_calibrated_on_itself_is_no_faster_than_the_bound_that_gives(path: Path) -> None:
     # what a fresh run on a GPU without samples is judged by (engine.executor.measured_session), and what

@@ -118,11 +118,13 @@ def measured_session(graph: Graph, plan: Plan, result: RunResult, where: str = "
     It is judged by its own GPU (its cost model, and the bound under it): `cost_model` (a model calibrated
     on this GPU, which the caller vouches for), else the one the samples of this graph on this GPU were
     calibrated with, else one calibrated on the run itself (a paging run's op times then hold its stalls,
-    which a note says), never another GPU's."""
+    which a note says), never another GPU's. Its bound evicts no slower than its own evictions ran: a run on
+    a machine faster than any the model saw is one more recording of the GPU's fastest rate."""
     graph = graph.sized_for(plan.planned_with)
     from ..session import new_session
     from ..session.samples import gpu_cost_model
     from ..simulator import calibrate
+    from ..simulator.calibrate import eviction_rate
 
     gpu = result.environment.get("gpu", "")
     own = cost_model or (gpu_cost_model(graph, gpu) if gpu else None)
@@ -133,6 +135,9 @@ def measured_session(graph: Graph, plan: Plan, result: RunResult, where: str = "
             itself = (f"no cost model of {graph.model} batch {graph.batch} on {gpu or 'this GPU'}: the run is "
                       "judged by one calibrated on itself, whose op times include the waits its moves caused "
                       "(`vmexplorer calibrate --device` fits the op times of a device run on the same GPU)",)
+    fastest = eviction_rate(graph, plan, result.timeline) if plan.managed else 0.0
+    if fastest > own.fastest_evict_bytes_per_ns:
+        own = replace(own, evict_fastest_bytes_per_ns=fastest)
     losses = ", ".join(f"{x:.4f}" for x in result.losses)
     unavailable = [f"{st.name} collector unavailable: {st.reason}"
                    for st in getattr(result.collected, "status", ()) if not st.available]

@@ -50,8 +50,11 @@ class DeviceMemory:
                    f" (the context, library handles and kernels loaded: {format_bytes(self.context_bytes)})")
         parts = f"its tensors' pool {format_bytes(self.pool_bytes)}, kernel scratch {format_bytes(self.scratch_bytes)}"
         if self.managed:
+            over = self.over(capacity)
+            dead = (f", {format_bytes(over)} over it: dead tensors' pages wait on the device until a new tensor "
+                    "takes them over (vmexplorer run --dead-pages discard keeps within it)") if over else ", within it"
             return (f"capacity {format_bytes(capacity)}; the executor's ledger held at most "
-                    f"{format_bytes(self.ledger_peak_bytes)} on the device. Managed memory: the driver keeps "
+                    f"{format_bytes(self.ledger_peak_bytes)} on the device{dead}. Managed memory: the driver keeps "
                     f"chunks once touched, so cudaMemGetInfo saw {format_bytes(self.taken_bytes)} taken beyond the "
                     f"CUDA context{context} ({parts})")
         over = self.over(capacity)
