@@ -35,11 +35,19 @@ def archive_of(folder: Path) -> Path:
 
 
 def cache_root() -> Path:
+    """`VMEXPLORER_BENCH_CACHE`, else the user's cache folder, else (none writable) one in the temp folder."""
     given = os.environ.get("VMEXPLORER_BENCH_CACHE")
-    base = Path(given) if given else \
-        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vmexplorer-bench"
-    base.mkdir(parents=True, exist_ok=True)
-    return base
+    if given:
+        Path(given).mkdir(parents=True, exist_ok=True)
+        return Path(given)
+    try:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vmexplorer-bench"
+        base.mkdir(parents=True, exist_ok=True)
+        return base
+    except (OSError, RuntimeError):  # no home, or a read-only one
+        base = Path(tempfile.gettempdir()) / f"vmexplorer-bench-{os.getuid()}"
+        base.mkdir(mode=0o700, exist_ok=True)
+        return base
 
 
 def folder(path: Path) -> Path:

@@ -68,3 +68,17 @@ def test_the_command_refuses_what_is_not_a_set_with_exit_2(tmp_path: Path, capsy
     assert passes.main(["pack", str(tmp_path / "nothing")]) == 2
     assert passes.main(["unpack", str(tmp_path / "nothing")]) == 2
     assert "nothing" in capsys.readouterr().err
+
+
+def test_with_no_writable_home_the_cache_is_in_the_temp_folder(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.delenv("VMEXPLORER_BENCH_CACHE")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert passes.cache_root().parent == tmp_path
