@@ -126,9 +126,9 @@ def _transfer_rates(graph: Graph, plan: Plan, tl: Timeline, base: CostModel) -> 
         call, per_byte = _line(sizes, spans[evictions])
         if per_byte > 0:
             rates["evict_bytes_per_ns"], rates["call_ns"] = 1 / per_byte, call
-        big = sizes >= BIG_EVICTION
-        if plan.mechanism is Mechanism.UVM and big.any():  # the bound's: the rate the big ones reached together
-            rates["evict_fastest_bytes_per_ns"] = float(sizes[big].sum() / spans[evictions][big].sum())
+        fastest = eviction_rate(graph, plan, tl) if plan.mechanism is Mechanism.UVM else 0.0
+        if fastest > 0:  # the bound's: the rate the big ones reached together
+            rates["evict_fastest_bytes_per_ns"] = fastest
     # under swap a copy in on demand is a copy like a prefetch (under uvm a fault is the kernels')
     into = (Mode.ASYNC,) if plan.mechanism is Mechanism.UVM else (Mode.ASYNC, Mode.SYNC)
     prefetches = rows_of(Direction.TO_DEVICE, into)
