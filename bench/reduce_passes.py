@@ -37,7 +37,7 @@ import numpy as np
 from vmexplorer.records.collected import CUPTI, PARTS, Collected, CollectorStatus, thin
 from vmexplorer.session import load_session, save_session
 
-RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"  # a folder per GPU, a set of passes each in passes*/
+RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"  # a folder per GPU, its sets in passes*/
 DROPPED = ("kernel", "memcpy", "nvml")  # the tables of `Collected` dropped, by their column prefix
 REASON = "dropped from this copy by bench/reduce_passes.py: nothing read from the recording passes uses it"
 MERGED = ("unified-memory rows merged to one per kind and iteration by bench/reduce_passes.py (every total per "
