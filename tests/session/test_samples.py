@@ -105,6 +105,23 @@ def test_a_fresh_run_is_judged_by_its_own_gpu_the_samples_model_else_its_own_cal
         assert bool(stalls) == (path is paging)
 
 
+def test_a_fresh_run_of_a_samples_graph_on_its_gpu_is_judged_by_its_model_without_reading_every_sample(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from vmexplorer.session import samples as module
+    from vmexplorer.session.samples import gpu_cost_model, gpu_of
+
+    def whole_index() -> object:
+        raise AssertionError("read every sample")
+
+    judged = {(s.graph.key, gpu_of(s), s.graph.workspaces): s for s in map(load_session, MEASURED)}
+    with monkeypatch.context() as m:
+        m.setattr(module, "sample_index", whole_index)
+        for (_, gpu, _), s in judged.items():
+            assert gpu is not None and gpu_cost_model(s.graph, gpu) == s.cost_model
+    # a GPU without samples still looks through them all, and finds none
+    assert gpu_cost_model(next(iter(judged.values())).graph, "NVIDIA B200") is None
+
+
 def test_a_fresh_run_whose_evictions_beat_every_recording_raises_its_bounds_eviction_rate_to_its_own() -> None:
     import dataclasses
 

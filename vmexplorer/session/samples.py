@@ -155,9 +155,25 @@ def gpu_cost_model(graph: Graph, gpu: str) -> CostModel | None:
     """The cost model the measured samples of `graph` (model, batch, image size) on `gpu` were calibrated
     with (one per GPU and graph: the recordings of its sample set pooled), or None where there are none.
     Samples whose convolutions ran outside the capacity (schema 10 and older) ran other kernels than a
-    graph with workspaces runs (cuDNN chose within no limit): they do not judge it."""
+    graph with workspaces runs (cuDNN chose within no limit): they do not judge it.
+
+    A fresh run asks this once as it is saved, so the samples named for its model and batch are read first,
+    `device` first (every sample of one GPU and graph carries the same model), before the whole index."""
+    def judges(s: Session) -> bool:
+        return (s.timeline.source, s.graph.key, gpu_of(s), s.graph.workspaces) == \
+            ("measured", graph.key, gpu, graph.workspaces) and s.cost_model is not None
+
+    named = sorted((n for n in samples() if f"{graph.model}-b{graph.batch}-" in n), key=lambda n: "-device." not in n)
+    for name in named:
+        try:
+            s = read_sample(name)
+        except SessionError:
+            continue
+        if judges(s):
+            return s.cost_model
     for name, x in sorted(sample_index().items(), key=lambda item: item[1].policy != "device"):
-        if (x.source, x.key, x.gpu, x.workspaces) == ("measured", graph.key, gpu, graph.workspaces):
+        if name not in named and (x.source, x.key, x.gpu, x.workspaces) == ("measured", graph.key, gpu,
+                                                                             graph.workspaces):
             try:
                 cost = read_sample(name).cost_model
             except SessionError:
