@@ -958,6 +958,26 @@ def test_the_entry_point_module_imports_nothing_at_its_top() -> None:
 INTERRUPTED = (130, -signal.SIGINT)  # 130 from main; death by SIGINT where Python re-raises it at exit
 
 
+@pytest.mark.parametrize("exc, caught", [(KeyboardInterrupt(), KeyboardInterrupt), (cli.Terminated(), cli.Terminated)])
+def test_a_ctrl_c_python_could_only_report_is_sent_again_and_interrupts_the_command(
+        exc: BaseException, caught: type[BaseException]) -> None:
+    # where the signal lands in an import lock's clean-up callback, Python hands the exception to
+    # sys.unraisablehook (a printed traceback, the Ctrl-C lost) instead of raising it
+    from types import SimpleNamespace
+
+    before = sys.unraisablehook
+    restore = cli._watch_interrupts()
+    try:
+        with pytest.raises(caught):
+            sys.unraisablehook(SimpleNamespace(exc_type=type(exc), exc_value=exc, exc_traceback=None,
+                                               err_msg=None, object=None))
+            for _ in range(10_000):  # the handler runs between two of these steps
+                time.sleep(0)
+    finally:
+        restore()
+    assert sys.unraisablehook is before
+
+
 @pytest.mark.parametrize("delay", [0.0, 0.002, 0.005, 0.01, 0.02, 0.04, 0.08])
 def test_ctrl_c_in_the_first_instants_is_never_a_traceback(delay: float) -> None:
     """SIGINT at a delay after Python's own start-up, when `-X importtime` reports vmexplorer.cli

@@ -201,12 +201,25 @@ def _watch_interrupts() -> Callable[[], None]:
     before_term = signal.signal(signal.SIGTERM, terminate)
     if before_term is signal.SIG_IGN:  # asked to outlive a SIGTERM (nohup-like): so be it
         signal.signal(signal.SIGTERM, before_term)
+    before_hook = sys.unraisablehook
+
+    def unraisable(u: Any) -> None:
+        # a Ctrl-C landing where Python can only report an exception, never raise it (an import lock's
+        # clean-up callback, a finaliser), would print a traceback and be lost: sent again, it interrupts
+        # the command at its next step instead
+        if isinstance(u.exc_value, KeyboardInterrupt | Terminated):
+            signal.raise_signal(signal.SIGINT if isinstance(u.exc_value, KeyboardInterrupt) else signal.SIGTERM)
+        else:
+            before_hook(u)
+
+    sys.unraisablehook = unraisable
 
     def restore() -> None:
         # None: a handler not set from Python, which cannot be put back
         for sig, handler in ((signal.SIGINT, previous), (signal.SIGTERM, before_term)):
             if handler is not None:
                 signal.signal(sig, handler)
+        sys.unraisablehook = before_hook
 
     return restore
 
