@@ -48,6 +48,7 @@ from vmexplorer.simulator import (
     calibrate,
     simulate,
 )
+from vmexplorer.simulator.calibrate import BIG_EVICTION as BIG
 from vmexplorer.simulator.calibrate import Eviction, eviction_rate, evictions
 from vmexplorer.simulator.costmodel import CostModel, fault_rates_by_kind_text, pooled
 from vmexplorer.simulator.workspaces import workspace_ns
@@ -512,9 +513,6 @@ def alternatives(gpu: Gpu, samples: Sequence[Path], calibrate_on: str, passes: l
             validate(samples, calibrate_on, passes, gpu=gpu, adjust=lambda c, label: replace(
                 c, evict_bytes_per_ns=planned.get(label, c.evict_bytes_per_ns)))[0]))
     return alts
-
-
-BIG = 16 << 20  # evictions this large take their time in bytes, not in the call's fixed cost
 
 
 @cache
