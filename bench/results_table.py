@@ -41,6 +41,7 @@ import numpy as np
 
 # the validation's own reading of the samples: a sample's median over its timed iterations (`median_ms`), its
 # capacity in % of the footprint, and each GPU's samples and passes
+from bench.sections import check
 from bench.validate_simulator import (
     GPUS,
     H100,
@@ -1004,8 +1005,7 @@ def main() -> int:
     _, after = rest.split(END, 1)
     new = before + START + "\n" + table(args.samples) + END + after
     if args.check:
-        print("up to date" if new == text else "out of date: run python -m bench.results_table")
-        return 0 if new == text else 1
+        return check(text, new, "python -m bench.results_table")
     args.readme.write_text(new)
     print(table(args.samples), end="")
     return 0

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.passes import folder as passes_folder
+from bench.sections import check
 from vmexplorer.config import share_of_footprint
 from vmexplorer.graph import Graph
 from vmexplorer.plan import Direction, MemOp, Mode
@@ -765,9 +766,7 @@ def main() -> int:
         before, rest = readme.split(start, 1)
         new = before + start + "\n" + text("###") + end + rest.split(end, 1)[1]
         if args.check:
-            print("up to date" if new == readme
-                  else f"out of date: run python -m bench.validate_simulator --readme {args.readme}")
-            return 0 if new == readme else 1
+            return check(readme, new, f"python -m bench.validate_simulator --readme {args.readme}")
         args.readme.write_text(new)
     full = text("##", full=True)
     print(full, end="")

@@ -49,3 +49,14 @@ def test_the_layout_section_names_every_package_and_module_of_the_tree_and_nothi
     tree = {p.name + "/" for p in package.iterdir() if (p / "__init__.py").is_file()}
     tree |= {p.name for p in package.glob("*.py") if p.name not in ("__init__.py", "__main__.py")}
     assert named == tree
+
+
+def test_a_stale_section_is_reported_with_the_lines_that_moved(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.sections import check
+
+    assert check("a\nworst +4.6%\nb\n", "a\nworst +4.6%\nb\n", "python -m bench.x") == 0
+    assert capsys.readouterr().out == "up to date\n"
+    assert check("a\nworst +4.6%\nb\n", "a\nworst +4.7%\nb\n", "python -m bench.x") == 1
+    out = capsys.readouterr().out
+    assert out.startswith("out of date: run python -m bench.x\n")
+    assert "-worst +4.6%\n" in out and "+worst +4.7%\n" in out and "\na\n" not in out
