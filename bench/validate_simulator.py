@@ -105,8 +105,10 @@ class Gpu:
             return [p for p in named(folder, self.prefix) if "-swap-" not in p.name]
         paging = [p for p in named(folder, self.prefix) if "-swap-" in p.name]
         picked = median_recordings(self.passes())
-        return sorted([p for p in picked if p.name.endswith("-device.measured.vms")]
-                      + (paging or [p for p in picked if "-swap-" in p.name]))
+        # the device runs first, then by name; never by folder: the passes' (a cache, `bench.passes`) may
+        # sort before or after the checkout's
+        device = [p for p in picked if p.name.endswith("-device.measured.vms")]
+        return sorted(device) + sorted(paging or [p for p in picked if "-swap-" in p.name], key=lambda p: p.name)
 
     def recordings(self) -> dict[str, list[float]]:
         """Each sample's iteration time in every process that recorded it: the log bench/pick_samples.py

@@ -60,6 +60,25 @@ def test_swap_samples_come_from_the_passes_until_picked_and_the_device_run_alway
     assert [p.parent.parent for p in samples if p.name.endswith("-device.measured.vms")] == [passes] * 3
 
 
+
+@needs_pass1
+def test_the_swap_samples_are_in_one_order_wherever_the_passes_are_unpacked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the unpacked passes sit in a cache outside the checkout, whose path may sort either side of the
+    # samples' folder (a CI machine's did): the order of the samples, and of the tables made from them,
+    # must not follow it
+    samples = tmp_path / "m" / "samples"
+    samples.mkdir(parents=True)
+    for name in ("h200-vgg19-b64-tuned-swap-50pct.measured.vms", "h200-alexnet-b256-tuned-swap-50pct.measured.vms"):
+        (samples / name).write_text("")
+    orders = []
+    for cache in (tmp_path / "a" / "cache", tmp_path / "z" / "cache"):
+        monkeypatch.setenv("VMEXPLORER_BENCH_CACHE", str(cache))
+        orders.append([p.name for p in validate_simulator.H200_SWAP.samples(samples)])
+    assert orders[0] == orders[1]
+    assert [n.endswith("-device.measured.vms") for n in orders[0]] == [True] * 3 + [False] * 2
+
+
 @needs_pass1
 def test_what_a_swap_run_held_is_read_from_its_environment_and_a_uvm_run_holds_no_pool() -> None:
     swap = load_session(PASS1 / "vgg19-b64-tuned-swap-50pct.measured.vms")
