@@ -16,8 +16,9 @@ import numpy as np
 
 from .config import Mechanism
 from .graph import Graph, Op
-from .plan import Direction, MemOp, Mode, Origin, transfer_kind
+from .plan import Direction, MemOp, Mode, Origin
 from .plan.copies import asynchronous, call_before
+from .plan.mechanisms import mechanism_of
 from .records.spans import one_iteration
 from .session import Session
 from .units import format_bytes, format_ns
@@ -160,8 +161,8 @@ def filter_rows(rows: list[dict[str, Any]], text: str | None, kind: str | None =
 def memop_what(m: MemOp, mechanism: Mechanism = Mechanism.UVM) -> str:
     """What kind of transfer a memory operation is, in words a student reads: under uvm the driver's
     are demand faults and evictions (it moves bytes to the GPU only when an op touches them), under swap
-    the executor's synchronous copies (`plan.transfer_kind`)."""
-    return transfer_kind(m, mechanism)
+    the executor's synchronous copies (`MechanismSpec.transfer_kind`)."""
+    return mechanism_of(mechanism).transfer_kind(m)
 
 
 def direction_words(direction: Direction) -> str:
@@ -214,8 +215,7 @@ def memop_details(session: Session, row: int) -> Details:
     return [("tensor", g.tensors[m.tensor].name), ("bytes", format_bytes(m.nbytes)),
             ("direction", direction_words(m.direction)),
             ("what", memop_what(m, session.plan.mechanism) + (
-                " (the policy's plan)" if m.origin is Origin.PLAN else " (the UVM driver)"
-                if session.plan.mechanism is Mechanism.UVM else " (the executor, to keep within the capacity)")),
+                " (the policy's plan)" if m.origin is Origin.PLAN else f" ({mechanism_of(session.plan).forced_by})")),
             ("how", _HOW[m.mode]), ("NVTX range", nvtx),
             *when,
             ("iteration", _iteration_words(session, int(tl.memop_iteration[row]))),

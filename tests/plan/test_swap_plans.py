@@ -9,7 +9,8 @@ from plan_checker import check_plan
 from strategies import graph, swap_cases, swap_plan
 
 from vmexplorer.graph import Graph
-from vmexplorer.plan import Direction, Mechanism, MemOp, Mode, Origin, PlanError, transfer_kind
+from vmexplorer.plan import Direction, Mechanism, MemOp, Mode, Origin, PlanError
+from vmexplorer.plan.mechanisms import mechanism_of
 from vmexplorer.plan.residency import check
 from vmexplorer.plan.validate import validate_plan
 from vmexplorer.policies import POLICIES, compile_plan
@@ -66,9 +67,9 @@ def test_a_plan_with_no_trips_under_swap_copies_in_on_demand_what_uvm_faults_in(
     swap = compile_plan(g, capacity, "manual", mechanism="swap")
     ins = [m for m in swap.memops if m.direction is Direction.TO_DEVICE]
     assert ins and all(m.mode is Mode.SYNC and m.origin is Origin.DRIVER for m in ins)
-    assert transfer_kind(ins[0], swap.mechanism) == "copied in on demand (synchronous)"
+    assert mechanism_of(swap).transfer_kind(ins[0]) == "copied in on demand (synchronous)"
     outs = [m for m in swap.memops if m.direction is Direction.TO_HOST]
-    assert outs and transfer_kind(outs[0], swap.mechanism) == "copied out to make room (synchronous)"
+    assert outs and mechanism_of(swap).transfer_kind(outs[0]) == "copied out to make room (synchronous)"
     uvm = compile_plan(g, capacity, "manual")
     assert {m.mode for m in uvm.memops if m.direction is Direction.TO_DEVICE} == {Mode.FAULT}
 

@@ -191,6 +191,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     from pathlib import Path
 
     from ..config import Mechanism
+    from ..plan.mechanisms import MECHANISMS
     from ..plan.moves import MAX_MOVES_FILE_BYTES
     from ..policies import POLICIES
     from ..units import format_bytes
@@ -202,11 +203,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", required=True, choices=list(POLICIES), metavar="P",
                    help="; ".join(f"{n}: {s.summary}" for n, s in POLICIES.items()).replace("%", "%%"))
     movers = ", ".join(name for name, spec in POLICIES.items() if not spec.uvm_only)
-    p.add_argument("--mechanism", choices=[m.value for m in Mechanism], default=Mechanism.UVM.value,
-                   help="how the bytes move: uvm (managed memory: the driver's prefetches, evictions and demand "
-                        "faults) or swap (a device pool of the capacity, pinned host memory, copies both ways at "
-                        f"once; a missing tensor is copied in before its op); swap takes {movers} "
-                        "(default uvm)")
+    p.add_argument("--mechanism", choices=[m.value for m in MECHANISMS], default=Mechanism.UVM.value,
+                   help="how the bytes move: " + "; ".join(f"{m.value} ({s.summary})" for m, s in MECHANISMS.items())
+                        + f"; a mechanism other than uvm takes {movers} (default uvm)")
     takers = " or ".join(f"--policy {name}" for name, spec in POLICIES.items() if spec.takes_moves)
     p.add_argument("--moves", type=Path, metavar="FILE",
                    help='manual plan, JSON {"moves": [{"tensor", "offload_after", "prefetch_after"}]} '

@@ -34,6 +34,7 @@ from ..details import memop_range_name, op_range_name
 from ..graph import Graph
 from ..graph.ops import OPS, op_attrs
 from ..plan import Direction, Mode, Plan
+from ..plan.mechanisms import managed
 from ..plan.pool import KEPT_SUFFIXES, SwapPool, kept_tensors, run_pool
 from ..plan.validate import validate_plan
 from ..records.collected import CUPTI, PARTS
@@ -135,7 +136,7 @@ def measured_session(graph: Graph, plan: Plan, result: RunResult, where: str = "
             itself = (f"no cost model of {graph.model} batch {graph.batch} on {gpu or 'this GPU'}: the run is "
                       "judged by one calibrated on itself, whose op times include the waits its moves caused "
                       "(`vmexplorer calibrate --device` fits the op times of a device run on the same GPU)",)
-    fastest = eviction_rate(graph, plan, result.timeline) if plan.managed else 0.0
+    fastest = eviction_rate(graph, plan, result.timeline) if managed(plan) else 0.0
     if fastest > own.fastest_evict_bytes_per_ns:
         own = replace(own, evict_fastest_bytes_per_ns=fastest)
     losses = ", ".join(f"{x:.4f}" for x in result.losses)
@@ -159,9 +160,9 @@ def execute(graph: Graph, plan: Plan, settings: RunSettings = RunSettings(),
     # CUPTI's unified-memory counters follow only managed memory allocated after they were first
     # enabled in the process (on the H100, a run that allocated first recorded no migration at all),
     # so the collectors start before the arena
-    managed = plan.managed
+    paged = managed(plan)
     counts_migrations = settings.collect and any(p.counts_um and p.name in settings.collectors for p in PARTS)
-    if managed and counts_migrations and settings.counted == 0 and not _PAGED_UNCOUNTED:
+    if paged and counts_migrations and settings.counted == 0 and not _PAGED_UNCOUNTED:
         # On the H100, in a process whose first paging ran under CUPTI's unified-memory counters, they
         # reported only part of the bytes evicted, run after run; after one paging run without them,
         # every byte (notes/cupti-lost-um-records.md). So the first counted run of a process pages once
@@ -173,14 +174,14 @@ def execute(graph: Graph, plan: Plan, settings: RunSettings = RunSettings(),
         keep = kept_tensors(graph, settings.keep_weights)
         pool = run_pool(graph, plan, keep)
         arena: Arena | SwapArena = (SwapArena(graph, plan, pool, keep) if isinstance(pool, SwapPool) else
-                                    Arena(graph, pool, managed=managed, capacity=plan.capacity))
+                                    Arena(graph, pool, managed=paged, capacity=plan.capacity))
     except BaseException:
         for c in collectors:
             c.stop()
         raise
     try:
         result = _run(cp, arena.graph, plan, arena, settings, progress, should_stop, collectors)
-        if managed and not settings.collect and result.losses:
+        if paged and not settings.collect and result.losses:
             _PAGED_UNCOUNTED.append(True)
     finally:
         del arena

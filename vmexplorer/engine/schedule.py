@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from ..graph import Graph
-from ..plan import Direction, Mechanism, MemOp, Mode, Plan, copies
+from ..plan import Direction, MemOp, Mode, Plan, copies
+from ..plan.mechanisms import mechanism_of
 from .memory import DeadBytes, Range
 
 PAGE = 64 << 10  # evict partial ranges on page-group boundaries
@@ -72,8 +73,8 @@ def schedule(graph: Graph, plan: Plan, dead: DeadBytes | None = None,
     (`swap.SwapPool.waits`); those its stream's order does not already imply become waits."""
     graph = graph.sized_for(plan.planned_with)
     n = len(graph.ops)
-    swap = plan.mechanism is Mechanism.SWAP
-    if swap and plan.copy_order:
+    mechanism = mechanism_of(plan)
+    if mechanism.ordered_copies and plan.copy_order:
         return _ordered(graph, plan, pool or {})
     due: list[list[int]] = [[] for _ in range(n + 1)]
     for i, m in enumerate(plan.memops):
@@ -82,14 +83,14 @@ def schedule(graph: Graph, plan: Plan, dead: DeadBytes | None = None,
     program = _Program(pool or {})
     evictions: list[list[int]] = [[] for _ in range(n + 1)]  # driver evictions made before each op
     for i, m in enumerate(plan.memops):
-        if m.mode is Mode.SYNC and not swap:  # under swap the pool's waits say which room a copy in needs
+        if m.mode is Mode.SYNC and mechanism.waits_for_sync_room:  # else the pool's waits say which room
             evictions[m.complete_before].append(i)
     room = copies.room_for(plan)
     if dead is not None and dead.kept:  # the host has read them: dead now
         program.append(Step(StepKind.DISCARD, -1, Stream.DISCARD, (), dead.kept, dead.kept_ranges))
     for k in range(n + 1):
         ready: list[Event] = []
-        for i in (_swap_order if swap else _uvm_order)(plan, due[k], k):
+        for i in mechanism.order_due(plan.memops, due[k], k):
             m = plan.memops[i]
             after: list[Event] = [("op", m.issue_after)] if m.issue_after >= 0 else []
             if m.tensor in last_move:  # an offload and the prefetch of the same tensor never overlap
@@ -159,7 +160,7 @@ def _ordered(graph: Graph, plan: Plan, pool: Mapping[Event, tuple[Event, ...]]) 
 
     for k in range(n + 1):
         call(k)
-        for i in _swap_order(plan, due_sync[k], k):
+        for i in mechanism_of(plan).order_due(plan.memops, due_sync[k], k):
             kind = StepKind.COPY_IN if memops[i].direction is Direction.TO_DEVICE else StepKind.EVICT
             program.add(kind, i, Stream.COMPUTE, [previous[i]] if i in previous else [])
             call(k)
@@ -169,31 +170,6 @@ def _ordered(graph: Graph, plan: Plan, pool: Mapping[Event, tuple[Event, ...]]) 
                 raise ValueError(f"op {k} waits for {late[0]}, which the copy order has not called yet")
             program.add(StepKind.OP, k, Stream.COMPUTE, due_async[k])
     return tuple(program.steps)
-
-
-def _uvm_order(plan: Plan, due: list[int], k: int) -> list[int]:
-    """Evictions first, then offloads: a prefetch landing before op k must wait for the room they make, or
-    the device would briefly hold more than the emulated capacity."""
-    return sorted(due, key=lambda i: (plan.memops[i].mode is not Mode.SYNC,
-                                      plan.memops[i].direction is Direction.TO_DEVICE, plan.memops[i].issue_after, i))
-
-
-def _swap_order(plan: Plan, due: list[int], k: int) -> list[int]:
-    """The order a swap pool's bytes change hands in before op k: copies out completing, copies in issued
-    earlier or taken straight back out (either lands before the repair copies its tensor out), copies out
-    making room, copies in issued just now, copies in on demand. A step then only waits for steps before it."""
-    leaving = {plan.memops[i].tensor for i in due
-               if plan.memops[i].mode is Mode.SYNC and plan.memops[i].direction is Direction.TO_HOST}
-
-    def phase(i: int) -> int:
-        m = plan.memops[i]
-        if m.direction is Direction.TO_HOST:
-            return 0 if m.mode is Mode.ASYNC else 2
-        if m.mode is Mode.SYNC:
-            return 4
-        return 1 if m.issue_after < k - 1 or m.tensor in leaving else 3
-
-    return sorted(due, key=lambda i: (phase(i), plan.memops[i].issue_after, i))
 
 
 class _Program:

@@ -7,6 +7,6 @@ op by op to find where every tensor is, what the driver must evict on top, and w
 """
 
 from ..config import Mechanism
-from .plan import Direction, MemOp, Mode, Move, Origin, Plan, PlanError, transfer_kind
+from .plan import Direction, MemOp, Mode, Move, Origin, Plan, PlanError
 
-__all__ = ["Direction", "Mechanism", "MemOp", "Mode", "Move", "Origin", "Plan", "PlanError", "transfer_kind"]
+__all__ = ["Direction", "Mechanism", "MemOp", "Mode", "Move", "Origin", "Plan", "PlanError"]

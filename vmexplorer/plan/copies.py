@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..config import Mechanism
 from ..graph import Graph
+from .mechanisms import mechanism_of
 from .plan import Direction, Mode, Plan, PlanError
 
 
@@ -55,9 +55,10 @@ def check_copy_order(graph: Graph, plan: Plan) -> None:
     order, memops = plan.copy_order, plan.memops
     if not order:
         return
-    if plan.mechanism is not Mechanism.SWAP:
-        raise PlanError("the plan is uvm but has a copy order: under uvm each prefetch is called just before the "
-                        "op that waits for it, as the call blocks the host; a copy order is for swap")
+    if not mechanism_of(plan).ordered_copies:
+        raise PlanError(f"the plan is {plan.mechanism.value} but has a copy order: there each prefetch is called "
+                        "just before the op that waits for it, as the call blocks the host; a copy order is for "
+                        "pinned copies (swap)")
     wanted = {i for i, m in enumerate(memops) if m.mode is Mode.ASYNC}
     seen: set[int] = set()
     for i in order:

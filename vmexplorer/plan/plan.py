@@ -104,12 +104,6 @@ class Plan:
         return self.config.mechanism
 
     @property
-    def managed(self) -> bool:
-        """Whether a run holds its tensors in managed memory: a policy that pages, through the UVM driver
-        (`device` allocates plain device memory, as swap does its pool)."""
-        return self.policy != "device" and self.mechanism is Mechanism.UVM
-
-    @property
     def key(self) -> tuple[str, int, int]:
         return self.config.key
 
@@ -146,14 +140,3 @@ class Plan:
                 out.append(Move(t, pending, leading[0] if leading else None))
         return tuple(sorted(out, key=lambda mv: (mv.offload_after, mv.tensor)))
 
-
-def transfer_kind(m: MemOp, mechanism: Mechanism) -> str:
-    """What a memory operation is, in words a student reads: "planned prefetch", "planned offload",
-    "demand fault", "driver eviction" (uvm), "copied in on demand (synchronous)", "copied out to make
-    room (synchronous)" (swap)."""
-    to_device = m.direction is Direction.TO_DEVICE
-    if m.origin is Origin.PLAN:
-        return "planned prefetch" if to_device else "planned offload"
-    if mechanism is Mechanism.SWAP:
-        return "copied in on demand (synchronous)" if to_device else "copied out to make room (synchronous)"
-    return "demand fault" if to_device else "driver eviction"

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config import Mechanism
 from ..graph import WORKSPACE_FLOOR, Graph, Kind
 from ..units import format_bytes
+from .mechanisms import managed, mechanism_of
 from .placement import DEVICE_ALIGN, IMPROVE_PLACEMENTS, MANAGED_ALIGN, Span, aligned, fit_stretches, plan_offsets, top
 from .plan import Plan
 from .stays import Event, Stay, stays
@@ -136,9 +136,9 @@ def run_pool(graph: Graph, plan: Plan, keep: Collection[int], cut: bool | None =
     not held to the capacity). `graph`: sized for the plan's room. `cut`: which way a pool cuts workspaces
     (`plan_pool`); None, as the engine does. The one rule for where a run's tensors are and what
     workspaces it has: the engine allocates this, and the simulator times `executed_graph`, its graph."""
-    if plan.mechanism is Mechanism.SWAP:
+    if mechanism_of(plan).whole_tensors:  # whole tensors moved in and out: the pool places their stays
         return plan_pool(graph, plan, keep, cut=cut)
-    if plan.managed:
+    if managed(plan):
         return layout(graph, MANAGED_ALIGN, keep)
     return layout(graph, DEVICE_ALIGN, keep, pool_limit(plan.capacity), cut)
 
@@ -148,7 +148,7 @@ def executed_graph(graph: Graph, plan: Plan, keep: Collection[int] | None = None
     workspaces as large as its pool has room for. `keep`: the tensors the host reads after the iteration
     (a timed run's, if None). `cut`: as `run_pool`'s."""
     graph = graph.sized_for(plan.planned_with)
-    if plan.managed:
+    if managed(plan):
         return graph  # a managed pool holds every tensor whole (`run_pool`): nothing to place
     keep = kept_tensors(graph, keep_weights=False) if keep is None else keep
     return run_pool(graph, plan, keep, cut).executed(graph)

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from ..config import Mechanism
 from ..graph import Graph
 from ..units import format_bytes
+from .mechanisms import mechanism_of
 from .plan import Direction, MemOp, Mode, Move, Origin, PlanError
 
 DEAD, HOST, DEVICE, LEAVING, ARRIVING = "dead", "host", "device", "leaving", "arriving"
@@ -259,8 +260,8 @@ class _Walk:
     def __init__(self, graph: Graph, capacity: int, transfers: list[_Transfer], device: _Device,
                  fix: bool, mechanism: Mechanism) -> None:
         self.graph, self.capacity, self.device, self.fix = graph, capacity, device, fix
-        self.swap = mechanism is Mechanism.SWAP
-        self.demand = Mode.SYNC if self.swap else Mode.FAULT  # how a missing tensor comes in before its op
+        self.mechanism = mechanism_of(mechanism)
+        self.demand = self.mechanism.demand  # how a missing tensor comes in before its op
         self.arriving: dict[int, _Transfer] = {}  # prefetches under way, by tensor
         self.touches = [op.touches for op in graph.ops]  # a property that builds its tuple each time
         n = len(graph.ops)
@@ -342,10 +343,10 @@ class _Walk:
         for tr in self.issued[k]:
             if tr.mode is not Mode.SYNC or tr.direction is not Direction.TO_HOST:
                 continue
-            t = tr.tensor
-            whole = not self.swap or tr.nbytes == d.dev[t]  # a pool frees whole tensors
-            if d.can_evict(t) and tr.nbytes is not None and 0 < tr.nbytes <= d.dev[t] and whole and t not in touches:
-                self._evict(t, tr.nbytes, k, tr.origin)
+            t, nbytes = tr.tensor, tr.nbytes or 0
+            # as many bytes as the mechanism takes from it to make that room (a pool: the whole tensor)
+            if d.can_evict(t) and 0 < nbytes == self.mechanism.evicted_bytes(d.dev[t], nbytes) and t not in touches:
+                self._evict(t, nbytes, k, tr.origin)
             else:
                 self.out.append(tr)
                 self._problem(f"{self._tensor(t)} is evicted before {self.graph.ops[k].name} but has {d.dev[t]} "
@@ -421,10 +422,10 @@ class _Walk:
                 raise PlanError(f"{op.name} needs {format_bytes(d.occupied)} on the device with what is in "
                                 f"flight, above the capacity {format_bytes(capacity)}")
             if d.can_evict(victim) and d.dev[victim] and victim not in touches:
-                if self.swap and d.loc[victim] == ARRIVING:  # its copy lands first, then goes back out
+                if self.mechanism.arriving_lands_first and d.loc[victim] == ARRIVING:
                     self._close(self.arriving[victim], k)
-                whole = d.dev[victim] if self.swap else min(d.dev[victim], d.occupied - capacity)
-                self._evict(victim, whole, k, Origin.DRIVER)
+                self._evict(victim, self.mechanism.evicted_bytes(d.dev[victim], d.occupied - capacity), k,
+                            Origin.DRIVER)
 
     def _victims(self, k: int) -> Iterator[int]:
         """LRU order; prefetches still arriving only as a last resort, the latest needed first: the

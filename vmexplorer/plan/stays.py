@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from ..config import Mechanism
 from ..graph import Graph
+from .mechanisms import mechanism_of
 from .plan import Direction, Mode, Plan
 
 Event = tuple[str, int]  # as in `schedule`: ("op", k) or ("memop", i)
@@ -108,7 +108,7 @@ def elided(graph: Graph, plan: Plan) -> frozenset[int]:
     calibration take any plan, checked or not (the engine checks first): one whose moves do not pair
     into stays elides nothing."""
     graph = graph.sized_for(plan.planned_with)
-    if plan.mechanism is not Mechanism.SWAP:
+    if not mechanism_of(plan).whole_tensors:  # paged by the driver: a call moves what it names
         return frozenset()
     try:
         return stays(graph, plan)[1]

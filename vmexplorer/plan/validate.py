@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ..config import Mechanism
 from ..graph import Graph
 from .copies import check_copy_order
-from .plan import Direction, MemOp, Mode, Plan, PlanError
+from .mechanisms import mechanism_of
+from .plan import Plan, PlanError
 from .residency import check
 
 
@@ -17,6 +17,7 @@ def validate_plan(graph: Graph, plan: Plan) -> None:
         raise PlanError(f"the plan is for a graph {'with' if plan.config.workspaces else 'without'} workspace "
                         "tensors, this graph has " + ("them" if graph.workspaces else "none"))
     graph = graph.sized_for(plan.planned_with)
+    mechanism = mechanism_of(plan)
     n, t_count = len(graph.ops), len(graph.tensors)
     for i, m in enumerate(plan.memops):
         if not 0 <= m.tensor < t_count:
@@ -27,31 +28,21 @@ def validate_plan(graph: Graph, plan: Plan) -> None:
         if m.mode.value != "async" and m.complete_before != m.issue_after + 1:
             raise PlanError(f"memory operation {i} is {m.mode.value}, so it must complete before the "
                             "next op")
-        _check_mode(i, m, plan.mechanism)
-    swap = plan.mechanism is Mechanism.SWAP
+        problem = mechanism.check_memop(i, m)
+        if problem:
+            raise PlanError(problem)
     for t, nbytes in plan.resident_at_start:
         if not (0 <= t < t_count and graph.tensors[t].persistent and 0 < nbytes <= graph.tensors[t].nbytes):
             raise PlanError(f"resident_at_start has {nbytes} bytes of tensor {t}: not a persistent "
                             "tensor or not that many bytes")
-        if swap and nbytes != graph.tensors[t].nbytes:
+        if mechanism.whole_tensors and nbytes != graph.tensors[t].nbytes:
             raise PlanError(f"resident_at_start has {nbytes} of the {graph.tensors[t].nbytes} bytes of tensor {t}; "
-                            "under swap a tensor is on the device whole or not at all")
+                            f"under {mechanism.name.value} a tensor is on the device whole or not at all")
     check_copy_order(graph, plan)
     problems = check(graph, plan.capacity, plan.memops, plan.resident_at_start, plan.mechanism).problems
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise PlanError(f"invalid plan: {problems[0]}{more}")
-
-
-def _check_mode(i: int, m: MemOp, mechanism: Mechanism) -> None:
-    """Under uvm a tensor comes in by prefetch or fault and a synchronous transfer is an eviction; under
-    swap nothing faults, and a synchronous transfer to the device is a copy in on demand."""
-    if mechanism is Mechanism.SWAP and m.mode is Mode.FAULT:
-        raise PlanError(f"memory operation {i} is a demand fault, but the plan is swap: with no driver nothing "
-                        "faults in; a tensor an op needs is copied in (sync)")
-    if mechanism is Mechanism.UVM and m.mode is Mode.SYNC and m.direction is Direction.TO_DEVICE:
-        raise PlanError(f"memory operation {i} is a synchronous copy to the device, but the plan is uvm: "
-                        "there the driver faults a missing tensor in (fault)")
 
 
 def _key(key: tuple[str, int, int]) -> str:

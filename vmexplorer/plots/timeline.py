@@ -34,10 +34,10 @@ from bokeh.models import (
 from bokeh.models.annotations import Label, Legend, LegendItem
 from bokeh.plotting import figure
 
-from ..config import Mechanism
 from ..details import memop_what, memop_words
 from ..graph import Graph
 from ..plan import Direction, Origin, Plan
+from ..plan.mechanisms import mechanism_of
 from ..session import Session
 from ..session.iterations import typical_iteration
 from ..units import format_bytes, format_ns
@@ -174,7 +174,6 @@ def _add_markers(lanes: Any, sources: dict[str, ColumnDataSource], editable: boo
     return markers, ghosts
 
 
-_SWAP_WORDS = {"demand fault": "copied in on demand", "driver eviction": "copied out to make room"}
 # the named sources `update_timeline` refills; "boundaries" is drawn by none: the snapping reads it
 _SOURCES = ("ops", "memops", "offload_markers", "prefetch_markers", "ghost_markers", "boundaries", "faults")
 _MEMOP_ALPHA = 0.75  # a transfer's bar, over the lane's grid
@@ -282,7 +281,7 @@ def label_legend(layout: Any, session: Session) -> None:
              *(f"memops_{k.replace(' ', '_')}" for k in set(mem.get("kind", ())))}
     shown |= {f"{kind}_marker_glyphs" for kind in ("offload", "prefetch", "ghost")
               if len(sources[f"{kind}_markers"].data.get("x", ()))}
-    words = _SWAP_WORDS if session.plan.mechanism is Mechanism.SWAP else {}
+    words = mechanism_of(session.plan).legend
     for legend in _lanes(layout).above:
         if legend.name == "lanes_legend":
             for item in legend.items:

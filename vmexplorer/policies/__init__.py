@@ -28,6 +28,7 @@ from typing import Any
 from ..config import Config, Mechanism
 from ..graph import Graph
 from ..plan import Move, Plan, PlanError
+from ..plan.mechanisms import mechanism_of
 from ..plan.pool import SwapPool, executed_graph, kept_tensors, plan_pool, pool_limit
 from ..plan.residency import repair, transfers_for_moves
 from ..units import format_bytes
@@ -77,7 +78,7 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
         replay = repair(graph, at, transfers_for_moves(graph, list(planned)), mech)
         return Plan(config, replay.memops, replay.resident_at_start, replay.peak, room_bytes=at if at < capacity else 0)
 
-    if mech is not Mechanism.SWAP:
+    if not mechanism_of(mech).whole_tensors:  # paged by the driver: no pool to place the tensors in
         return plan_at(capacity)
     searches = spec.search is not None and simulation is not None
     timed = _Timed(full, simulation) if simulation is not None else None

@@ -22,6 +22,7 @@ import numpy as np
 from ..config import Config, Mechanism
 from ..graph import MODELS, PERSISTENT, Graph, GraphError, Kind, Op, Phase, Tensor, build_graph
 from ..plan import Direction, MemOp, Mode, Origin, Plan, PlanError
+from ..plan.mechanisms import MECHANISMS
 from ..plan.validate import validate_plan
 from ..policies import POLICIES, check_mechanism
 from ..records.collected import (
@@ -267,9 +268,9 @@ def _mechanism(r: Reader, policy: str, value: Any) -> Mechanism:
     """(schema 8 added `config.mechanism`; an older file's plans all ran through managed memory: uvm.)
     One this vmexplorer has, that the policy takes."""
     text = r.scalar(value, "config.mechanism", STR)
-    if text not in {m.value for m in Mechanism}:
+    if text not in {m.value for m in MECHANISMS}:
         r.fail(f"config.mechanism is {quoted(text)}, expected one of "
-               f"{', '.join(quoted(m.value) for m in Mechanism)}")
+               f"{', '.join(quoted(m.value) for m in MECHANISMS)}")
     try:
         return check_mechanism(POLICIES[policy], text)
     except PlanError as e:

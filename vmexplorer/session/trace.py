@@ -14,7 +14,8 @@ import numpy as np
 from .. import __version__
 from ..fileio import atomic_write
 from ..graph import Graph
-from ..plan import Direction, Mechanism, Mode, Origin
+from ..plan import Direction, Mode, Origin
+from ..plan.mechanisms import mechanism_of
 from ..records.collected import MEMCPY_KINDS, Collected, busiest_stream, per_op
 from ..records.spans import Timeline
 from ..units import format_bytes
@@ -162,14 +163,13 @@ def _memop_spans(session: Session, pid: int) -> Callable[[np.ndarray], list[str]
     """Each memory operation row's span; what is the plan's (tensor, bytes, direction, ...) encoded once
     per memory operation of the plan."""
     g, p, tl = session.graph, session.plan, session.timeline
-    parts = []
+    mechanism, parts = mechanism_of(p), []
     for i, m in enumerate(p.memops):
         tensor = g.tensors[m.tensor]
-        verb = "prefetch" if m.direction is Direction.TO_DEVICE else "offload"
-        if m.origin is Origin.DRIVER and p.mechanism is Mechanism.SWAP:  # no driver: forced copies
-            verb = "copy in on demand" if m.direction is Direction.TO_DEVICE else "copy out"
-        elif m.origin is Origin.DRIVER:
-            verb = "fault" if m.mode is Mode.FAULT else "evict"
+        to_device = m.direction is Direction.TO_DEVICE
+        verb = "prefetch" if to_device else "offload"
+        if m.origin is Origin.DRIVER:  # what the replay forced, in the mechanism's words
+            verb = mechanism.forced_verbs[0] if to_device else mechanism.forced_verbs[1]
         # a row's event is these pieces with its own numbers between them (a span's layout, above): its
         # iteration goes among the args, in the order of sorted keys
         before = _dumps({"bytes": m.nbytes, "complete_before_op": m.complete_before, "direction": m.direction.value,

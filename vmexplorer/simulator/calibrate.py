@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from ..graph import Graph
-from ..plan import Direction, Mechanism, MemOp, Mode, Origin, Plan
+from ..plan import Direction, MemOp, Mode, Origin, Plan
+from ..plan.mechanisms import mechanism_of
 from ..plan.pool import executed_graph
 from ..plan.stays import elided
 from ..records.spans import Timeline, timed_only
@@ -23,9 +24,6 @@ HOST_BLOCK_GRID = tuple(i / 20 for i in range(21))
 # faults (the loss reading a label page) take the driver's fixed latency, not a rate, and a "rate"
 # from them would make a large fault of that kind elsewhere absurdly slow.
 KIND_FAULT_BYTES = 32 << 20
-# what the copies of a swap timeline fit: the names `_transfer_rates` gives, as swap rates
-_SWAP_NAMES = {"evict_bytes_per_ns": "swap_to_host_bytes_per_ns", "call_ns": "swap_call_ns",
-               "prefetch_bytes_per_ns": "swap_to_device_bytes_per_ns"}
 
 
 def calibrate(graph: Graph, plan: Plan, timeline: Timeline, base: CostModel = H100_DEFAULT,
@@ -67,10 +65,8 @@ def calibrate(graph: Graph, plan: Plan, timeline: Timeline, base: CostModel = H1
     tl = timed_only(timeline)
     duration = (tl.op_end_ns - tl.op_start_ns).astype(np.float64)
     op_ns, op_gap_ns = _op_times(graph, plan, tl, duration, base)
-    swap = plan.mechanism is Mechanism.SWAP
-    rates = _transfer_rates(graph, plan, tl, base.for_mechanism(plan.mechanism))
-    if swap:
-        rates = {_SWAP_NAMES[k]: v for k, v in rates.items()}
+    mechanism = mechanism_of(plan)
+    rates = {mechanism.fitted[k]: v for k, v in _transfer_rates(graph, plan, tl, mechanism.rates(base)).items()}
     fault_rate, by_kind = _fault_rates(graph, tl, duration, op_ns, base)
     label = name or f"calibrated on {graph.model} b{graph.batch} {plan.policy} ({tl.source})"
     numbers: dict[str, Any] = {**rates, **fault_rate}  # rates only: `serialises_directions` stays `base`'s
@@ -79,7 +75,7 @@ def calibrate(graph: Graph, plan: Plan, timeline: Timeline, base: CostModel = H1
     measured = set(op_ns) - set(base.op_ns)
     if base.workspace_ns and measured:  # the ops timed here ran in the workspaces this run gave them
         fitted = replace(fitted, workspace_ns=rebased(base.workspace_ns, executed_graph(graph, plan), measured))
-    if not swap and any(m.mode is Mode.ASYNC for m in plan.memops) and len(tl.op_index):
+    if mechanism.calls_block_host and any(m.mode is Mode.ASYNC for m in plan.memops) and len(tl.op_index):
         fitted = replace(fitted, host_block=_fit_host_block(graph, plan, tl, fitted))
     return fitted
 
@@ -111,7 +107,7 @@ def _transfer_rates(graph: Graph, plan: Plan, tl: Timeline, base: CostModel) -> 
     """The eviction bandwidth and the fixed cost of a memory call, then the prefetch bandwidth: only
     those the timeline shows (others stay `base`'s). Under swap the copies that move nothing
     (`plan.stays`) are left out: their bytes never crossed."""
-    memops = plan.memops
+    memops, mechanism = plan.memops, mechanism_of(plan)
     spans = (tl.memop_end_ns - tl.memop_start_ns).astype(np.float64)
     skipped = elided(graph, plan)
 
@@ -126,12 +122,11 @@ def _transfer_rates(graph: Graph, plan: Plan, tl: Timeline, base: CostModel) -> 
         call, per_byte = _line(sizes, spans[evictions])
         if per_byte > 0:
             rates["evict_bytes_per_ns"], rates["call_ns"] = 1 / per_byte, call
-        fastest = eviction_rate(graph, plan, tl) if plan.mechanism is Mechanism.UVM else 0.0
-        if fastest > 0:  # the bound's: the rate the big ones reached together
+        # the bound's: the rate the big ones reached together, where the mechanism's runs show it
+        fastest = eviction_rate(graph, plan, tl) if "evict_fastest_bytes_per_ns" in mechanism.fitted else 0.0
+        if fastest > 0:
             rates["evict_fastest_bytes_per_ns"] = fastest
-    # under swap a copy in on demand is a copy like a prefetch (under uvm a fault is the kernels')
-    into = (Mode.ASYNC,) if plan.mechanism is Mechanism.UVM else (Mode.ASYNC, Mode.SYNC)
-    prefetches = rows_of(Direction.TO_DEVICE, into)
+    prefetches = rows_of(Direction.TO_DEVICE, mechanism.copies_in)
     call_ns = rates.get("call_ns", base.call_ns)
     busy = float(spans[prefetches].sum()) - call_ns * len(prefetches) if prefetches else 0.0
     if busy > 0:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..config import Mechanism
+from ..plan.mechanisms import mechanism_of
 
 if TYPE_CHECKING:
     from ..graph import Graph
@@ -70,15 +71,9 @@ class CostModel:
         return max(self.evict_bytes_per_ns, self.evict_fastest_bytes_per_ns)
 
     def for_mechanism(self, mechanism: Mechanism | str) -> CostModel:
-        """The model a plan of `mechanism` runs at: itself under uvm; under swap its copy rates in
-        place of the driver's (a demand copy moves at the copy rate, as a prefetch does), no host
-        blocking (a cudaMemcpyAsync from pinned memory returns at once) and the directions overlapping."""
-        if Mechanism(mechanism) is Mechanism.UVM:
-            return self
-        into, out = self.swap_to_device_bytes_per_ns, self.swap_to_host_bytes_per_ns
-        return replace(self, prefetch_bytes_per_ns=into, evict_bytes_per_ns=out, fault_bytes_per_ns=into,
-                       fault_bytes_per_ns_by_kind={}, host_block=0.0, call_ns=self.swap_call_ns,
-                       serialises_directions=False, evict_fastest_bytes_per_ns=0.0)
+        """The model a plan of `mechanism` runs at (`MechanismSpec.rates`): itself under uvm; under swap its
+        copy rates in place of the driver's, no host blocking and the directions overlapping."""
+        return mechanism_of(mechanism).rates(self)
 
     def fault_ns(self, nbytes: int, kind: str = "") -> float:
         return nbytes / self.fault_bytes_per_ns_by_kind.get(kind, self.fault_bytes_per_ns)

@@ -33,8 +33,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph import Graph
-from ..plan import Direction, Mechanism, MemOp, Mode, Plan, PlanError
+from ..plan import Direction, MemOp, Mode, Plan, PlanError
 from ..plan.copies import asynchronous, call_before, room_for
+from ..plan.mechanisms import MechanismSpec, mechanism_of
 from ..plan.stays import elided
 from ..records.spans import MAX_NS, Timeline, resident_curve
 from .costmodel import H100_DEFAULT, CostModel
@@ -50,7 +51,8 @@ def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None, executed: 
     for k in range(n + 1):
         arrived = max(walk.gpu, walk.host)  # op k-1 is done and the host has reached op k
         # under swap a tensor the replay copies out as its copy in lands goes out only once it is in
-        early = _landing_then_out(plan.memops, walk.due_async[k], walk.due_sync[k]) if walk.swap else []
+        early = (_landing_then_out(plan.memops, walk.due_async[k], walk.due_sync[k])
+                 if walk.mechanism.arriving_lands_first else [])
         t = walk.land_early(k, early, arrived)
         t = walk.synchronous(k, t)
         t = walk.land_due(k, early, t)
@@ -69,7 +71,7 @@ class _Walk:
 
     def __init__(self, graph: Graph, plan: Plan, cost: CostModel, executed: Graph | None = None) -> None:
         self.graph, self.plan, self.cost = graph, plan, cost
-        self.swap = plan.mechanism is Mechanism.SWAP
+        self.mechanism = mechanism_of(plan)
         self.ops, self.memops = ops, memops = graph.ops, plan.memops
         n = len(ops)
         self.compute = cost.op_times_ns(executed or graph)
@@ -111,8 +113,8 @@ class _Walk:
         """The synchronous transfers due before op k (`_sync`): the copies out, whose end is op k's room,
         then the copies in."""
         t = self.room[k] = _sync(self.engine, self.cost, self.memops, self.due_sync[k], Direction.TO_HOST, t,
-                                 self.swap, self.mem_start, self.mem_end, self.skipped)
-        return _sync(self.engine, self.cost, self.memops, self.due_sync[k], Direction.TO_DEVICE, t, self.swap,
+                                 self.mechanism, self.mem_start, self.mem_end, self.skipped)
+        return _sync(self.engine, self.cost, self.memops, self.due_sync[k], Direction.TO_DEVICE, t, self.mechanism,
                      self.mem_start, self.mem_end, self.skipped)
 
     def land_due(self, k: int, early: list[int], t: float) -> float:
@@ -205,17 +207,20 @@ def _landing_then_out(memops: tuple[MemOp, ...], due_async: list[int], due_sync:
 
 
 def _sync(engine: _Engine, cost: CostModel, memops: tuple[MemOp, ...], due: list[int], direction: Direction,
-          t: float, swap: bool, mem_start: np.ndarray, mem_end: np.ndarray, skipped: frozenset[int]) -> float:
+          t: float, mechanism: MechanismSpec, mem_start: np.ndarray, mem_end: np.ndarray,
+          skipped: frozenset[int]) -> float:
     """The synchronous transfers of one direction due before an op, one after another from `t` (copies
-    out make the room, copies in on demand follow); when the last ends. Under swap each also takes its
-    direction's copy engine in turn; the uvm driver's evictions order themselves."""
+    out make the room, copies in on demand follow); when the last ends. Each runs where the mechanism
+    says (`sync_stream`): pinned copies take their direction's copy engine in turn; the uvm driver's
+    evictions order themselves on the compute stream."""
     for i in due:
         m = memops[i]
         if i in skipped and m.direction is direction:
             mem_start[i] = mem_end[i] = t
         elif m.direction is direction:
             to_device = direction is Direction.TO_DEVICE
-            mem_start[i], mem_end[i] = engine.run(t, cost.copy_ns(m.nbytes, to_device), direction if swap else None)
+            where = mechanism.sync_stream(direction)
+            mem_start[i], mem_end[i] = engine.run(t, cost.copy_ns(m.nbytes, to_device), where)
             t = mem_end[i]
     return t
 
