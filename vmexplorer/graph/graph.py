@@ -32,6 +32,7 @@ class Phase(StrEnum):
     LOSS = "loss"
     BACKWARD = "backward"
     UPDATE = "update"
+    RECOMPUTE = "recompute"  # a forward op run again to make a dropped activation anew (`recompute.py`)
 
 
 PERSISTENT = -1  # producer of a tensor that exists before the iteration starts
