@@ -121,7 +121,7 @@ def measured_session(graph: Graph, plan: Plan, result: RunResult, where: str = "
     calibrated with, else one calibrated on the run itself (a paging run's op times then hold its stalls,
     which a note says), never another GPU's. Its bound evicts no slower than its own evictions ran: a run on
     a machine faster than any the model saw is one more recording of the GPU's fastest rate."""
-    graph = graph.sized_for(plan.planned_with)
+    graph = plan.graph_of(graph)
     from ..session import new_session
     from ..session.samples import gpu_cost_model
     from ..simulator import calibrate
@@ -151,7 +151,7 @@ def measured_session(graph: Graph, plan: Plan, result: RunResult, where: str = "
 def execute(graph: Graph, plan: Plan, settings: RunSettings = RunSettings(),
             progress: Callable[[int, int, float], None] | None = None,
             should_stop: Callable[[], bool] | None = None) -> RunResult:
-    graph = graph.sized_for(plan.planned_with)
+    graph = plan.graph_of(graph)
     cp = gpu.cupy()
     validate_plan(graph, plan)
     cp.get_default_memory_pool().free_all_blocks()  # what an earlier run cached is free for this one

@@ -71,7 +71,7 @@ def schedule(graph: Graph, plan: Plan, dead: DeadBytes | None = None,
     """One iteration's steps in host order; with `dead`, the discards and populates of dead bytes too.
     `pool` (swap): per step that puts a tensor in the pool, the ends of the stays whose bytes it takes over
     (`swap.SwapPool.waits`); those its stream's order does not already imply become waits."""
-    graph = graph.sized_for(plan.planned_with)
+    graph = plan.graph_of(graph)
     n = len(graph.ops)
     mechanism = mechanism_of(plan)
     if mechanism.ordered_copies and plan.copy_order:
@@ -278,7 +278,7 @@ class Ledger:
 def room_per_op(graph: Graph, plan: Plan, kept: Collection[int] = ()) -> list[int]:
     """The bytes the device has beyond its live tensors while each op runs: the capacity less what the
     ledger holds then, dead tensors holding nothing. Dead bytes may wait there for their next tensor."""
-    graph = graph.sized_for(plan.planned_with)
+    graph = plan.graph_of(graph)
     start = dict(plan.resident_at_start)
     ledger = Ledger(graph, [start.get(t, 0) if tensor.persistent else 0 for t, tensor in enumerate(graph.tensors)])
     room = [0] * len(graph.ops)

@@ -129,8 +129,8 @@ class Graph:
         return {}
 
     def __getstate__(self) -> dict[str, object]:
-        # a graph sent to the work pool (in a session) travels without the fitted graphs it has cached
-        return {k: v for k, v in self.__dict__.items() if k != "_fits"}
+        # a graph sent to the work pool (in a session) travels without the graphs it has cached
+        return {k: v for k, v in self.__dict__.items() if k not in ("_fits", "_recomputations")}
 
     def _fit(self, capacity: int) -> Graph:
         size = list(self.workspace_bytes)

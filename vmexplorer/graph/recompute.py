@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 from .graph import Graph, GraphError, Kind, Op, Phase, Tensor
 
-SUFFIX = " (recomputed)"
+SUFFIX = " (recomputed)"  # a copy's name: its original's and this
+RERUN = " (recompute)"  # a re-run's name: its op's and this
 
 
 @dataclass(frozen=True)
@@ -41,9 +42,25 @@ def recomputed(graph: Graph, steps: Sequence[Recompute]) -> Graph:
     which then lives to the re-run. GraphError where a step cannot be run: a tensor that is not a
     forward op's activation, a re-run before its own op, one after the tensor's last use that no re-run
     there reads, or a tensor recomputed twice."""
-    if not steps:
-        return graph
+    key = tuple(steps)
     full = graph.full or graph
+    # a graph made here remembers the steps and the graph it was made from (set on a frozen dataclass:
+    # what it was made by, not what it is), so that asking again for the same steps gives it back, and
+    # other steps start from the graph without recomputation
+    if full.__dict__.get("_recomputed_by", ()) == key:
+        return graph
+    plain: Graph = full.__dict__.get("_plain", full)
+    if key:
+        cache = plain.__dict__.setdefault("_recomputations", {})
+        if key not in cache:
+            cache[key] = _recompute(plain, key)
+            object.__setattr__(cache[key], "_recomputed_by", key)
+            object.__setattr__(cache[key], "_plain", plain)
+        plain = cache[key]
+    return plain if graph.capacity is None else plain.fitted(graph.capacity)
+
+
+def _recompute(full: Graph, steps: tuple[Recompute, ...]) -> Graph:
     groups = _groups(full, steps)
     originals = [t for t in full.tensors if t.kind is not Kind.WORKSPACE]  # numbered first, as they were
     workspaces = [t for t in full.tensors if t.kind is Kind.WORKSPACE]
@@ -63,7 +80,7 @@ def recomputed(graph: Graph, steps: Sequence[Recompute]) -> Graph:
             for t in p.writes:
                 original = full.tensors[t]
                 if original.kind is Kind.WORKSPACE:
-                    made_workspaces.append(Tensor(f"{p.name} (recompute).workspace", Kind.WORKSPACE, original.shape,
+                    made_workspaces.append(Tensor(f"{p.name}{RERUN}.workspace", Kind.WORKSPACE, original.shape,
                                                   original.dtype, original.nbytes, len(ops), ()))
                     writes.append(first_workspace + len(workspaces) + len(made_workspaces) - 1)
                     continue
@@ -73,12 +90,12 @@ def recomputed(graph: Graph, steps: Sequence[Recompute]) -> Graph:
                 writes.append(len(originals) + len(made) - 1)
                 if t in wanted:
                     copy[t] = writes[-1]
-            ops.append(Op(f"{p.name} (recompute)", p.kind, Phase.RECOMPUTE, p.layer,
+            ops.append(Op(p.name + RERUN, p.kind, Phase.RECOMPUTE, p.layer,
                           tuple(copy.get(t, number.get(t, t)) for t in p.reads), tuple(writes), p.flops,
                           p.bytes_touched, p.attrs))
         ops.append(Op(op.name, op.kind, op.phase, op.layer, tuple(copy.get(t, number.get(t, t)) for t in op.reads),
                       tuple(number.get(t, t) for t in op.writes), op.flops, op.bytes_touched, op.attrs))
-    return _graph(full, graph, originals + made + workspaces + made_workspaces, ops)
+    return _graph(full, originals + made + workspaces + made_workspaces, ops)
 
 
 def _groups(graph: Graph, steps: Sequence[Recompute]) -> dict[int, list[tuple[int, frozenset[int]]]]:
@@ -109,9 +126,8 @@ def _groups(graph: Graph, steps: Sequence[Recompute]) -> dict[int, list[tuple[in
     return groups
 
 
-def _graph(full: Graph, graph: Graph, tensors: list[Tensor], ops: list[Op]) -> Graph:
-    """The graph of `ops` over `tensors`, each tensor's producer and readers found again, fitted as
-    `graph` is."""
+def _graph(full: Graph, tensors: list[Tensor], ops: list[Op]) -> Graph:
+    """The graph of `ops` over `tensors`, each tensor's producer and readers found again."""
     producer: dict[int, int] = {}
     readers: list[list[int]] = [[] for _ in tensors]
     for i, op in enumerate(ops):
@@ -121,5 +137,4 @@ def _graph(full: Graph, graph: Graph, tensors: list[Tensor], ops: list[Op]) -> G
             readers[t].append(i)
     final = tuple(Tensor(t.name, t.kind, t.shape, t.dtype, t.nbytes, t.producer if t.persistent else producer[i],
                          tuple(readers[i])) for i, t in enumerate(tensors))
-    out = Graph(full.model, full.batch, full.image_size, final, tuple(ops), full.workspaces)
-    return out if graph.capacity is None else out.fitted(graph.capacity)
+    return Graph(full.model, full.batch, full.image_size, final, tuple(ops), full.workspaces)

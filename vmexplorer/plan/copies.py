@@ -51,7 +51,7 @@ def call_before(plan: Plan) -> dict[int, int]:
 def check_copy_order(graph: Graph, plan: Plan) -> None:
     """PlanError unless the plan's copy order (if any) is one the executor can run: under swap only,
     naming every asynchronous copy once, and calling each copy before the op that waits for it."""
-    graph = graph.sized_for(plan.planned_with)
+    graph = plan.graph_of(graph)
     order, memops = plan.copy_order, plan.memops
     if not order:
         return

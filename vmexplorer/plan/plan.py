@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from ..config import Config, Mechanism, Option
+from ..graph import Graph
+from ..graph.recompute import Recompute, recomputed
 
 
 class PlanError(ValueError):
@@ -74,6 +76,9 @@ class Plan:
     # (`policies.fit_pool`): less than the capacity where a placement needs more bytes than the plan's
     # peak; 0: the capacity
     room_bytes: int = 0
+    # the activations made again by re-running their forward ops (`graph.recompute`), numbered as in the
+    # graph without recomputation; the plan's op and tensor numbers are those of `graph_of`'s graph
+    recomputes: tuple[Recompute, ...] = ()
 
     @property
     def model(self) -> str:
@@ -106,6 +111,11 @@ class Plan:
     @property
     def key(self) -> tuple[str, int, int]:
         return self.config.key
+
+    def graph_of(self, graph: Graph) -> Graph:
+        """The graph this plan runs: `graph` fitted to the room it was made with, its recomputations as ops
+        (`graph` itself where it is that graph already)."""
+        return recomputed(graph.sized_for(self.planned_with), self.recomputes)
 
     @property
     def planned_with(self) -> int:

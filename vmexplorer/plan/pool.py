@@ -147,7 +147,7 @@ def executed_graph(graph: Graph, plan: Plan, keep: Collection[int] | None = None
     """The graph a run of `plan` executes (`run_pool`'s): fitted to the plan's room, its convolutions'
     workspaces as large as its pool has room for. `keep`: the tensors the host reads after the iteration
     (a timed run's, if None). `cut`: as `run_pool`'s."""
-    graph = graph.sized_for(plan.planned_with)
+    graph = plan.graph_of(graph)
     if managed(plan):
         return graph  # a managed pool holds every tensor whole (`run_pool`): nothing to place
     keep = kept_tensors(graph, keep_weights=False) if keep is None else keep
@@ -208,7 +208,7 @@ def plan_pool(graph: Graph, plan: Plan, kept: Collection[int] = (), align: int =
     `IMPROVE_PLACEMENTS`). The convolutions' workspaces are cut where they stick out of the placement
     (`cut` False); only where that does not fit are the others placed anew and the workspaces cut to the
     stretches they leave, which may be far smaller (`cut` True; None: the first that fits)."""
-    graph = graph.sized_for(plan.planned_with)
+    graph = plan.graph_of(graph)
     all_stays, elided = stays(graph, plan, kept)
     n = len(graph.ops)
     sizes = tuple(aligned(graph.tensors[s.tensor].nbytes, align) for s in all_stays)

@@ -38,7 +38,7 @@ def stays(graph: Graph, plan: Plan, kept: Collection[int] = ()) -> tuple[tuple[S
     """Every stay of every tensor in one steady-state iteration of a swap plan, and the memory operations
     that move nothing (a copy in taken straight back out before any op). Tensors in `kept` (read by the
     host after the iteration) stay to its end."""
-    graph = graph.sized_for(plan.planned_with)
+    graph = plan.graph_of(graph)
     n = len(graph.ops)
     moves: list[list[tuple[int, int, str, Event]]] = [[] for _ in graph.tensors]
     for i, m in enumerate(plan.memops):
@@ -107,7 +107,7 @@ def elided(graph: Graph, plan: Plan) -> frozenset[int]:
     """The memory operations of a swap plan that move nothing (none under uvm). The simulator and
     calibration take any plan, checked or not (the engine checks first): one whose moves do not pair
     into stays elides nothing."""
-    graph = graph.sized_for(plan.planned_with)
+    graph = plan.graph_of(graph)
     if not mechanism_of(plan).whole_tensors:  # paged by the driver: a call moves what it names
         return frozenset()
     try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..graph import Graph
+from ..graph import Graph, GraphError
 from .copies import check_copy_order
 from .mechanisms import mechanism_of
 from .plan import Plan, PlanError
@@ -16,7 +16,10 @@ def validate_plan(graph: Graph, plan: Plan) -> None:
     if graph.workspaces != plan.config.workspaces:
         raise PlanError(f"the plan is for a graph {'with' if plan.config.workspaces else 'without'} workspace "
                         "tensors, this graph has " + ("them" if graph.workspaces else "none"))
-    graph = graph.sized_for(plan.planned_with)
+    try:
+        graph = plan.graph_of(graph)
+    except GraphError as e:  # a recomputation that cannot run there
+        raise PlanError(f"invalid plan: {e}") from None
     mechanism = mechanism_of(plan)
     n, t_count = len(graph.ops), len(graph.tensors)
     for i, m in enumerate(plan.memops):

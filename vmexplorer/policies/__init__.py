@@ -123,7 +123,7 @@ class _Timed:
         graph = self.full.fitted(plan.planned_with)
         executed = None
         if self.by_workspace:
-            placed = graph.sized_for(plan.planned_with)
+            placed = plan.graph_of(graph)
             executed = executed_graph(placed, plan) if pool is None else pool.executed(placed)
         ns = float(self.simulation.simulate(graph, plan, self.simulation.cost_model, executed).iteration_ns().max())
         self._seen[id(plan)] = (plan, ns)

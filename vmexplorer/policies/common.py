@@ -42,7 +42,7 @@ ORDER_PASSES = 4  # earliest-deadline orders tried, each from the fastest timeli
 def order_copies(graph: Graph, plan: Plan, simulation: Simulation) -> Plan:
     """The swap plan with the copy order (`plan.copies`) its simulation runs fastest in: the executor's
     own, or an earliest-deadline order read off the fastest timeline found so far, a few passes over."""
-    graph = graph.sized_for(plan.planned_with)
+    graph = plan.graph_of(graph)
     best = plan
     timeline = simulation.simulate(graph, plan, simulation.cost_model)
     best_ns = first_ns = int(timeline.iteration_ns().max())

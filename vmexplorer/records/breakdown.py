@@ -45,7 +45,7 @@ PARTS = (("compute_ns", "compute"), ("fault_wait_ns", "waiting on demand faults"
 def time_split(graph: Graph, plan: Plan, timeline: Timeline, own_ns: np.ndarray,
                iteration: int | None = None) -> TimeSplit:
     """How `iteration` (the typical one by default) spent its time; `own_ns[k]` is op k's own time."""
-    graph = graph.sized_for(plan.planned_with)
+    graph = plan.graph_of(graph)
     it = timeline.typical_iteration() if iteration is None else iteration
     tl, _, next_start = one_iteration(timeline, it)
     order = np.argsort(tl.op_start_ns, kind="stable")

@@ -87,7 +87,7 @@ def summarize(graph: Graph, plan: Plan, timeline: Timeline) -> dict[str, float |
     """The figures a person compares, per iteration over the timed iterations: the typical one's time (the
     median one; of an even number, the lower middle: the one `Timeline.typical_iteration` picks, drawn and
     split everywhere, never an average of two) and the means of the rest."""
-    graph = graph.sized_for(plan.planned_with)
+    graph = plan.graph_of(graph)
     its = timeline.timed_ns()  # each timed iteration runs to the next one's start, counted or not
     tl = timed_only(timeline)
     n = max(tl.iterations, 1)
@@ -160,7 +160,7 @@ def resident_curve(graph: Graph, plan: Plan, op_start: np.ndarray, op_end: np.nd
     """Device bytes over time as a step function: a tensor counts from its creation, its prefetch's
     start or its fault, until its release, its offload's end or its eviction's end. `skipped`: the plan's
     memory operations that move nothing (`plan.stays.elided`), where the caller has them."""
-    graph = graph.sized_for(plan.planned_with)
+    graph = plan.graph_of(graph)
     times, deltas, _ = _resident_steps(graph, plan, op_start, op_end, mem_start, mem_end, skipped)
     order = np.argsort(np.array(times), kind="stable")
     t_sorted = np.array(times)[order]
@@ -173,7 +173,7 @@ def resident_by_kind(graph: Graph, plan: Plan, op_start: np.ndarray, op_end: np.
                      mem_start: np.ndarray, mem_end: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """`resident_curve` split by tensor kind (weights, gradients, activations, ...): the instants, and
     for each kind its bytes on the device from each instant on. The kinds add up to the curve."""
-    graph = graph.sized_for(plan.planned_with)
+    graph = plan.graph_of(graph)
     times, deltas, tensors = _resident_steps(graph, plan, op_start, op_end, mem_start, mem_end)
     order = np.argsort(np.array(times), kind="stable")
     t_sorted = np.array(times)[order]
@@ -188,7 +188,7 @@ def resident_steps(graph: Graph, plan: Plan, op_start: np.ndarray, op_end: np.nd
                    mem_end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The changes `resident_curve` adds up, in the order it adds them: when (ns), by how many bytes,
     and of which tensor, so a figure can split the curve by tensor and still add up to it."""
-    graph = graph.sized_for(plan.planned_with)
+    graph = plan.graph_of(graph)
     times, deltas, tensors = _resident_steps(graph, plan, op_start, op_end, mem_start, mem_end)
     t = np.array(times, dtype=np.float64)
     order = np.argsort(t, kind="stable")

@@ -103,7 +103,7 @@ def new_session(graph: Graph, plan: Plan, timeline: Timeline, cost_model: CostMo
     second), and no bound without a cost model: a measured run is judged by its own GPU's. `executed`: the
     caller's `timing_graph` of the plan under `cost_model`, where it has worked it out (its pool placed
     once, not again for the session's time split)."""
-    graph = graph.sized_for(plan.planned_with)
+    graph = plan.graph_of(graph)
     check_matches(graph, plan)
     check_collected(collected, timeline)
     if bound is not None and not isinstance(bound, Bound):
@@ -126,7 +126,7 @@ def bound_for(graph: Graph, plan: Plan, cost_model: CostModel | None = None) -> 
     """The bound at the plan's capacity through its mechanism under `cost_model`, or the uncalibrated
     default (whose rates a session without a cost model is simulated and split with too); None below
     the least capacity any plan needs, where there is no bound to hold a plan against."""
-    graph = graph.sized_for(plan.planned_with)
+    graph = plan.graph_of(graph)
     try:
         return lower_bound(graph, plan.capacity, cost_model or H100_DEFAULT, plan.mechanism)
     except PlanError:

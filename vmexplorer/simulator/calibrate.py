@@ -61,7 +61,7 @@ def calibrate(graph: Graph, plan: Plan, timeline: Timeline, base: CostModel = H1
     Whether migrations run one direction at a time (`serialises_directions`) is `base`'s: a timeline
     shows when each transfer was issued and completed, not whether the driver ran two at once.
     """
-    graph = graph.sized_for(plan.planned_with)
+    graph = plan.graph_of(graph)
     tl = timed_only(timeline)
     duration = (tl.op_end_ns - tl.op_start_ns).astype(np.float64)
     op_ns, op_gap_ns = _op_times(graph, plan, tl, duration, base)
@@ -217,7 +217,7 @@ class Eviction:
 def evictions(graph: Graph, plan: Plan, timeline: Timeline) -> list[Eviction]:
     """Every eviction of the timed iterations that moved bytes, in the timeline's row order: what
     `calibrate` fits its eviction line to, each told apart by what might change its rate."""
-    graph = graph.sized_for(plan.planned_with)
+    graph = plan.graph_of(graph)
     tl = timed_only(timeline)
     memops = plan.memops
     faulting = {m.complete_before for m in memops if m.mode is Mode.FAULT and m.nbytes}

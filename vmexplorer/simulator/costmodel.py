@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..config import Mechanism
+from ..graph.recompute import RERUN
 from ..plan.mechanisms import mechanism_of
 
 if TYPE_CHECKING:
@@ -84,7 +85,8 @@ class CostModel:
     def compute_ns(self, name: str, flops: int, bytes_touched: int, workspace_bytes: int | None = None) -> float:
         """An op's time: measured (`op_ns`) or from its work at the model's rates; a convolution's in
         `workspace_bytes` of workspace (`workspace_ns`), or, None, in the workspace it runs fastest in (what
-        a bound over every plan may assume)."""
+        a bound over every plan may assume). An op run again to recompute (`graph.recompute`) takes its op's."""
+        name = name.removesuffix(RERUN)
         ns = self.op_ns[name] if name in self.op_ns else \
             self.launch_ns + max(flops / self.flops_per_ns, bytes_touched / self.bytes_per_ns)
         steps = self.workspace_ns.get(name)

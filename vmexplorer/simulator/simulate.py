@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph import Graph
+from ..graph.recompute import RERUN
 from ..plan import Direction, MemOp, Mode, Plan, PlanError
 from ..plan.copies import asynchronous, call_before, room_for
 from ..plan.mechanisms import MechanismSpec, mechanism_of
@@ -45,7 +46,7 @@ def simulate(graph: Graph, plan: Plan, cost: CostModel | None = None, executed: 
     """The timeline of `plan` on `graph` under `cost`. `executed`: the graph a run executes
     (`plan.pool.executed_graph`: its pool may give a convolution less workspace than `graph` does), whose
     workspaces time the convolutions; `graph` itself if None."""
-    graph = graph.sized_for(plan.planned_with)
+    graph = plan.graph_of(graph)
     walk = _Walk(graph, plan, (cost or H100_DEFAULT).for_mechanism(plan.mechanism), executed)
     n = len(graph.ops)
     for k in range(n + 1):
@@ -75,7 +76,7 @@ class _Walk:
         self.ops, self.memops = ops, memops = graph.ops, plan.memops
         n = len(ops)
         self.compute = cost.op_times_ns(executed or graph)
-        self.gaps = [cost.op_gap_ns.get(op.name, 0.0) for op in ops]
+        self.gaps = [cost.op_gap_ns.get(op.name.removesuffix(RERUN), 0.0) for op in ops]
         self.due_async: list[list[int]] = [[] for _ in range(n + 1)]
         self.due_sync: list[list[int]] = [[] for _ in range(n + 1)]
         self.faults: list[list[int]] = [[] for _ in range(n + 1)]
