@@ -79,6 +79,15 @@ class Op:
 
 
 @dataclass(frozen=True)
+class Recompute:
+    """Activation `tensor` is made again before op `before` (both numbered as in the graph without
+    recomputation), and ops from `before` on read the copy (`recompute.recomputed`)."""
+
+    tensor: int
+    before: int
+
+
+@dataclass(frozen=True)
 class Graph:
     model: str
     batch: int
@@ -92,6 +101,10 @@ class Graph:
     capacity: int | None = None
     # The graph with full workspaces this one was fitted from (None: this is it).
     full: Graph | None = field(default=None, compare=False, repr=False)
+    # The recomputations this graph holds as ops (`recompute.recomputed`), and the graph without them
+    # (None: this is it); a fitted graph's are its `full` graph's.
+    recomputes: tuple[Recompute, ...] = field(default=(), compare=False, repr=False)
+    plain: Graph | None = field(default=None, compare=False, repr=False)
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -126,6 +139,10 @@ class Graph:
 
     @cached_property
     def _fits(self) -> dict[int, Graph]:
+        return {}
+
+    @cached_property
+    def _recomputations(self) -> dict[tuple[Recompute, ...], Graph]:
         return {}
 
     def __getstate__(self) -> dict[str, object]:

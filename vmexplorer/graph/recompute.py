@@ -19,21 +19,11 @@ iteration and the layer (`ops/dropout.py`), all the same for the re-run.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from .graph import Graph, GraphError, Kind, Op, Phase, Tensor
+from .graph import Graph, GraphError, Kind, Op, Phase, Recompute, Tensor
 
 SUFFIX = " (recomputed)"  # a copy's name: its original's and this
 RERUN = " (recompute)"  # a re-run's name: its op's and this
-
-
-@dataclass(frozen=True)
-class Recompute:
-    """Activation `tensor` is made again before op `before` (both numbered as in the graph without
-    recomputation), and ops from `before` on read the copy."""
-
-    tensor: int
-    before: int
 
 
 def recomputed(graph: Graph, steps: Sequence[Recompute]) -> Graph:
@@ -44,19 +34,14 @@ def recomputed(graph: Graph, steps: Sequence[Recompute]) -> Graph:
     there reads, or a tensor recomputed twice."""
     key = tuple(steps)
     full = graph.full or graph
-    # a graph made here remembers the steps and the graph it was made from (set on a frozen dataclass:
-    # what it was made by, not what it is), so that asking again for the same steps gives it back, and
-    # other steps start from the graph without recomputation
-    if full.__dict__.get("_recomputed_by", ()) == key:
+    if full.recomputes == key:  # asked again of the graph these steps made: that graph
         return graph
-    plain: Graph = full.__dict__.get("_plain", full)
+    plain = full.plain or full  # other steps start from the graph without recomputation
     if key:
-        cache = plain.__dict__.setdefault("_recomputations", {})
-        if key not in cache:
-            cache[key] = _recompute(plain, key)
-            object.__setattr__(cache[key], "_recomputed_by", key)
-            object.__setattr__(cache[key], "_plain", plain)
-        plain = cache[key]
+        made = plain._recomputations
+        if key not in made:
+            made[key] = _recompute(plain, key)
+        plain = made[key]
     return plain if graph.capacity is None else plain.fitted(graph.capacity)
 
 
@@ -95,7 +80,7 @@ def _recompute(full: Graph, steps: tuple[Recompute, ...]) -> Graph:
                           p.bytes_touched, p.attrs))
         ops.append(Op(op.name, op.kind, op.phase, op.layer, tuple(copy.get(t, number.get(t, t)) for t in op.reads),
                       tuple(number.get(t, t) for t in op.writes), op.flops, op.bytes_touched, op.attrs))
-    return _graph(full, originals + made + workspaces + made_workspaces, ops)
+    return _graph(full, originals + made + workspaces + made_workspaces, ops, steps)
 
 
 def _groups(graph: Graph, steps: Sequence[Recompute]) -> dict[int, list[tuple[int, frozenset[int]]]]:
@@ -126,7 +111,7 @@ def _groups(graph: Graph, steps: Sequence[Recompute]) -> dict[int, list[tuple[in
     return groups
 
 
-def _graph(full: Graph, tensors: list[Tensor], ops: list[Op]) -> Graph:
+def _graph(full: Graph, tensors: list[Tensor], ops: list[Op], steps: tuple[Recompute, ...]) -> Graph:
     """The graph of `ops` over `tensors`, each tensor's producer and readers found again."""
     producer: dict[int, int] = {}
     readers: list[list[int]] = [[] for _ in tensors]
@@ -137,4 +122,5 @@ def _graph(full: Graph, tensors: list[Tensor], ops: list[Op]) -> Graph:
             readers[t].append(i)
     final = tuple(Tensor(t.name, t.kind, t.shape, t.dtype, t.nbytes, t.producer if t.persistent else producer[i],
                          tuple(readers[i])) for i, t in enumerate(tensors))
-    return Graph(full.model, full.batch, full.image_size, final, tuple(ops), full.workspaces)
+    return Graph(full.model, full.batch, full.image_size, final, tuple(ops), full.workspaces, recomputes=steps,
+                 plain=full)

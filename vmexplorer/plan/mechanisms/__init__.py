@@ -10,22 +10,10 @@ session loader read it.
 
 from __future__ import annotations
 
-from typing import Protocol
-
-from ...config import Mechanism
+from ...config import Config, Mechanism
+from ..plan import Plan
 from . import swap, uvm
 from .spec import MechanismSpec
-
-
-class _Names(Protocol):
-    @property
-    def mechanism(self) -> Mechanism: ...
-
-
-class _Plans(_Names, Protocol):
-    @property
-    def policy(self) -> str: ...
-
 
 MECHANISMS: dict[Mechanism, MechanismSpec] = {spec.name: spec for spec in (
     uvm.SPEC,
@@ -33,12 +21,12 @@ MECHANISMS: dict[Mechanism, MechanismSpec] = {spec.name: spec for spec in (
 )}
 
 
-def mechanism_of(what: Mechanism | str | _Names) -> MechanismSpec:
+def mechanism_of(what: Mechanism | str | Plan | Config) -> MechanismSpec:
     """The object of a mechanism, given its name or anything that names one (a plan, a config)."""
     return MECHANISMS[Mechanism(what if isinstance(what, str) else what.mechanism)]
 
 
-def managed(plan: _Plans) -> bool:
+def managed(plan: Plan) -> bool:
     """Whether a run of `plan` holds its tensors in managed memory: a policy that pages, through a
     mechanism that pages managed memory (`device` allocates plain device memory, as a pool does)."""
     return plan.policy != "device" and mechanism_of(plan).managed
