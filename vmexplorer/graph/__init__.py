@@ -5,8 +5,8 @@ the update, `ops/` holds each op (its shapes, FLOPs, what its backward keeps, it
 `models.py` the CNNs built from them.
 """
 
-from .graph import PERSISTENT, WORKSPACE_FLOOR, Graph, GraphError, Kind, Op, Phase, Tensor
+from .graph import PERSISTENT, WORKSPACE_FLOOR, Graph, GraphError, Kind, Op, Phase, Recompute, Tensor
 from .models import DEFAULT_IMAGE_SIZE, MODELS, build_graph
 
 __all__ = ["DEFAULT_IMAGE_SIZE", "MODELS", "PERSISTENT", "WORKSPACE_FLOOR", "Graph", "GraphError", "Kind", "Op",
-           "Phase", "Tensor", "build_graph"]
+           "Phase", "Recompute", "Tensor", "build_graph"]

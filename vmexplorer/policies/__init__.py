@@ -1,12 +1,13 @@
 """Stage 2's compilers: a policy turns a graph, a capacity and its options into a plan.
 
 Each policy is one module here (`device.py`, `uvm.py`, `autovm.py`, `belady.py`, `vdnn.py`,
-`tuned.py`, `manual.py`) declaring its `SPEC`:
-its name, a summary, its options, and `plan_moves`, a pure function that says which tensors make
-planned round trips (`Move`s). `compile_plan` checks the options against the declaration and the
-capacity against the graph, asks the policy for its moves, and has `residency.repair` add what the UVM
-driver would do on top (demand faults, LRU evictions), so every plan is complete and its forced parts
-are visible as `Origin.DRIVER` memory operations.
+`tuned.py`, `checkpoint.py`, `manual.py`) declaring its `SPEC`: its name, a summary, its options, and
+`plan_moves`, a pure function that says which tensors make planned round trips (`Move`s); a policy
+that recomputes also says which activations it makes again (`plan_recomputes`), and its moves are
+planned on the graph that holds the re-runs as ops. `compile_plan` checks the options against the
+declaration and the capacity against the graph, asks the policy for its moves, and has
+`residency.repair` add what the UVM driver would do on top (demand faults, LRU evictions), so every
+plan is complete and its forced parts are visible as `Origin.DRIVER` memory operations.
 
 The mechanism (`uvm`, the default, or `swap`) is orthogonal to the policy: the same moves run through
 the driver's managed memory or as pinned copies in a device pool, and repair adds under `swap` the
@@ -27,12 +28,13 @@ from typing import Any
 
 from ..config import Config, Mechanism
 from ..graph import Graph
+from ..graph.recompute import recomputed
 from ..plan import Move, Plan, PlanError
 from ..plan.mechanisms import mechanism_of
 from ..plan.pool import SwapPool, executed_graph, kept_tensors, plan_pool, pool_limit
 from ..plan.residency import repair, transfers_for_moves
 from ..units import format_bytes
-from . import autovm, belady, device, manual, tuned, uvm, vdnn
+from . import autovm, belady, checkpoint, device, manual, tuned, uvm, vdnn
 from .common import check_capacity, order_copies
 from .spec import OptionSpec, PlanMoves, PolicySpec, SearchMoves, Simulation
 
@@ -43,6 +45,7 @@ POLICIES: dict[str, PolicySpec] = {spec.name: spec for spec in (
     belady.SPEC,
     vdnn.SPEC,
     tuned.SPEC,
+    checkpoint.SPEC,
     manual.SPEC,
 )}
 
@@ -68,6 +71,8 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
 
     def plan_at(at: int, search: bool = True) -> Plan:  # the policy's plan with `at` bytes of room
         graph = full.fitted(at)
+        steps = tuple(spec.plan_recomputes(graph, at, opts)) if spec.plan_recomputes is not None else ()
+        graph = recomputed(graph, steps)  # the moves are planned on the graph that runs the re-runs
         if spec.search is not None and simulation is not None and search:
             planned = spec.search(graph, at, opts, simulation, mech)
         else:
@@ -76,7 +81,8 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
         if moves and not spec.takes_moves:
             raise PlanError(f"moves are a manual plan; the {policy} policy makes its own")
         replay = repair(graph, at, transfers_for_moves(graph, list(planned)), mech)
-        return Plan(config, replay.memops, replay.resident_at_start, replay.peak, room_bytes=at if at < capacity else 0)
+        return Plan(config, replay.memops, replay.resident_at_start, replay.peak,
+                    room_bytes=at if at < capacity else 0, recomputes=steps)
 
     if not mechanism_of(mech).whole_tensors:  # paged by the driver: no pool to place the tensors in
         return plan_at(capacity)

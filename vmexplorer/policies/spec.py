@@ -1,6 +1,7 @@
 """What a policy declares to the registry: its name, a one-line summary, the function that plans its
-moves, and its options (each with a type, a default, a help line, and choices or bounds); and what
-a policy that searches schedules in the simulator is given to search with (`Simulation`)."""
+moves (and, for one that recomputes, the one that says what it makes again), and its options (each
+with a type, a default, a help line, and choices or bounds); and what a policy that searches
+schedules in the simulator is given to search with (`Simulation`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..config import Mechanism
-from ..graph import Graph
+from ..graph import Graph, Recompute
 from ..plan import Move, Plan
 
 # the options' upper bounds: past any model's ops or a GPU's bytes, or longer than a person waits for a plan
@@ -35,6 +36,14 @@ class PlanMoves(Protocol):
         """The round trips the policy plans on `graph` at `capacity` bytes. `options` holds every
         declared option, checked and defaulted; `moves` are a person's moves, given only to a policy
         that takes them (empty otherwise). PlanError when the policy refuses, saying why and the fix."""
+        ...
+
+
+class PlanRecomputes(Protocol):
+    def __call__(self, graph: Graph, capacity: int, options: Mapping[str, Any]) -> list[Recompute]:
+        """The activations the policy drops after their forward uses and makes again before their backward
+        ones (`graph.recompute`), numbered in `graph`; its moves are then planned on the graph holding the
+        re-runs. PlanError when the policy refuses."""
         ...
 
 
@@ -95,3 +104,6 @@ class PolicySpec:
     # why the policy runs under uvm only (compile_plan refuses swap with it); empty: it plans its moves,
     # and any schedule of moves runs under either mechanism
     uvm_only: str = ""
+    # a policy that recomputes: compile_plan asks it first, then plans the moves (plan_moves, search) on
+    # the graph with its re-runs as ops
+    plan_recomputes: PlanRecomputes | None = None

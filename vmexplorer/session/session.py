@@ -85,8 +85,8 @@ class Session:
 def timing_graph(graph: Graph, plan: Plan, cost_model: CostModel | None) -> Graph:
     """The graph whose workspaces time `plan`'s convolutions under `cost_model`: the one a run executes
     (`plan.pool.executed_graph`: its pool may give a workspace less) where the model times them by their
-    workspace, else `graph` (placing the pool is then no use)."""
-    return executed_graph(graph, plan) if cost_model is not None and cost_model.workspace_ns else graph
+    workspace, else the graph the plan runs (placing the pool is then no use)."""
+    return executed_graph(graph, plan) if cost_model is not None and cost_model.workspace_ns else plan.graph_of(graph)
 
 
 def new_session(graph: Graph, plan: Plan, timeline: Timeline, cost_model: CostModel | None = None,
