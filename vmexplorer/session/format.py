@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..graph import PERSISTENT, Graph, GraphError, Kind, Op, Phase, Tensor, build_graph
+from ..graph.recompute import recomputed
 from ..plan import Plan
 from ..records.collected import (
     MEMCPY_KINDS,
@@ -36,7 +37,7 @@ from ..records.spans import MAX_NS, Timeline
 from ..simulator.bound import SET_BY, Bound
 from ..simulator.costmodel import RATES, SWAP_RATES, CostModel
 from ..units import MAX_BYTES, quoted
-from .plan_format import encode_plan, read_config, read_plan, room_of
+from .plan_format import encode_plan, read_config, read_plan, read_recomputes, room_of
 from .reader import BOOL, INT, MAX_ROWS, NUM, STR, Reader, key_text, write_table
 from .session import Session
 
@@ -154,13 +155,14 @@ def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
     notes = r.column(doc["notes"], "notes", STR, None)
     config = read_config(r, doc["config"], version)
     try:
-        plain = build_graph(*config.key, workspaces=config.workspaces)
-        expected = plain.fitted(room_of(doc["plan"]) or config.capacity)
+        plain = build_graph(*config.key, workspaces=config.workspaces).fitted(room_of(doc["plan"]) or config.capacity)
     except GraphError as e:
         r.fail(f"config: {e}")
+    recomputes = read_recomputes(r, doc["plan"], plain, version)
+    expected = recomputed(plain, recomputes)  # what the plan runs, and what the file holds (Plan.graph_of)
     _same_graph(r, _graph(r, r.fields(doc["graph"], "graph", ("tensors", "ops")), *config.key), expected)
     graph = expected  # equal, and it carries what the engine needs beyond the file (op attributes)
-    plan = read_plan(r, doc["plan"], graph, config, version)
+    plan = read_plan(r, doc["plan"], graph, config, recomputes, version)
     timeline = _timeline(r, doc["timeline"], graph, plan, version)
     cost = None if doc["cost_model"] is None else _read_cost_model(r, doc["cost_model"], version)
     raw = doc.get("collected")
@@ -191,9 +193,12 @@ def _read_device_memory(r: Reader, value: Any) -> DeviceMemory:
 
 
 def _same_graph(r: Reader, graph: Graph, expected: Graph) -> None:
-    """The file's graph must be the one vmexplorer builds for its configuration: a plan, a timeline and
-    a cost model are only meaningful on that graph, and no name in it is anyone's free text."""
-    what = f"{expected.model} batch {expected.batch} at {expected.image_size}px"
+    """The file's graph must be the one vmexplorer builds for its configuration, with the plan's
+    recomputations as ops (`Plan.graph_of`): a plan, a timeline and a cost model are only meaningful on
+    that graph, and no name in it is anyone's free text."""
+    steps = len((expected.full or expected).recomputes)
+    what = f"{expected.model} batch {expected.batch} at {expected.image_size}px" + (
+        f" with the plan's {steps} recomputation{'s' if steps > 1 else ''}" if steps else "")
     tables: tuple[tuple[str, Sequence[Tensor | Op], Sequence[Tensor | Op]], ...] = (
         ("graph.tensors", graph.tensors, expected.tensors), ("graph.ops", graph.ops, expected.ops))
     for table, got, want in tables:

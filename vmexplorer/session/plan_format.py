@@ -1,10 +1,12 @@
 """The plan's places in a session file, both ways: `config`, what the plan was compiled for (the model, the
 policy and its options, the mechanism), and `plan`, what it decided (its memory operations, what is resident
-as an iteration begins, its copy order and room).
+as an iteration begins, its copy order and room, the activations it recomputes).
 
-format.py reads the rest of the file and the graph between these two: the graph is built from the
-configuration and fitted to the plan's room (`room_of`, read ahead of the plan), and the plan is then checked
-against it. What each place holds is docs/session-format.md's; the checks of values are reader.py's.
+format.py reads the rest of the file and the graph between these two. The graph a file holds is the one
+the plan runs (`Plan.graph_of`): the configured model's, fitted to the plan's room (`room_of`) and with the
+plan's recomputations as ops (`read_recomputes`), both read ahead of the plan; the file's graph is compared
+with it, and the plan is then checked against it. What each place holds is docs/session-format.md's; the
+checks of values are reader.py's.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from ..config import Config, Mechanism
-from ..graph import MODELS, Graph
+from ..graph import MODELS, Graph, GraphError
+from ..graph.recompute import Recompute, recomputed
 from ..plan import Direction, MemOp, Mode, Origin, Plan, PlanError
 from ..plan.mechanisms import MECHANISMS
 from ..plan.validate import validate_plan
@@ -44,6 +47,8 @@ def encode_plan(p: Plan) -> dict[str, Any]:
         "peak_resident_bytes": int(p.peak_resident),
         "copy_order": list(p.copy_order),
         "room_bytes": int(p.room_bytes),
+        "recomputes": write_table({"tensor": [step.tensor for step in p.recomputes],
+                                   "before_op": [step.before for step in p.recomputes]}),
     }
 
 
@@ -73,6 +78,33 @@ def room_of(plan: Any) -> int:
     value is the plan's reader's to refuse."""
     nbytes = plan.get("room_bytes", 0) if isinstance(plan, dict) else 0
     return nbytes if isinstance(nbytes, int) and not isinstance(nbytes, bool) and 0 < nbytes <= MAX_BYTES else 0
+
+
+def read_recomputes(r: Reader, value: Any, plain: Graph, version: int) -> tuple[Recompute, ...]:
+    """(schema 14) The plan's recomputations, read ahead of the plan: the graph it runs holds them as ops.
+    Numbered in `plain`, the graph without them, each a step that can run there; an older plan has none."""
+    d = r.fields(value, "plan", _plan_fields(version))
+    if version < 14:
+        return ()
+    t = r.table(d["recomputes"], "plan.recomputes", {"tensor": INT, "before_op": INT})
+    # each activation is recomputed at most once: no more steps than tensors, checked before any is made
+    if t["rows"] > len(plain.tensors):
+        r.fail(f"plan.recomputes has {t['rows']:,} rows, more than the graph's {len(plain.tensors):,} tensors; "
+               "each is recomputed at most once")
+    r.within(t, "tensor", 0, len(plain.tensors), "a tensor id of the graph without recomputation")
+    r.within(t, "before_op", 0, len(plain.ops), "an op id of the graph without recomputation")
+    steps = tuple(Recompute(a, b) for a, b in zip(t["tensor"].tolist(), t["before_op"].tolist()))
+    try:
+        recomputed(plain, steps)  # kept by the graph: the caller's graph of these steps is this one
+    except GraphError as e:
+        r.fail(f"plan.recomputes: {e}")
+    return steps
+
+
+def _plan_fields(version: int) -> tuple[str, ...]:
+    """(schema 9 added `copy_order`, 10 `room_bytes`, 14 `recomputes`.)"""
+    return (("memops", "resident_at_start", "peak_resident_bytes") + (("copy_order",) if version >= 9 else ())
+            + (("room_bytes",) if version >= 10 else ()) + (("recomputes",) if version >= 14 else ()))
 
 
 def _options(r: Reader, policy: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -110,9 +142,10 @@ def _mechanism(r: Reader, policy: str, value: Any) -> Mechanism:
         r.fail(f"config: {e}")
 
 
-def read_plan(r: Reader, value: Any, graph: Graph, config: Config, version: int) -> Plan:
-    d = r.fields(value, "plan", ("memops", "resident_at_start", "peak_resident_bytes")
-                 + (("copy_order",) if version >= 9 else ()) + (("room_bytes",) if version >= 10 else ()))
+def read_plan(r: Reader, value: Any, graph: Graph, config: Config, recomputes: tuple[Recompute, ...],
+              version: int) -> Plan:
+    """The plan, on `graph`, the graph it runs (with `recomputes`, from `read_recomputes`, as ops)."""
+    d = r.fields(value, "plan", _plan_fields(version))
     m = r.table(d["memops"], "plan.memops",
                 {"tensor": INT, "direction": Direction, "mode": Mode, "origin": Origin,
                  "issue_after_op": INT, "complete_before_op": INT, "nbytes": INT})
@@ -144,7 +177,7 @@ def read_plan(r: Reader, value: Any, graph: Graph, config: Config, version: int)
     room = r.scalar(d.get("room_bytes", 0), "plan.room_bytes", INT, 0)
     if room > config.capacity:
         r.fail(f"plan.room_bytes is {room}, more than the capacity {config.capacity} it was planned within")
-    plan = Plan(config, memops, resident, peak, tuple(int(i) for i in order), room)
+    plan = Plan(config, memops, resident, peak, tuple(int(i) for i in order), room, recomputes)
     try:
         validate_plan(graph, plan)  # what `vmexplorer plan` and the executor hold every plan to
     except PlanError as e:
