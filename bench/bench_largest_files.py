@@ -54,6 +54,7 @@ from vmexplorer.records.collected import UM_KINDS, Collected, CollectorStatus
 from vmexplorer.session import bound_for, new_session
 from vmexplorer.session import format as schema
 from vmexplorer.session.files import MAX_JSON_BYTES, MAX_VALUES
+from vmexplorer.session.plan_format import MAX_MEMOPS
 from vmexplorer.session.session import FORMAT, SCHEMA_VERSION
 from vmexplorer.simulator import H100_DEFAULT, simulate
 
@@ -103,7 +104,7 @@ SHAPES = (
     Shape("resnet152-uvm-least-measured", "resnet152", measured=True),
     *(Shape(f"resnet152-{table}-records", "resnet152", measured=True, grows=f"{table} rows")
       for table in ("um", "kernels", "nvml", "memcpy")),
-    Shape("resnet152-ping-pong-plan", "resnet152", policy="manual", share=1.0, trips=schema.MAX_MEMOPS // 2),
+    Shape("resnet152-ping-pong-plan", "resnet152", policy="manual", share=1.0, trips=MAX_MEMOPS // 2),
     Shape("alexnet-uvm-least-1000-iterations", "alexnet"),
     Shape("resnet152-uvm-least-drawn-whole", "resnet152", whole_page=True),
     Shape("alexnet-uvm-least-drawn-whole", "alexnet", whole_page=True),

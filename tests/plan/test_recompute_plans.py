@@ -1,6 +1,6 @@
 """A plan that recomputes (`Plan.recomputes`) runs on its graph with the re-runs as ops (`Plan.graph_of`):
-validated, simulated and timed there, the re-runs at their ops' times; a session file cannot hold one yet
-and says so."""
+validated, simulated and timed there, the re-runs at their ops' times (tests/session/test_recompute_sessions.py
+keeps one through a session file)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,6 @@ from vmexplorer.graph import Kind, Phase, build_graph
 from vmexplorer.graph.recompute import RERUN, Recompute, recomputed
 from vmexplorer.plan.validate import validate_plan
 from vmexplorer.policies import compile_plan
-from vmexplorer.session import SessionError
-from vmexplorer.session.files import session_to_bytes
-from vmexplorer.session.session import new_session
 from vmexplorer.simulator import H100_DEFAULT, simulate
 
 
@@ -59,13 +56,6 @@ def test_a_re_run_takes_its_ops_time_in_the_simulator(planned: tuple) -> None:
     took = (tl.op_end_ns - tl.op_start_ns)[reruns] - faults
     wanted = [named[ran.ops[tl.op_index[r]].name.removesuffix(RERUN)] for r in reruns]
     assert np.allclose(took, wanted, atol=1.0)
-
-
-def test_a_session_file_cannot_hold_a_plan_that_recomputes_and_says_so(planned: tuple) -> None:
-    g, _, plan = planned
-    session = new_session(g, plan, simulate(g, plan, H100_DEFAULT), H100_DEFAULT)
-    with pytest.raises(SessionError, match="recomputes activations"):
-        session_to_bytes(session)
 
 
 def test_a_recomputation_that_cannot_run_makes_the_plan_invalid(planned: tuple) -> None:

@@ -17,7 +17,8 @@ import pytest
 from bench import bench_largest_files as bench
 from vmexplorer.session import SessionError, session_from_bytes
 from vmexplorer.session.files import MAX_VALUES
-from vmexplorer.session.format import MAX_ITERATIONS, MAX_MEMOPS
+from vmexplorer.session.format import MAX_ITERATIONS
+from vmexplorer.session.plan_format import MAX_MEMOPS
 
 # the costliest of the bench's shapes: the most rows a policy's plan records (ResNet-152 under uvm at its
 # least capacity, 91 iterations), a plan of the most memory operations a file may hold, repeated as often

@@ -198,11 +198,17 @@ def set_in(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
     return change
 
 
+def without_schema_14(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document without schema 14's `plan.recomputes` (none in the documents these tests relabel)."""
+    assert doc["plan"].pop("recomputes", {"rows": 0})["rows"] == 0
+    return doc
+
+
 def without_schema_13(doc: dict[str, Any]) -> dict[str, Any]:
-    """The document without schema 13's `cost_model.evict_fastest_bytes_per_ns`."""
+    """The document without schema 13's `cost_model.evict_fastest_bytes_per_ns` and schema 14's field."""
     if doc["cost_model"] is not None:
         doc["cost_model"].pop("evict_fastest_bytes_per_ns", None)
-    return doc
+    return without_schema_14(doc)
 
 
 def without_schema_12(doc: dict[str, Any]) -> dict[str, Any]:
@@ -263,6 +269,8 @@ def as_version(version: int) -> Callable[[dict[str, Any]], None]:
             without_schema_12(doc)
         elif version < 13:
             without_schema_13(doc)
+        elif version < 14:
+            without_schema_14(doc)
         doc["schema_version"] = version
         if version < 6 and doc["cost_model"] is not None:
             del doc["cost_model"]["fault_bytes_per_ns_by_kind"]
@@ -324,7 +332,7 @@ BAD_FILES: list[tuple[str, Callable[[bytes], bytes], str]] = [
     ("device memory in a schema 9 file", rewrite(set_in("schema_version", 9)),
      'the file has an unexpected field "device_memory"'),
     ("a room in a schema 9 plan", rewrite(lambda doc: (doc.pop("device_memory"), doc["config"].pop("workspaces"),
-                                                       doc.update(schema_version=9))),
+                                                       without_schema_14(doc), doc.update(schema_version=9))),
      'plan has an unexpected field "room_bytes"'),
     ("workspaces in a schema 10 config", rewrite(set_in("schema_version", 10)),
      'config has an unexpected field "workspaces"'),

@@ -57,9 +57,6 @@ def iterations_that_fit(graph: Graph, plan: Plan) -> int:
 
 def session_to_bytes(session: Session) -> bytes:
     """The file's bytes: identical for identical sessions."""
-    if session.plan.recomputes:  # the schema has no place for them yet (issue 34)
-        raise SessionError("cannot save this session: its plan recomputes activations, which a session file "
-                           "cannot hold yet")
     check_matches(session.graph, session.plan)
     check_collected(session.collected, session.timeline)
     doc = {"format": FORMAT, "schema_version": SCHEMA_VERSION, **schema.encode(session)}

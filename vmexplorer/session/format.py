@@ -7,7 +7,8 @@ value as it turns it back into objects, so a bad file fails at the first wrong v
 and it checks that what loads makes sense: the graph is the configured model's, the plan is valid
 for it, times and sizes lie in ranges whose sums cannot overflow (every column's values add up to
 less than 2**62), so whatever loads can be summarised, compared, drawn and exported. The checks of
-objects, values and tables are reader.py's; what each place of the file must hold is this module's.
+objects, values and tables are reader.py's; what each place of the file must hold is this module's, and
+plan_format.py's for the configuration and the plan.
 """
 
 from __future__ import annotations
@@ -19,12 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from ..config import Config, Mechanism
-from ..graph import MODELS, PERSISTENT, Graph, GraphError, Kind, Op, Phase, Tensor, build_graph
-from ..plan import Direction, MemOp, Mode, Origin, Plan, PlanError
-from ..plan.mechanisms import MECHANISMS
-from ..plan.validate import validate_plan
-from ..policies import POLICIES, check_mechanism
+from ..graph import PERSISTENT, Graph, GraphError, Kind, Op, Phase, Tensor, build_graph
+from ..graph.recompute import recomputed
+from ..plan import Plan
 from ..records.collected import (
     MEMCPY_KINDS,
     UM_KINDS,
@@ -39,7 +37,8 @@ from ..records.spans import MAX_NS, Timeline
 from ..simulator.bound import SET_BY, Bound
 from ..simulator.costmodel import RATES, SWAP_RATES, CostModel
 from ..units import MAX_BYTES, quoted
-from .reader import BOOL, INT, MAX_ROWS, NUM, STR, Reader
+from .plan_format import encode_plan, read_config, read_plan, read_recomputes, room_of
+from .reader import BOOL, INT, MAX_ROWS, NUM, STR, Reader, key_text, write_table
 from .session import Session
 
 # A cost model's numbers: rates in bytes (or flops) per ns from 1 MB/s to 1 EB/s, fixed costs up to a
@@ -48,10 +47,6 @@ from .session import Session
 RATE_RANGE = (1e-3, 1e9)
 FIXED_NS_MAX = 1e9
 MAX_ITERATIONS = 1_000  # recorded in one session: a run times a handful, a simulation one
-# memory operations in one plan: the policies plan at most some 6,400 (uvm at ResNet-152's least capacity);
-# every tool works through the plan's operations one at a time (validating, naming, drawing), and a file
-# could otherwise hold 300,000 of them (a tensor sent to the host and back between every two ops)
-MAX_MEMOPS = 20_000
 OP_NS_MAX = 1e12
 MAX_WORKSPACE_STEPS = 256  # a convolution's timed plans number a few dozen, and steps are fewer
 SOURCES = ("simulated", "measured")
@@ -65,8 +60,6 @@ DEVICE_MEMORY_FIELDS = tuple(f.name for f in dataclass_fields(DeviceMemory))  # 
 BOUND_FIELDS = ("min_bytes_to_host", "min_bytes_to_device", "lower_bound_ns", "set_by")
 
 
-
-
 # --- writing --------------------------------------------------------------------------------------
 
 def encode(s: Session) -> dict[str, Any]:
@@ -77,28 +70,15 @@ def encode(s: Session) -> dict[str, Any]:
         "notes": list(s.notes),
         "config": p.config.as_json(),
         "graph": {"tensors": _tensors(g), "ops": _ops(g)},
-        "plan": {
-            "memops": _table({"tensor": [m.tensor for m in p.memops],
-                              "direction": [m.direction.value for m in p.memops],
-                              "mode": [m.mode.value for m in p.memops],
-                              "origin": [m.origin.value for m in p.memops],
-                              "issue_after_op": [m.issue_after for m in p.memops],
-                              "complete_before_op": [m.complete_before for m in p.memops],
-                              "nbytes": [m.nbytes for m in p.memops]}),
-            "resident_at_start": _table({"tensor": [t for t, _ in p.resident_at_start],
-                                         "nbytes": [b for _, b in p.resident_at_start]}),
-            "peak_resident_bytes": int(p.peak_resident),
-            "copy_order": list(p.copy_order),
-            "room_bytes": int(p.room_bytes),
-        },
+        "plan": encode_plan(p),
         "timeline": {
             "source": tl.source,
-            "ops": _table({"iteration": tl.op_iteration.tolist(), "op": tl.op_index.tolist(),
-                           "start_ns": tl.op_start_ns.tolist(), "end_ns": tl.op_end_ns.tolist(),
-                           "stall_ns": tl.op_stall_ns.tolist(), "fault_bytes": tl.op_fault_bytes.tolist()}),
-            "memops": _table({"iteration": tl.memop_iteration.tolist(), "memop": tl.memop_index.tolist(),
-                              "start_ns": tl.memop_start_ns.tolist(), "end_ns": tl.memop_end_ns.tolist()}),
-            "resident": _table({"t_ns": tl.resident_t_ns.tolist(), "bytes": tl.resident_bytes.tolist()}),
+            "ops": write_table({"iteration": tl.op_iteration.tolist(), "op": tl.op_index.tolist(),
+                                "start_ns": tl.op_start_ns.tolist(), "end_ns": tl.op_end_ns.tolist(),
+                                "stall_ns": tl.op_stall_ns.tolist(), "fault_bytes": tl.op_fault_bytes.tolist()}),
+            "memops": write_table({"iteration": tl.memop_iteration.tolist(), "memop": tl.memop_index.tolist(),
+                                   "start_ns": tl.memop_start_ns.tolist(), "end_ns": tl.memop_end_ns.tolist()}),
+            "resident": write_table({"t_ns": tl.resident_t_ns.tolist(), "bytes": tl.resident_bytes.tolist()}),
             "counted_iterations": int(tl.counted),
         },
         "cost_model": None if s.cost_model is None else _cost_model(s.cost_model),
@@ -110,29 +90,18 @@ def encode(s: Session) -> dict[str, Any]:
 
 def _tensors(g: Graph) -> dict[str, Any]:
     ts = g.tensors
-    return _table({"name": [t.name for t in ts], "kind": [t.kind.value for t in ts],
-                   "dtype": [t.dtype for t in ts], "nbytes": [t.nbytes for t in ts],
-                   "producer_op": [t.producer for t in ts]},
-                  {"shape": [t.shape for t in ts], "consumer_ops": [t.consumers for t in ts]})
+    return write_table({"name": [t.name for t in ts], "kind": [t.kind.value for t in ts],
+                        "dtype": [t.dtype for t in ts], "nbytes": [t.nbytes for t in ts],
+                        "producer_op": [t.producer for t in ts]},
+                       {"shape": [t.shape for t in ts], "consumer_ops": [t.consumers for t in ts]})
 
 
 def _ops(g: Graph) -> dict[str, Any]:
     ops = g.ops
-    return _table({"name": [o.name for o in ops], "kind": [o.kind for o in ops],
-                   "phase": [o.phase.value for o in ops], "layer": [o.layer for o in ops],
-                   "flops": [o.flops for o in ops], "bytes_touched": [o.bytes_touched for o in ops]},
-                  {"read_tensors": [o.reads for o in ops], "write_tensors": [o.writes for o in ops]})
-
-
-def _table(columns: dict[str, list[Any]], ragged: dict[str, list[tuple[int, ...]]] | None = None
-           ) -> dict[str, Any]:
-    rows = len(next(iter(columns.values())))
-    out: dict[str, Any] = {"rows": rows, "columns": columns}
-    if ragged:
-        out["ragged"] = {name: {"offsets": np.cumsum([0] + [len(v) for v in lists]).tolist(),
-                                "values": [x for v in lists for x in v]}
-                         for name, lists in ragged.items()}
-    return out
+    return write_table({"name": [o.name for o in ops], "kind": [o.kind for o in ops],
+                        "phase": [o.phase.value for o in ops], "layer": [o.layer for o in ops],
+                        "flops": [o.flops for o in ops], "bytes_touched": [o.bytes_touched for o in ops]},
+                       {"read_tensors": [o.reads for o in ops], "write_tensors": [o.writes for o in ops]})
 
 
 def _cost_model(c: CostModel) -> dict[str, Any]:
@@ -149,24 +118,24 @@ def _collected(c: Collected) -> dict[str, Any]:
     kinds = np.array(UM_KINDS, dtype=object)
     st = c.status
     return {
-        "kernel_names": _table({"name": list(c.kernel_names)}),
-        "kernels": _table({"iteration": c.kernel_iteration.tolist(), "start_ns": c.kernel_start_ns.tolist(),
-                           "end_ns": c.kernel_end_ns.tolist(), "stream": c.kernel_stream.tolist(),
-                           "name": c.kernel_name.tolist()}),
-        "um": _table({"iteration": c.um_iteration.tolist(), "start_ns": c.um_start_ns.tolist(),
-                      "end_ns": c.um_end_ns.tolist(), "kind": kinds[c.um_kind].tolist(),
-                      "value": c.um_value.tolist(), "records": c.um_records.tolist()}),
-        "memcpy": _table({"iteration": c.memcpy_iteration.tolist(), "start_ns": c.memcpy_start_ns.tolist(),
-                          "end_ns": c.memcpy_end_ns.tolist(), "stream": c.memcpy_stream.tolist(),
-                          "kind": np.array(MEMCPY_KINDS, dtype=object)[c.memcpy_kind].tolist(),
-                          "bytes": c.memcpy_bytes.tolist()}),
-        "nvml": _table({"t_ns": c.nvml_t_ns.tolist(), "memory_used_bytes": c.nvml_memory_used_bytes.tolist(),
-                        "pcie_tx_bytes_per_s": c.nvml_pcie_tx_bytes_per_s.tolist(),
-                        "pcie_rx_bytes_per_s": c.nvml_pcie_rx_bytes_per_s.tolist(),
-                        "gpu_util_pct": c.nvml_gpu_util_pct.tolist()}),
-        "status": _table({"name": [s.name for s in st], "available": [s.available for s in st],
-                          "reason": [s.reason for s in st], "dropped_records": [s.dropped_records for s in st],
-                          "overhead_ns": [s.overhead_ns for s in st]}),
+        "kernel_names": write_table({"name": list(c.kernel_names)}),
+        "kernels": write_table({"iteration": c.kernel_iteration.tolist(), "start_ns": c.kernel_start_ns.tolist(),
+                                "end_ns": c.kernel_end_ns.tolist(), "stream": c.kernel_stream.tolist(),
+                                "name": c.kernel_name.tolist()}),
+        "um": write_table({"iteration": c.um_iteration.tolist(), "start_ns": c.um_start_ns.tolist(),
+                           "end_ns": c.um_end_ns.tolist(), "kind": kinds[c.um_kind].tolist(),
+                           "value": c.um_value.tolist(), "records": c.um_records.tolist()}),
+        "memcpy": write_table({"iteration": c.memcpy_iteration.tolist(), "start_ns": c.memcpy_start_ns.tolist(),
+                               "end_ns": c.memcpy_end_ns.tolist(), "stream": c.memcpy_stream.tolist(),
+                               "kind": np.array(MEMCPY_KINDS, dtype=object)[c.memcpy_kind].tolist(),
+                               "bytes": c.memcpy_bytes.tolist()}),
+        "nvml": write_table({"t_ns": c.nvml_t_ns.tolist(), "memory_used_bytes": c.nvml_memory_used_bytes.tolist(),
+                             "pcie_tx_bytes_per_s": c.nvml_pcie_tx_bytes_per_s.tolist(),
+                             "pcie_rx_bytes_per_s": c.nvml_pcie_rx_bytes_per_s.tolist(),
+                             "gpu_util_pct": c.nvml_gpu_util_pct.tolist()}),
+        "status": write_table({"name": [s.name for s in st], "available": [s.available for s in st],
+                               "reason": [s.reason for s in st], "dropped_records": [s.dropped_records for s in st],
+                               "overhead_ns": [s.overhead_ns for s in st]}),
     }
 
 
@@ -182,30 +151,18 @@ def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
         r.fail(f"created is {quoted(created)}, not an ISO-8601 date and time")
     env = r.fields(doc["environment"], "environment", None)
     for key, value in env.items():
-        r.scalar(value, f"environment.{_key(key)}", STR)
+        r.scalar(value, f"environment.{key_text(key)}", STR)
     notes = r.column(doc["notes"], "notes", STR, None)
-    config = r.fields(doc["config"], "config", ("model", "batch", "image_size", "policy", "capacity_bytes",
-                                                "options") + (("mechanism",) if version >= 8 else ())
-                      + (("workspaces",) if version >= 11 else ()))
-    # (schema 11 made the kernels' workspaces graph tensors; an older run's lay outside its capacity)
-    workspaces = r.scalar(config["workspaces"], "config.workspaces", BOOL) if version >= 11 else False
-    model, policy = (r.scalar(config[k], f"config.{k}", STR) for k in ("model", "policy"))
-    batch, size, capacity = (r.scalar(config[k], f"config.{k}", INT, 1)
-                             for k in ("batch", "image_size", "capacity_bytes"))
-    if capacity > MAX_BYTES:
-        r.fail(f"config.capacity_bytes is {capacity}, more than the {MAX_BYTES} bytes (1 PiB) any capacity may be")
-    options = _options(r, policy, r.fields(config["options"], "config.options", None))
-    mechanism = _mechanism(r, policy, config.get("mechanism", Mechanism.UVM.value))
-    if model not in MODELS:
-        r.fail(f"config.model is {quoted(model)}, not a model this vmexplorer knows ({', '.join(MODELS)})")
+    config = read_config(r, doc["config"], version)
     try:
-        expected = build_graph(model, batch, size, workspaces=workspaces).fitted(_room(doc["plan"]) or capacity)
+        plain = build_graph(*config.key, workspaces=config.workspaces).fitted(room_of(doc["plan"]) or config.capacity)
     except GraphError as e:
         r.fail(f"config: {e}")
-    _same_graph(r, _graph(r, r.fields(doc["graph"], "graph", ("tensors", "ops")), model, batch, size), expected)
+    recomputes = read_recomputes(r, doc["plan"], plain, version)
+    expected = recomputed(plain, recomputes)  # what the plan runs, and what the file holds (Plan.graph_of)
+    _same_graph(r, _graph(r, r.fields(doc["graph"], "graph", ("tensors", "ops")), *config.key), expected)
     graph = expected  # equal, and it carries what the engine needs beyond the file (op attributes)
-    plan = _plan(r, doc["plan"], graph, Config(graph.model, graph.batch, graph.image_size, capacity, policy,
-                                               dict(options), mechanism, workspaces), version)
+    plan = read_plan(r, doc["plan"], graph, config, recomputes, version)
     timeline = _timeline(r, doc["timeline"], graph, plan, version)
     cost = None if doc["cost_model"] is None else _read_cost_model(r, doc["cost_model"], version)
     raw = doc.get("collected")
@@ -216,13 +173,6 @@ def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
     memory = None if doc.get("device_memory") is None else _read_device_memory(r, doc["device_memory"])
     return dict(graph=graph, plan=plan, timeline=timeline, cost_model=cost, environment=dict(env),
                 notes=tuple(notes), created=created, collected=collected, bound=bound, device_memory=memory)
-
-
-def _room(plan: Any) -> int:
-    """The room the plan was made with, read ahead of the plan (its workspaces are fitted to it); a bad
-    value is the plan's reader's to refuse."""
-    room = plan.get("room_bytes", 0) if isinstance(plan, dict) else 0
-    return room if isinstance(room, int) and not isinstance(room, bool) and 0 < room <= MAX_BYTES else 0
 
 
 def _read_device_memory(r: Reader, value: Any) -> DeviceMemory:
@@ -242,45 +192,13 @@ def _read_device_memory(r: Reader, value: Any) -> DeviceMemory:
     return DeviceMemory(**sizes, managed=r.scalar(d["managed"], "device_memory.managed", BOOL))
 
 
-def _options(r: Reader, policy: str, options: dict[str, Any]) -> dict[str, Any]:
-    """The policy must be one this vmexplorer has, and each option one of its own, of its type: the app
-    draws a policy's knobs from them, and re-plans with them."""
-    spec = POLICIES.get(policy)
-    if spec is None:
-        r.fail(f"config.policy is {quoted(policy)}, not a policy this vmexplorer knows ({', '.join(POLICIES)}); "
-               "a newer vmexplorer may open it")
-    for key, value in options.items():
-        opt = spec.options.get(key)
-        where = f"config.options.{_key(key)}"
-        if opt is None:
-            known = ", ".join(spec.options) or "none"
-            r.fail(f"{where}: the {policy} policy has no option {quoted(key)} (its options: {known})")
-        kind = {int: INT, float: NUM, str: STR, bool: BOOL}.get(opt.type, STR)
-        r.scalar(value, where, kind, opt.minimum)
-        if opt.maximum is not None and value > opt.maximum:  # a stored knob a visitor could not set
-            r.fail(f"{where} is {value!r}, expected at most {opt.maximum:g}")
-        if opt.choices and value not in opt.choices:
-            r.fail(f"{where} is {quoted(value)}, expected one of {', '.join(quoted(c) for c in opt.choices)}")
-    return options
-
-
-def _mechanism(r: Reader, policy: str, value: Any) -> Mechanism:
-    """(schema 8 added `config.mechanism`; an older file's plans all ran through managed memory: uvm.)
-    One this vmexplorer has, that the policy takes."""
-    text = r.scalar(value, "config.mechanism", STR)
-    if text not in {m.value for m in MECHANISMS}:
-        r.fail(f"config.mechanism is {quoted(text)}, expected one of "
-               f"{', '.join(quoted(m.value) for m in MECHANISMS)}")
-    try:
-        return check_mechanism(POLICIES[policy], text)
-    except PlanError as e:
-        r.fail(f"config: {e}")
-
-
 def _same_graph(r: Reader, graph: Graph, expected: Graph) -> None:
-    """The file's graph must be the one vmexplorer builds for its configuration: a plan, a timeline and
-    a cost model are only meaningful on that graph, and no name in it is anyone's free text."""
-    what = f"{expected.model} batch {expected.batch} at {expected.image_size}px"
+    """The file's graph must be the one vmexplorer builds for its configuration, with the plan's
+    recomputations as ops (`Plan.graph_of`): a plan, a timeline and a cost model are only meaningful on
+    that graph, and no name in it is anyone's free text."""
+    steps = len((expected.full or expected).recomputes)
+    what = f"{expected.model} batch {expected.batch} at {expected.image_size}px" + (
+        f" with the plan's {steps} recomputation{'s' if steps > 1 else ''}" if steps else "")
     tables: tuple[tuple[str, Sequence[Tensor | Op], Sequence[Tensor | Op]], ...] = (
         ("graph.tensors", graph.tensors, expected.tensors), ("graph.ops", graph.ops, expected.ops))
     for table, got, want in tables:
@@ -320,48 +238,6 @@ def _graph(r: Reader, d: dict[str, Any], model: str, batch: int, size: int) -> G
                     o["name"], o["kind"], o["phase"], o["layer"], r.split(o, "read_tensors"),
                     r.split(o, "write_tensors"), o["flops"].tolist(), o["bytes_touched"].tolist()))
     return Graph(model, batch, size, tensors, ops)
-
-
-def _plan(r: Reader, value: Any, graph: Graph, config: Config, version: int) -> Plan:
-    d = r.fields(value, "plan", ("memops", "resident_at_start", "peak_resident_bytes")
-                 + (("copy_order",) if version >= 9 else ()) + (("room_bytes",) if version >= 10 else ()))
-    m = r.table(d["memops"], "plan.memops",
-                {"tensor": INT, "direction": Direction, "mode": Mode, "origin": Origin,
-                 "issue_after_op": INT, "complete_before_op": INT, "nbytes": INT})
-    if m["rows"] > MAX_MEMOPS:
-        r.fail(f"plan.memops has {m['rows']:,} rows; a plan holds at most {MAX_MEMOPS:,} memory operations "
-               "(the policies plan at most some 6,400)")
-    n_t, n_o = len(graph.tensors), len(graph.ops)
-    r.within(m, "issue_after_op", -1, n_o, "an op id (or -1 for the iteration start)")
-    r.within(m, "complete_before_op", 0, n_o + 1, f"an op id (or {n_o} for the iteration end)")
-    start = r.table(d["resident_at_start"], "plan.resident_at_start", {"tensor": INT, "nbytes": INT})
-    for table in (m, start):
-        r.within(table, "tensor", 0, n_t, "a tensor id")
-        r.within(table, "nbytes", 0, None, "a size in bytes")
-        sizes = np.array([t.nbytes for t in graph.tensors], dtype=np.int64)[table["tensor"]]
-        over = np.flatnonzero(table["nbytes"] > sizes)
-        if over.size:
-            i = int(over[0])
-            r.fail(f"{table['where']} row {i}: nbytes {table['nbytes'][i]} is more than its tensor's "
-                   f"{sizes[i]} bytes")
-    peak = r.scalar(d["peak_resident_bytes"], "plan.peak_resident_bytes", INT, 0)
-    # the enums by value from dicts: an Enum call per value is most of the time a long plan takes here
-    direction = {e.value: e for e in Direction}
-    mode, origin = {e.value: e for e in Mode}, {e.value: e for e in Origin}
-    memops = tuple(MemOp(t, direction[di], mode[mo], a, b, origin[og], nb) for t, di, mo, og, a, b, nb in zip(
-        m["tensor"].tolist(), m["direction"], m["mode"], m["origin"], m["issue_after_op"].tolist(),
-        m["complete_before_op"].tolist(), m["nbytes"].tolist()))
-    resident = tuple(zip(start["tensor"].tolist(), start["nbytes"].tolist()))
-    order = r.column(d.get("copy_order", []), "plan.copy_order", INT, None)
-    room = r.scalar(d.get("room_bytes", 0), "plan.room_bytes", INT, 0)
-    if room > config.capacity:
-        r.fail(f"plan.room_bytes is {room}, more than the capacity {config.capacity} it was planned within")
-    plan = Plan(config, memops, resident, peak, tuple(int(i) for i in order), room)
-    try:
-        validate_plan(graph, plan)  # what `vmexplorer plan` and the executor hold every plan to
-    except PlanError as e:
-        r.fail(f"plan: {e}")
-    return plan
 
 
 def _timeline(r: Reader, value: Any, graph: Graph, plan: Plan, version: int) -> Timeline:
@@ -448,9 +324,9 @@ def _read_cost_model(r: Reader, value: Any, version: int) -> CostModel:
     by_op = {}
     for table in ("op_ns", "op_gap_ns"):
         values = r.fields(d.get(table, {}), f"cost_model.{table}", None)
-        by_op[table] = {k: number(v, f"cost_model.{table}.{_key(k)}", *op_time) for k, v in values.items()}
+        by_op[table] = {k: number(v, f"cost_model.{table}.{key_text(k)}", *op_time) for k, v in values.items()}
     kinds = r.fields(d.get("fault_bytes_per_ns_by_kind", {}), "cost_model.fault_bytes_per_ns_by_kind", None)
-    by_kind = {k: number(v, f"cost_model.fault_bytes_per_ns_by_kind.{_key(k)}", *rate) for k, v in kinds.items()}
+    by_kind = {k: number(v, f"cost_model.fault_bytes_per_ns_by_kind.{key_text(k)}", *rate) for k, v in kinds.items()}
     serialised = r.scalar(d.get("serialises_directions", True), "cost_model.serialises_directions", BOOL)
     return CostModel(r.scalar(d["name"], "cost_model.name", STR), **rates, op_ns=by_op["op_ns"],
                      op_gap_ns=by_op["op_gap_ns"], fault_bytes_per_ns_by_kind=by_kind,
@@ -461,7 +337,7 @@ def _read_workspace_ns(r: Reader, value: Any) -> dict[str, tuple[tuple[int, floa
     """(schema 12) Each op's steps: [workspace bytes, ns beyond its time] pairs, bytes rising."""
     out: dict[str, tuple[tuple[int, float], ...]] = {}
     for name, steps in r.fields(value, "cost_model.workspace_ns", None).items():
-        where, pairs = f"cost_model.workspace_ns.{_key(name)}", list[tuple[int, float]]()
+        where, pairs = f"cost_model.workspace_ns.{key_text(name)}", list[tuple[int, float]]()
         if not isinstance(steps, list) or not 0 < len(steps) <= MAX_WORKSPACE_STEPS:
             r.fail(f"{where} should be a list of 1 to {MAX_WORKSPACE_STEPS} [bytes, ns] pairs")
         for step in steps:
@@ -584,12 +460,6 @@ def _collector_status(r: Reader, st: dict[str, Any], copies_recorded: bool) -> l
                                       "memory copies (schema 3 or older)",
                                       0, 0))
     return status
-
-
-def _key(name: str) -> str:
-    """A key from a file as part of a place in a message: as it is when it is a plain name, else quoted."""
-    return name if name.replace("_", "").replace("-", "").replace(".", "").isalnum() and name.isascii() \
-        else quoted(name)
 
 
 def _is_iso_time(text: str) -> bool:

@@ -1,5 +1,6 @@
 """Checked reading of a parsed session document: objects, values and columnar tables, each checked as it is
-read, so that a bad file fails at its first wrong value, with its place (format.py says what each place holds)."""
+read, so that a bad file fails at its first wrong value, with its place (format.py and plan_format.py say what
+each place holds). The shape of a table is written here too (`write_table`), beside the reader of it."""
 
 from __future__ import annotations
 
@@ -141,6 +142,24 @@ class Reader:
         values, offsets = table[name]
         flat, bounds = values.tolist(), offsets.tolist()
         return [tuple(flat[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def write_table(columns: dict[str, list[Any]], ragged: dict[str, list[tuple[int, ...]]] | None = None
+                ) -> dict[str, Any]:
+    """Columns (and lists of varying length per row) as a table `Reader.table` reads back."""
+    rows = len(next(iter(columns.values())))
+    out: dict[str, Any] = {"rows": rows, "columns": columns}
+    if ragged:
+        out["ragged"] = {name: {"offsets": np.cumsum([0] + [len(v) for v in lists]).tolist(),
+                                "values": [x for v in lists for x in v]}
+                         for name, lists in ragged.items()}
+    return out
+
+
+def key_text(name: str) -> str:
+    """A key from a file as part of a place in a message: as it is when it is a plain name, else quoted."""
+    return name if name.replace("_", "").replace("-", "").replace(".", "").isalnum() and name.isascii() \
+        else quoted(name)
 
 
 _INT64 = (-(2**63), 2**63 - 1)

@@ -27,8 +27,9 @@ FORMAT = "vmexplorer-session"
 # the cost model's swap rates, 9 "plan.copy_order", 10 "plan.room_bytes" and "device_memory", 11
 # "config.workspaces" (the kernels' workspaces as graph tensors inside the capacity; older files load
 # with none), 12 the cost model's "workspace_ns" (convolutions timed by their workspace), 13 its
-# "evict_fastest_bytes_per_ns" (the bound's eviction rate); older files still load
-SCHEMA_VERSION = 13
+# "evict_fastest_bytes_per_ns" (the bound's eviction rate), 14 "plan.recomputes" (the activations the plan
+# makes again, its graph holding their re-runs as ops; older files load with none); older files still load
+SCHEMA_VERSION = 14
 
 class SessionError(ValueError):
     """A session that cannot be saved or loaded; the message names the file and the problem."""
@@ -142,6 +143,10 @@ def check_matches(graph: Graph, plan: Plan) -> None:
                            f"{'inside' if plan.config.workspaces else 'outside'} the capacity, but the graph's "
                            f"are {'fitted to ' + str(graph.capacity) + ' bytes' if graph.capacity else 'absent'}; "
                            "use the plan's graph (session.planned.graph_of)")
+    held = (graph.full or graph).recomputes
+    if held != plan.recomputes:
+        raise SessionError(f"the graph's recomputations are not the plan's ({len(held)} in the graph, "
+                           f"{len(plan.recomputes)} in the plan); use the graph the plan runs (Plan.graph_of)")
 
 
 def check_collected(collected: Collected | None, timeline: Timeline) -> None:
