@@ -1,8 +1,10 @@
 """The traffic bound: no schedule moves fewer bytes, checked against an exhaustive search on small graphs
-and against every policy's plan on the real models."""
+and against every policy's plan on the real models; and the joint bound, over plans that also
+recompute, against every recomputation of small graphs."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from functools import cache
 
@@ -10,9 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vmexplorer.graph import Graph, Kind, Op, Phase, Tensor, build_graph
+from vmexplorer.graph import Graph, Kind, Op, Phase, Recompute, Tensor, build_graph
+from vmexplorer.graph.recompute import recomputed
 from vmexplorer.plan import Direction, PlanError
-from vmexplorer.plan.bound import min_traffic, window_traffic
+from vmexplorer.plan.bound import min_traffic, recomputable, window_traffic
 from vmexplorer.policies import POLICIES, compile_plan
 
 HYP = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -248,6 +251,43 @@ def test_below_the_largest_working_set_there_is_no_bound() -> None:
     assert min_traffic(g, need).min_bytes_to_device > 0
 
 
+# --- recomputation: the joint bound ---------------------------------------------------------------
+@st.composite
+def tiny_trained(draw: st.DrawFn) -> tuple[Graph, int, list[Recompute]]:
+    """A small graph whose first ops are its forward pass and the rest its backward, a capacity, and
+    every recomputation it has: each activation a forward op made and a backward op reads, made again
+    before that read."""
+    g = draw(tiny_graphs())
+    forward = draw(st.integers(1, len(g.ops) - 1))
+    ops = tuple(dataclasses.replace(op, phase=Phase.FORWARD if k < forward else Phase.BACKWARD)
+                for k, op in enumerate(g.ops))
+    g = Graph("tiny", 1, 1, g.tensors, ops)
+    steps = [Recompute(t, min(k for k in g.uses[t] if k >= forward)) for t in recomputable(g)
+             if any(k >= forward for k in g.uses[t])]
+    low = g.min_capacity[0]
+    return g, draw(st.integers(low, max(low, g.footprint - 1))), steps
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tiny_trained())
+def test_no_mix_of_recomputing_and_moving_moves_less_than_the_joint_bound(setup) -> None:
+    g, capacity, steps = setup
+    joint = min_traffic(g, capacity, recompute=True)
+    assert joint.min_bytes_to_device <= min_traffic(g, capacity).min_bytes_to_device
+    for chosen in itertools.chain.from_iterable(itertools.combinations(steps, r) for r in range(len(steps) + 1)):
+        assert joint.min_bytes_to_device <= least_fetched(recomputed(g, chosen), capacity, whole=False), chosen
+
+
+def test_recomputing_every_activation_frees_what_moving_alone_must_send_away() -> None:
+    # op0 makes 3 bytes, op1 makes 3, the backward ops read them: with 4 bytes of room moving alone sends
+    # 2 out and back, while each could be made again just before its read
+    g = tiny([], [((), 3, ()), ((), 3, ()), ((1,), 0, ()), ((0,), 0, ())])
+    g = Graph("tiny", 1, 1, g.tensors, tuple(dataclasses.replace(op, phase=Phase.FORWARD if k < 2 else Phase.BACKWARD)
+                                             for k, op in enumerate(g.ops)))
+    assert min_traffic(g, 4).min_bytes_to_device == 2 and min_traffic(g, 4, recompute=True).min_bytes_to_device == 0
+    assert least_fetched(recomputed(g, [Recompute(0, 3), Recompute(1, 2)]), 4, whole=False) == 0
+
+
 # --- the real models ------------------------------------------------------------------------------
 SMALL = [("alexnet", 2, 96), ("vgg11", 2, 32), ("vgg16", 1, 32), ("resnet18", 2, 32), ("resnet50", 1, 32)]
 
@@ -296,7 +336,7 @@ def test_every_policys_plan_moves_at_least_the_bound_each_way(policy: str, model
     g = graph(model, batch, size)
     capacity = max(int(g.footprint * share), g.min_capacity[0])
     plan = compile_plan(g, capacity, policy)
-    bound = min_traffic(g, capacity)
+    bound = min_traffic(g, capacity, recompute=bool(plan.recomputes))  # the joint bound where it recomputes
     out, into = _moved(plan)
     assert out >= bound.min_bytes_to_host and into >= bound.min_bytes_to_device
 

@@ -41,16 +41,26 @@ schedule did before it. Two counts, each a byte argument at one op boundary m in
 
 Each window's count is the larger over its boundaries. The forward makes what the backward reads, so
 what goes out in one and comes back in the other cannot share time: the simulator's bound adds windows.
+
+**Recomputation** (`remade_free`). A plan may also drop an activation a forward op made and make it
+again (`graph.recompute`), so the bytes above need not move. The joint bound, over every mix of keeping,
+moving and recomputing, relaxes the graph: every activation that could be recomputed takes room only
+at the ops that touch it, made there at no cost (each reader writes a copy of its own, read by no
+one). Every plan of the graph is a plan of the relaxation with at least as much on the device at each
+op and at least as much traffic, so the least traffic of the relaxation bounds them all; what
+recomputing costs in compute is left out (a re-run's time only adds to an iteration), so the bound is
+valid and, where recomputing would do, loose.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..graph import Graph
+from ..graph import Graph, Kind, Phase, Tensor
 from ..units import format_bytes
 from .plan import PlanError
 
@@ -70,10 +80,11 @@ class Traffic:
     assumptions: str = field(default=ASSUMPTIONS, repr=False)
 
 
-def min_traffic(graph: Graph, capacity: int) -> Traffic:
+def min_traffic(graph: Graph, capacity: int, recompute: bool = False) -> Traffic:
     """The bound at `capacity` bytes; PlanError below the largest single op's working set. Any plan at
-    `capacity` may have made its workspaces as small as they go: the bound counts them at their least."""
-    graph = graph.least_workspaces()
+    `capacity` may have made its workspaces as small as they go: the bound counts them at their least.
+    `recompute`: over plans that may also recompute activations (`remade_free`)."""
+    graph = remade_free(graph) if recompute else graph.least_workspaces()
     need, op = graph.min_capacity
     if capacity < need:
         raise PlanError(f"capacity {format_bytes(capacity)} is below the minimum for {graph.model} batch "
@@ -173,9 +184,9 @@ class Windows:
     to_device: np.ndarray
 
 
-def window_traffic(graph: Graph, capacity: int, first: int = 0) -> Windows:
+def window_traffic(graph: Graph, capacity: int, first: int = 0, recompute: bool = False) -> Windows:
     """Every window's least traffic at `capacity` bytes, the iteration cut before op `first`."""
-    graph = graph.least_workspaces()  # as min_traffic
+    graph = remade_free(graph) if recompute else graph.least_workspaces()  # as min_traffic
     n = len(graph.ops)
     size, born, last, read_at, read_of = _contents(graph)
     base = n + first  # windows lie in the middle one of three iterations, and what they see in the three
@@ -201,6 +212,35 @@ def window_traffic(graph: Graph, capacity: int, first: int = 0) -> Windows:
     to_device[:, 1:] = np.maximum.accumulate(np.where(from_j, np.maximum(carried[:, :-1] - room, 0), 0), axis=1)
     to_device[np.tril_indices(n + 1)] = 0
     return Windows(first, to_host, to_device)
+
+
+def recomputable(graph: Graph) -> list[int]:
+    """The tensors a plan may recompute (`graph.recompute`): the activations forward ops make."""
+    return [t for t, tensor in enumerate(graph.tensors) if tensor.kind is Kind.ACTIVATION and not tensor.persistent
+            and graph.ops[tensor.producer].phase is Phase.FORWARD]
+
+
+def remade_free(graph: Graph) -> Graph:
+    """The joint bound's relaxation of `graph` (without its re-runs, workspaces at their least): each
+    recomputable activation that an op other than its maker reads is, at that op, a copy the op writes
+    itself, and the original is read by no one. Op and tensor numbers stay (the copies come after)."""
+    full = graph.full or graph
+    g = (full.plain or full).least_workspaces()
+    free = set(recomputable(g))
+    tensors = list(g.tensors)
+    ops = []
+    for k, op in enumerate(g.ops):
+        copies = []
+        for t in dict.fromkeys(op.reads):
+            if t in free and g.tensors[t].producer != k:
+                copies.append(len(tensors))
+                original = g.tensors[t]
+                tensors.append(Tensor(f"{original.name} (made free at {op.name})", original.kind, original.shape,
+                                      original.dtype, original.nbytes, k, ()))
+        kept = tuple(t for t in op.reads if t not in free or g.tensors[t].producer == k)
+        ops.append(dataclasses.replace(op, reads=kept, writes=op.writes + tuple(copies)))
+    tensors = [dataclasses.replace(t, consumers=()) if i in free else t for i, t in enumerate(tensors)]
+    return Graph(g.model, g.batch, g.image_size, tuple(tensors), tuple(ops), g.workspaces, g.capacity)
 
 
 def _made(size: np.ndarray, born: np.ndarray, last: np.ndarray, n: int) -> np.ndarray:

@@ -125,7 +125,8 @@ class Planned:
     def bound(self) -> Bound | None:
         """The least time any schedule takes at this graph, capacity and mechanism under the same cost
         model; None below the least capacity the graph runs in."""
-        return bound_at(self.graph, self.plan.capacity, self.cost_model, self.plan.mechanism)
+        return bound_at(self.graph, self.plan.capacity, self.cost_model, self.plan.mechanism,
+                        recompute=bool(self.plan.recomputes))
 
     def simulated(self, notes: Sequence[str] = ()) -> Session:
         """The plan simulated with its cost model, as a session holding its bound and reports."""
@@ -163,10 +164,12 @@ def graph_of(config: Config, room: int = 0) -> Graph:
     return build_graph(*config.key, workspaces=config.workspaces).fitted(room or config.capacity)
 
 
-def bound_at(graph: Graph, capacity: int, cost_model: CostModel, mechanism: str) -> Bound | None:
-    """The bound at a capacity through a mechanism under a cost model (`simulator.bound.lower_bound`), or
-    None below the least capacity the graph runs in."""
-    return _bound(graph.key, graph.workspaces, capacity, _json(cost_model), str(mechanism))
+def bound_at(graph: Graph, capacity: int, cost_model: CostModel, mechanism: str, recompute: bool = False
+             ) -> Bound | None:
+    """The bound at a capacity through a mechanism under a cost model (`simulator.bound.lower_bound`;
+    `recompute`: the joint bound, for a plan that recomputes), or None below the least capacity the graph
+    runs in."""
+    return _bound(graph.key, graph.workspaces, capacity, _json(cost_model), str(mechanism), recompute)
 
 
 def simulated_split(config: Config, cost_model: CostModel) -> TimeSplit | None:
@@ -198,10 +201,11 @@ def _json(value: Config | CostModel) -> str:
 
 
 @memo(maxsize=64)
-def _bound(key: tuple[str, int, int], workspaces: bool, capacity: int, cost_json: str, mechanism: str) -> Bound | None:
+def _bound(key: tuple[str, int, int], workspaces: bool, capacity: int, cost_json: str, mechanism: str,
+           recompute: bool) -> Bound | None:
     try:
         return lower_bound(build_graph(*key, workspaces=workspaces), capacity, CostModel(**json.loads(cost_json)),
-                           mechanism)
+                           mechanism, recompute=recompute)
     except PlanError:
         return None
 

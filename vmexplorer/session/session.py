@@ -126,10 +126,12 @@ def new_session(graph: Graph, plan: Plan, timeline: Timeline, cost_model: CostMo
 def bound_for(graph: Graph, plan: Plan, cost_model: CostModel | None = None) -> Bound | None:
     """The bound at the plan's capacity through its mechanism under `cost_model`, or the uncalibrated
     default (whose rates a session without a cost model is simulated and split with too); None below
-    the least capacity any plan needs, where there is no bound to hold a plan against."""
-    graph = plan.graph_of(graph)
+    the least capacity any plan needs, where there is no bound to hold a plan against. A plan that
+    recomputes is held against the joint bound (any mix of keeping, moving and recomputing), since the
+    least traffic of moves alone is not a bound on it."""
     try:
-        return lower_bound(graph, plan.capacity, cost_model or H100_DEFAULT, plan.mechanism)
+        return lower_bound(plan.graph_of(graph), plan.capacity, cost_model or H100_DEFAULT, plan.mechanism,
+                           recompute=bool(plan.recomputes))
     except PlanError:
         return None
 

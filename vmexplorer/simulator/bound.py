@@ -31,7 +31,7 @@ import numpy as np
 
 from ..config import Mechanism
 from ..graph import Graph
-from ..plan.bound import Windows, min_traffic, window_traffic
+from ..plan.bound import Windows, min_traffic, remade_free, window_traffic
 from .costmodel import CostModel
 
 COMPUTE = "compute"
@@ -63,10 +63,14 @@ class Bound:
 
 
 def lower_bound(graph: Graph, capacity: int, cost: CostModel, mechanism: Mechanism | str = Mechanism.UVM,
-                windows: bool = True) -> Bound:
+                windows: bool = True, recompute: bool = False) -> Bound:
     """The bound at `capacity` bytes under `cost` through `mechanism`; PlanError below the largest op's
-    working set. `windows=False`: the whole-iteration bound alone (the least traffic at the best rates)."""
+    working set. `windows=False`: the whole-iteration bound alone (the least traffic at the best rates).
+    `recompute`: the joint bound, over plans that may also recompute activations (`plan.bound.remade_free`:
+    their traffic relaxed, their compute the graph's without re-runs)."""
     rates = cost.for_mechanism(mechanism)
+    if recompute:
+        graph = remade_free(graph)
     traffic = min_traffic(graph, capacity)
     compute = float(_op_ns(graph, rates).sum())
     out_ns = traffic.min_bytes_to_host / rates.fastest_evict_bytes_per_ns

@@ -65,9 +65,11 @@ def bound(state: AppState) -> Bound | None:
 
 
 def bound_through(state: AppState, mechanism: Mechanism) -> Bound | None:
-    """The bound at the shown session's model and capacity through `mechanism`, under the same cost model."""
+    """The bound at the shown session's model and capacity through `mechanism`, under the same cost model
+    (the joint one where its plan recomputes)."""
     s = state.session
-    return None if s is None else bound_at(s.graph, s.plan.capacity, cost_of(state), mechanism)
+    return None if s is None else bound_at(s.graph, s.plan.capacity, cost_of(state), mechanism,
+                                           recompute=bool(s.plan.recomputes))
 
 
 def baseline(state: AppState, policy: str) -> Baseline | None:
