@@ -35,9 +35,24 @@ GOAL = 1.15
 
 def torch_setup(graph: Any, matmul_tf32: bool = False, benchmark: bool = False) -> Callable[[], None]:
     """One training step of `graph` in PyTorch eager from the engine's starting values."""
+    from tests.gpu.reference import forward_loss
+
+    values, opt = torch_training(graph, matmul_tf32, benchmark)
+
+    def step() -> None:
+        loss = forward_loss(graph, dict(values))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+def torch_training(graph: Any, matmul_tf32: bool = False, benchmark: bool = False) -> tuple[dict[int, Any], Any]:
+    """The engine's starting values of `graph`'s persistent tensors on the GPU, by tensor, and SGD with
+    momentum over its weights: what a step in PyTorch eager trains."""
     import torch
 
-    from tests.gpu.reference import forward_loss
     from vmexplorer.engine.init import initial_value
     from vmexplorer.graph import Kind
 
@@ -52,15 +67,7 @@ def torch_setup(graph: Any, matmul_tf32: bool = False, benchmark: bool = False) 
             if tensor.kind is Kind.WEIGHT:
                 values[t].requires_grad_(True)
                 params.append(values[t])
-    opt = torch.optim.SGD(params, lr=0.01, momentum=0.9)
-
-    def step() -> None:
-        loss = forward_loss(graph, dict(values))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
-    return step
+    return values, torch.optim.SGD(params, lr=0.01, momentum=0.9)
 
 
 def torch_step_ms(graph: Any, iterations: int, warmup: int = 2, **kw: Any) -> float:

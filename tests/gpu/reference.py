@@ -40,42 +40,48 @@ def forward_loss(graph: Graph, values: dict[int, Any], masks: dict[str, Any] | N
     persistent tensors by id and gains each activation until its last forward use, as a module's
     forward lets go of it (what autograd saves for backward stays, as it would). Dropout uses the
     engine's `masks` when given, else PyTorch's own (for timing, where the draws do not matter)."""
-    import torch
     import torch.nn.functional as F
 
     forward = (Phase.FORWARD, Phase.LOSS)
     last_read = {t: i for i, op in enumerate(graph.ops) if op.phase in forward for t in op.reads}
     for i, op in enumerate(graph.ops):
-        a = dict(op.attrs)
         x = [values[t] for t in op.reads]
-        if op.kind == "conv2d":
-            y = F.conv2d(x[0], x[1], x[2] if a["bias"] else None, stride=a["stride"], padding=a["padding"])
-        elif op.kind == "linear":
-            y = F.linear(x[0].reshape(x[0].shape[0], -1), x[1], x[2])
-        elif op.kind == "relu":
-            y = F.relu(x[0])
-        elif op.kind == "max_pool2d":
-            y = F.max_pool2d(x[0], a["kernel"], a["stride"], a["padding"])
-        elif op.kind == "adaptive_avg_pool2d":
-            y = F.adaptive_avg_pool2d(x[0], graph.tensors[op.writes[0]].shape[2:])
-        elif op.kind == "batch_norm2d":
-            y = F.batch_norm(x[0], x[3].clone(), x[4].clone(), x[1], x[2], training=True,
-                             momentum=a["momentum"], eps=a["eps"])
-        elif op.kind == "dropout" and masks is None:
-            y = F.dropout(x[0], a["p"], training=True)
-        elif op.kind == "dropout":
-            assert masks is not None  # the branch above took the other case
-            mask = torch.from_numpy(masks[graph.tensors[op.writes[1]].name]).to(x[0].device).to(x[0].dtype)
-            y = x[0] * mask / (1.0 - a["p"])
-        elif op.kind == "add":
-            y = x[0] + x[1]
-        elif op.kind == "softmax_cross_entropy":
+        if op.kind == "softmax_cross_entropy":
             return F.cross_entropy(x[0], x[1].long())
-        else:
-            raise NotImplementedError(op.kind)
+        y = apply_op(graph, op, x, masks)
         del x
         for t in op.reads:  # only what no later op reads: a plain dict would hold every activation at once
             if last_read[t] == i and not graph.tensors[t].persistent:
                 values.pop(t, None)
         values[op.writes[0]] = y
     raise ValueError(f"{graph.model}: no loss op")
+
+
+def apply_op(graph: Graph, op: Any, x: list[Any], masks: dict[str, Any] | None = None) -> Any:
+    """A forward op in torch.nn.functional on its inputs `x` (tensors in the op's read order)."""
+    import torch
+    import torch.nn.functional as F
+
+    a = dict(op.attrs)
+    if op.kind == "conv2d":
+        return F.conv2d(x[0], x[1], x[2] if a["bias"] else None, stride=a["stride"], padding=a["padding"])
+    if op.kind == "linear":
+        return F.linear(x[0].reshape(x[0].shape[0], -1), x[1], x[2])
+    if op.kind == "relu":
+        return F.relu(x[0])
+    if op.kind == "max_pool2d":
+        return F.max_pool2d(x[0], a["kernel"], a["stride"], a["padding"])
+    if op.kind == "adaptive_avg_pool2d":
+        return F.adaptive_avg_pool2d(x[0], graph.tensors[op.writes[0]].shape[2:])
+    if op.kind == "batch_norm2d":
+        return F.batch_norm(x[0], x[3].clone(), x[4].clone(), x[1], x[2], training=True,
+                            momentum=a["momentum"], eps=a["eps"])
+    if op.kind == "dropout" and masks is None:
+        return F.dropout(x[0], a["p"], training=True)
+    if op.kind == "dropout":
+        assert masks is not None  # the branch above took the other case
+        mask = torch.from_numpy(masks[graph.tensors[op.writes[1]].name]).to(x[0].device).to(x[0].dtype)
+        return x[0] * mask / (1.0 - a["p"])
+    if op.kind == "add":
+        return x[0] + x[1]
+    raise NotImplementedError(op.kind)

@@ -271,3 +271,42 @@ def test_a_swap_run_s_copies_are_cupti_memcpy_records_of_the_plan_s_bytes():
         # and the loss, which the host reads after each iteration
         assert 0 <= got[Direction.TO_HOST] - want[Direction.TO_HOST] <= 64 and want[Direction.TO_HOST] > 0
     assert len(c.um_value) == 0
+
+
+# --- recomputation: a re-run is its forward op's kernels again ------------------------------------------
+@pytest.mark.parametrize("model,batch,size", [("alexnet", 64, 128), ("vgg11", 32, 128), ("resnet18", 32, 64)])
+def test_recomputing_never_changes_the_math(model, batch, size):
+    # alexnet has dropout (the re-run must draw the forward's mask), resnet18 batch norm (the re-run must
+    # not update the running statistics a second time); least workspaces, as for paging and swapping
+    graph = replace(build_graph(model, batch, size).fitted(0), capacity=None, full=None)
+    kw = dict(iterations=5, warmup=0, allow_tf32=False, deterministic=True, keep_weights=True, collect=False)
+    reference = _run(graph, "device", **kw).weights
+    capacity = int(graph.footprint * 0.8)
+    for mechanism, segments, then in [("uvm", 2, "none"), ("uvm", 4, "belady"), ("swap", 2, "none"),
+                                      ("swap", 4, "belady")]:
+        plan = compile_plan(graph, capacity, "checkpoint", {"segments": segments, "then": then}, mechanism=mechanism)
+        assert plan.recomputes, "the case must recompute"
+        result = execute(graph, plan, RunSettings(**kw))
+        _record("recompute math", f"{model} b{batch} {size}px {mechanism} segments={segments} then={then}",
+                {"recomputes": len(plan.recomputes), "capacity": capacity,
+                 "taken_bytes": result.device_memory.taken_bytes if result.device_memory else None})
+        for name, value in reference.items():
+            assert np.array_equal(result.weights[name], value), f"{mechanism} {segments} {then} changed {name}"
+
+
+def test_a_checkpointed_run_is_measured_op_by_op_re_runs_included_and_saved_as_a_session(tmp_path):
+    from vmexplorer.engine.executor import measured_session
+    from vmexplorer.graph import Phase
+    from vmexplorer.session import load_session, save_session
+
+    graph = build_graph("resnet18", 32, 64)
+    plan = compile_plan(graph, int(graph.footprint * 0.6), "checkpoint", {"segments": 4}, mechanism="swap")
+    result = execute(graph, plan, RunSettings(iterations=2, warmup=1))
+    ran = plan.graph_of(graph)
+    reruns = [k for k, op in enumerate(ran.ops) if op.phase is Phase.RECOMPUTE]
+    assert reruns and set(reruns) <= set(result.timeline.op_index.tolist())
+    session = measured_session(graph, plan, result)
+    save_session(session, tmp_path / "checkpoint.vms")
+    again = load_session(tmp_path / "checkpoint.vms")
+    assert again.plan.recomputes == plan.recomputes and again.timeline.source == "measured"
+    assert result.device_memory is not None and result.device_memory.taken_bytes <= plan.capacity

@@ -58,12 +58,12 @@ def modules(graph: Graph) -> list[list[int]]:
     out: list[list[int]] = [[]]
     for i, k in enumerate(forward):
         out[-1].append(k)
-        if i + 1 < len(forward) and len(_passed_on(graph, forward[:i + 1], forward[i + 1])) == 1:
+        if i + 1 < len(forward) and len(passed_on(graph, forward[:i + 1], forward[i + 1])) == 1:
             out.append([])
     return out
 
 
-def _passed_on(graph: Graph, done: list[int], next_op: int) -> set[int]:
+def passed_on(graph: Graph, done: list[int], next_op: int) -> set[int]:
     """The activations ops `done` wrote that a forward op from `next_op` on reads."""
     written = {t for k in done for t in graph.ops[k].writes if graph.tensors[t].kind is Kind.ACTIVATION}
     return {t for t in written if any(next_op <= k and graph.ops[k].phase is Phase.FORWARD for k in graph.uses[t])}
