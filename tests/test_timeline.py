@@ -315,6 +315,15 @@ def test_the_summary_table_says_whether_figures_are_simulated_or_measured(sessio
         assert label in table.text
 
 
+def test_the_summary_says_how_long_recomputing_took_only_for_a_plan_that_recomputes(
+        session: Session, checkpointed: Session) -> None:
+    from vmexplorer.units import format_ns
+
+    text = summary_table(checkpointed).text
+    assert "recomputing" in text and format_ns(checkpointed.time_split().recompute_ns) in text
+    assert "recomputing" not in summary_table(session).text  # a row of zeros on every other session's
+
+
 def _collected(s: Session, status: tuple[CollectorStatus, ...]) -> Collected:
     tl = s.timeline
     start = tl.op_start_ns.astype(np.int64)
@@ -423,9 +432,10 @@ def test_the_typical_iteration_is_the_one_of_median_duration(session: Session) -
     assert three.typical_iteration() == 2
 
 
-def _bar(label: str, compute: float, faults: float) -> dict[str, Any]:
-    return {"label": label, "source": "simulated", "compute_ms": compute, "fault_wait_ms": faults,
-            "transfer_wait_ms": 0.0, "idle_ms": 0.0, "iteration_ms": compute + faults}
+def _bar(label: str, compute: float, faults: float, recompute: float = 0.0) -> dict[str, Any]:
+    return {"label": label, "source": "simulated", "compute_ms": compute, "recompute_ms": recompute,
+            "fault_wait_ms": faults, "transfer_wait_ms": 0.0, "idle_ms": 0.0,
+            "iteration_ms": compute + faults + recompute}
 
 
 def test_where_the_time_goes_is_one_stacked_bar_per_row_the_first_row_on_top() -> None:
@@ -436,7 +446,19 @@ def test_where_the_time_goes_is_one_stacked_bar_per_row_the_first_row_on_top() -
     data = fig.select_one({"name": "breakdown"}).data
     assert list(data["fault_wait_ms"]) == [90, 0] and list(data["compute_ms"]) == [10, 10]
     assert [item.label.value for item in fig.legend[0].items] == [
-        "compute", "waiting on demand faults", "waiting on evictions and prefetches", "idle and launch gaps"]
+        "compute", "recomputing", "waiting on demand faults", "waiting on evictions and prefetches",
+        "idle and launch gaps"]
+
+
+def test_recomputing_stacks_after_compute_in_the_timelines_recompute_colour_and_hatch() -> None:
+    from vmexplorer.plots import breakdown_figure
+
+    fig = breakdown_figure([_bar("checkpoint, simulated", 10, 5, recompute=3)])
+    assert fig.select_one({"name": "breakdown"}).data["recompute_ms"] == [3]
+    bars = {item.label.value: item.renderers[0].glyph for item in fig.legend[0].items}
+    assert bars["recomputing"].fill_color == PHASE_COLORS["recompute"]
+    assert bars["recomputing"].left.expr.fields == ("compute_ms",), "it starts where compute ends"
+    assert bars["recomputing"].hatch_pattern and not bars["compute"].hatch_pattern
 
 
 def test_new_rows_go_into_the_same_bars_not_a_new_figure() -> None:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import Config, Mechanism, share_of_footprint
 from ..graph import Graph
 from ..plots import SUMMARY_ROWS, figures, summary_items
+from ..plots.summary import WHERE_SOME
 from ..policies import POLICIES
 from ..records.breakdown import PARTS as BREAKDOWN_PARTS
 from ..records.breakdown import TimeSplit
@@ -238,7 +239,8 @@ def summary_delta_rows(state: AppState) -> list[dict[str, str]]:
     sa, sb = figures(a), figures(b)
     rows = []
     for key, label, fmt in SUMMARY_ROWS:
-        if key in sa and key in sb and key not in ("iterations", "counted_iterations"):
+        if key in sa and key in sb and key not in ("iterations", "counted_iterations") and \
+                not (key in WHERE_SOME and not sa[key] and not sb[key]):
             va, vb = sa[key], sb[key]
             numbers = isinstance(va, int | float) and isinstance(vb, int | float)
             delta = ("-" if vb < va else "+") + fmt(abs(vb - va)) if numbers else ""

@@ -40,7 +40,8 @@ def headline(state: AppState) -> str:
                 "the same cost model)")
     device = None if p.policy == "device" else numbers.baseline(state, "device")
     against = "" if device is None else f", {numbers.times_than(split.iteration_ns, device.iteration_ns, 'device')}"
-    parts = sorted(((getattr(split, key), label) for key, label in BREAKDOWN_PARTS[1:]), reverse=True)
+    parts = sorted(((getattr(split, key), label) for key, label in BREAKDOWN_PARTS if key != "compute_ns"),
+                   reverse=True)
     most = f"; {format_ns(parts[0][0])} of it {parts[0][1]}" if parts and parts[0][0] > 0 else ""
     return f"{what}: {format_ns(split.iteration_ns)} per iteration ({where}){against}{most}"
 
