@@ -55,7 +55,7 @@ class Headline(pn.viewable.Viewer):
         super().__init__(**params)
         self.text = Text(headline(self.state), sizing_mode="stretch_width", margin=(4, 10),
                          styles={"font-weight": "bold", "font-size": type_sizes(False)["headline"]})
-        self._layout = pn.Row(self.text, tip("bound", "demand fault", "eviction", "prefetch"),
+        self._layout = pn.Row(self.text, tip("bound", "demand fault", "eviction", "prefetch", "recompute"),
                               sizing_mode="stretch_width")
 
     def draw(self) -> None:
