@@ -91,6 +91,39 @@ def baseline(state: AppState, policy: str) -> Baseline | None:
     return None if split is None else Baseline(policy, split, "simulated")
 
 
+@dataclass(frozen=True)
+class MoveOrRecompute:
+    """Two ways to have a feature map back for the backward pass, under one cost model: move it out and
+    back at the copy rates of the shown session's mechanism, or run the forward op that made it again."""
+
+    tensor: int
+    out_ns: float  # copying it to the host
+    in_ns: float  # and back to the device
+    out_bytes_per_ns: float  # the rates those copies run at (bytes per ns: GB/s)
+    in_bytes_per_ns: float
+    producer: int  # the op that made it
+    recompute_ns: float  # that op's time, run again
+
+    @property
+    def move_ns(self) -> float:
+        return self.out_ns + self.in_ns
+
+
+def move_or_recompute(state: AppState, tensor: int) -> MoveOrRecompute:
+    """What moving `tensor` out and back costs against what making it again costs, under `cost_of(state)`:
+    its bytes at the copy rates of the shown plan's mechanism (a copy call's fixed cost included), and its
+    producer's time in the workspace the graph gives it."""
+    s = state.session
+    assert s is not None
+    cost, g = cost_of(state), s.graph
+    rates = cost.for_mechanism(s.plan.mechanism)
+    t = g.tensors[tensor]
+    op = g.ops[t.producer]
+    return MoveOrRecompute(tensor, rates.copy_ns(t.nbytes, to_device=False), rates.copy_ns(t.nbytes, to_device=True),
+                           rates.evict_bytes_per_ns, rates.prefetch_bytes_per_ns, t.producer,
+                           cost.compute_ns(op.name, op.flops, op.bytes_touched, g.workspace_bytes[t.producer]))
+
+
 def times_than(ns: int, base_ns: int, base: str) -> str:
     """`ns` against `base_ns` as people say it: "10.0x slower than device", never "speedup 0.10x"."""
     if not ns or not base_ns:
