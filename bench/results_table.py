@@ -567,7 +567,9 @@ def uvm_cost_paragraph(swap: list[Config], uvm: list[Config]) -> str:
 
 def breakdown(s: Session) -> str:
     split = s.time_split()
-    return ", ".join(f"{words} {getattr(split, field) / 1e6:.0f} ms" for field, words in PARTS)
+    # recomputing only where a plan recomputes: no sample does, and their words read as they did
+    return ", ".join(f"{words} {getattr(split, field) / 1e6:.0f} ms" for field, words in PARTS
+                     if field != "recompute_ns" or split.recompute_ns)
 
 
 def goals(samples: Path) -> str:

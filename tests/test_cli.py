@@ -861,6 +861,50 @@ def test_simulate_saves_what_plan_predicts(sessions: dict[str, Path],
     assert run_json(capsys, "info", str(sessions["uvm"]))["summary"] == planned["summary"]
 
 
+CHECKPOINT = ["--model", "resnet18", "--batch", "16", "--image-size", "112", "--capacity", "60%",
+              "--policy", "checkpoint", "--segments", "4"]
+PARTS_NS = ("compute_ns", "recompute_ns", "fault_wait_ns", "transfer_wait_ns", "idle_ns")
+
+
+def test_every_summary_says_where_the_iteration_went_and_the_parts_add_up(sessions: dict[str, Path],
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from vmexplorer.session import load_session
+
+    summary = run_json(capsys, "info", str(sessions["autovm"]))["summary"]
+    split = load_session(sessions["autovm"]).time_split()
+    assert {k: summary[k] for k in PARTS_NS} == {k: getattr(split, k) for k in PARTS_NS}
+    assert sum(summary[k] for k in PARTS_NS) == summary["iteration_ns"] and summary["recompute_ns"] == 0
+    compared = run_json(capsys, "compare", str(sessions["uvm"]), str(sessions["autovm"]))["summary"]
+    assert compared["fault_wait_ns"]["b"] < compared["fault_wait_ns"]["a"]
+
+
+def test_a_recomputing_plan_says_how_long_its_re_runs_took_in_every_output(tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from vmexplorer.graph import Phase
+    from vmexplorer.session import load_session
+    from vmexplorer.units import format_ns
+
+    out = tmp_path / "checkpoint.vms"
+    code, line, _ = run(capsys, "simulate", *CHECKPOINT, "--out", str(out))
+    session = load_session(out)
+    recomputing = session.time_split().recompute_ns
+    assert code == 0 and recomputing > 0 and f"{format_ns(recomputing)} of it recomputing" in line
+    info = run_json(capsys, "info", str(out))["summary"]
+    assert info["recompute_ns"] == recomputing and sum(info[k] for k in PARTS_NS) == info["iteration_ns"]
+    code, table, _ = run(capsys, "info", str(out))
+    assert code == 0 and re.search(rf"recompute_ns +{re.escape(format_ns(recomputing))}", table)
+    planned = run_json(capsys, "plan", *CHECKPOINT, "--then", "belady")
+    assert planned["summary"]["recompute_ns"] > 0
+    # its memory operations are numbered among the re-runs (the same with belady's trips as without), and
+    # named from the graph that holds them
+    graph = session.graph
+    assert any(op.phase is Phase.RECOMPUTE for op in graph.ops)
+    assert any(m["origin"] == "plan" for m in planned["plan"]["memops"])
+    for m in planned["plan"]["memops"]:
+        for at in ("issue_after", "complete_before"):
+            assert m[f"{at}_op"] == (graph.ops[m[at]].name if 0 <= m[at] < len(graph.ops) else None)
+
+
 def test_compare_same_graph_aligns_by_op_with_ratios(sessions: dict[str, Path],
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     doc = run_json(capsys, "compare", str(sessions["uvm"]), str(sessions["autovm"]))

@@ -11,7 +11,7 @@ import pytest
 from bokeh.models import GlyphRenderer, Legend, Span
 from bokeh.models.widgets import Div
 
-from vmexplorer.graph import build_graph
+from vmexplorer.graph import Phase, build_graph
 from vmexplorer.plan import Direction, Origin
 from vmexplorer.plots import MEMOP_COLORS, PHASE_COLORS, summary_table
 from vmexplorer.plots.timeline import timeline_figure, timeline_source
@@ -81,10 +81,15 @@ def test_every_op_memop_marker_fault_and_resident_step_is_drawn(session: Session
     assert len(data(fig, "resident")["x"]) == len(tl.resident_t_ns)
 
 
+def test_every_phase_an_op_can_have_has_a_colour_of_its_own() -> None:
+    assert set(PHASE_COLORS) == {p.value for p in Phase}
+    assert len(set(PHASE_COLORS.values())) == len(PHASE_COLORS)
+
+
 def test_ops_are_coloured_by_phase_and_the_drivers_transfers_as_demand_faults_and_evictions(session: Session) -> None:
     fig = timeline_figure(session)
     ops = data(fig, "ops")
-    assert set(ops["phase"]) == set(PHASE_COLORS)
+    assert set(ops["phase"]) == set(PHASE_COLORS) - {Phase.RECOMPUTE.value}  # autovm recomputes nothing
     assert all(c == PHASE_COLORS[p] for c, p in zip(ops["color"], ops["phase"]))
     memops = data(fig, "memops")
     driver = memops["origin"] == Origin.DRIVER.value
@@ -121,6 +126,47 @@ def test_a_legend_entry_with_nothing_to_show_is_left_out_and_comes_back_with_wha
     assert not shown() & {"prefetch", "offload", "offload issued", "prefetch issued", "before the edits"}
     update_timeline(fig, session, "time")
     assert {"prefetch", "offload", "offload issued", "prefetch issued"} <= shown()
+
+
+@pytest.fixture(scope="module")
+def checkpointed() -> Session:
+    graph = build_graph("resnet18", 16, 112)
+    plan = compile_plan(graph, int(graph.footprint * 0.6), "checkpoint", {"segments": 4})
+    return new_session(graph, plan, simulate(graph, plan, H100_DEFAULT), H100_DEFAULT)
+
+
+def legend_shown(fig: Any) -> set[str]:
+    (legend,) = fig.children[0].select({"type": Legend})
+    return {item.label["value"] for item in legend.items if item.visible}
+
+
+def test_a_plan_that_recomputes_draws_its_re_runs_as_compute_of_their_own_colour_hatched(checkpointed: Session) -> None:
+    from vmexplorer.graph.recompute import RERUN
+
+    fig = timeline_figure(checkpointed)
+    ops = data(fig, "ops")
+    reruns = ops["phase"] == Phase.RECOMPUTE.value
+    ran = [checkpointed.graph.ops[k] for k in checkpointed.timeline.op_index.tolist()]
+    assert reruns.sum() == sum(o.phase is Phase.RECOMPUTE for o in ran) > 0
+    assert all(name.endswith(RERUN) for name in ops["name"][reruns])
+    assert set(ops["color"][reruns]) == {PHASE_COLORS["recompute"]}
+    assert set(ops["phase"]) == set(PHASE_COLORS)
+    (lane,) = [r for r in fig.children[0].renderers if r.name == "ops_recompute"]
+    others = [r for r in fig.children[0].renderers if r.name.startswith("ops_") and r is not lane]
+    assert lane.glyph.hatch_pattern and not any(r.glyph.hatch_pattern for r in others)
+    assert lane.glyph.bottom == others[0].glyph.bottom, "re-runs are compute: they run in the compute lane"
+
+
+def test_the_legend_names_recompute_only_for_a_plan_that_recomputes(session: Session, checkpointed: Session) -> None:
+    from vmexplorer.plots.timeline import update_timeline
+
+    assert "recompute" in legend_shown(timeline_figure(checkpointed))
+    fig = timeline_figure(session)
+    assert "recompute" not in legend_shown(fig)
+    source = timeline_source(fig, "ops")
+    update_timeline(fig, checkpointed, "time")
+    assert timeline_source(fig, "ops") is source, "the new session arrives as data"
+    assert "recompute" in legend_shown(fig)
 
 
 def test_the_legend_can_follow_its_sources_in_a_later_message(session: Session) -> None:
@@ -269,6 +315,15 @@ def test_the_summary_table_says_whether_figures_are_simulated_or_measured(sessio
         assert label in table.text
 
 
+def test_the_summary_says_how_long_recomputing_took_only_for_a_plan_that_recomputes(
+        session: Session, checkpointed: Session) -> None:
+    from vmexplorer.units import format_ns
+
+    text = summary_table(checkpointed).text
+    assert "recomputing" in text and format_ns(checkpointed.time_split().recompute_ns) in text
+    assert "recomputing" not in summary_table(session).text  # a row of zeros on every other session's
+
+
 def _collected(s: Session, status: tuple[CollectorStatus, ...]) -> Collected:
     tl = s.timeline
     start = tl.op_start_ns.astype(np.int64)
@@ -377,9 +432,10 @@ def test_the_typical_iteration_is_the_one_of_median_duration(session: Session) -
     assert three.typical_iteration() == 2
 
 
-def _bar(label: str, compute: float, faults: float) -> dict[str, Any]:
-    return {"label": label, "source": "simulated", "compute_ms": compute, "fault_wait_ms": faults,
-            "transfer_wait_ms": 0.0, "idle_ms": 0.0, "iteration_ms": compute + faults}
+def _bar(label: str, compute: float, faults: float, recompute: float = 0.0) -> dict[str, Any]:
+    return {"label": label, "source": "simulated", "compute_ms": compute, "recompute_ms": recompute,
+            "fault_wait_ms": faults, "transfer_wait_ms": 0.0, "idle_ms": 0.0,
+            "iteration_ms": compute + faults + recompute}
 
 
 def test_where_the_time_goes_is_one_stacked_bar_per_row_the_first_row_on_top() -> None:
@@ -390,7 +446,19 @@ def test_where_the_time_goes_is_one_stacked_bar_per_row_the_first_row_on_top() -
     data = fig.select_one({"name": "breakdown"}).data
     assert list(data["fault_wait_ms"]) == [90, 0] and list(data["compute_ms"]) == [10, 10]
     assert [item.label.value for item in fig.legend[0].items] == [
-        "compute", "waiting on demand faults", "waiting on evictions and prefetches", "idle and launch gaps"]
+        "compute", "recomputing", "waiting on demand faults", "waiting on evictions and prefetches",
+        "idle and launch gaps"]
+
+
+def test_recomputing_stacks_after_compute_in_the_timelines_recompute_colour_and_hatch() -> None:
+    from vmexplorer.plots import breakdown_figure
+
+    fig = breakdown_figure([_bar("checkpoint, simulated", 10, 5, recompute=3)])
+    assert fig.select_one({"name": "breakdown"}).data["recompute_ms"] == [3]
+    bars = {item.label.value: item.renderers[0].glyph for item in fig.legend[0].items}
+    assert bars["recomputing"].fill_color == PHASE_COLORS["recompute"]
+    assert bars["recomputing"].left.expr.fields == ("compute_ms",), "it starts where compute ends"
+    assert bars["recomputing"].hatch_pattern and not bars["compute"].hatch_pattern
 
 
 def test_new_rows_go_into_the_same_bars_not_a_new_figure() -> None:

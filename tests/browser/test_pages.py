@@ -189,6 +189,27 @@ def test_each_lesson_step_has_its_own_link_which_opens_its_view(app_url: str, wa
     assert not watched_page.page_errors, watched_page.page_errors
 
 
+def test_a_checkpoint_configurations_link_draws_its_re_runs_hatched_and_their_time_with_no_page_errors(
+        app_url: str, watched_page: Any) -> None:
+    from playwright.sync_api import expect
+
+    page = watched_page.page
+    page.goto(f"{app_url}?config=resnet18-b16-checkpoint-60pct")
+    _wait_for_canvas(page)
+    expect(page.get_by_text(re.compile(r"batch 16, checkpoint at \d+%")).first).to_be_visible(timeout=CANVAS_TIMEOUT_MS)
+    drawn = page.wait_for_function("""() => {
+        const doc = Bokeh.documents[0];
+        const lane = doc.get_model_by_name('ops_recompute');
+        const phases = lane ? Array.from(lane.data_source.data.phase) : [];
+        const n = phases.filter(p => p == 'recompute').length;
+        return n > 0 ? {n: n, hatch: JSON.stringify(lane.glyph.hatch_pattern)} : null;
+    }""", timeout=CANVAS_TIMEOUT_MS).json_value()
+    assert drawn["n"] > 0 and "/" in drawn["hatch"], drawn
+    expect(page.locator(".tabulator-row", has_text="recomputing").first).to_be_visible(timeout=CANVAS_TIMEOUT_MS)
+    page.wait_for_timeout(1000)  # a glyph that cannot draw throws at its first paint
+    assert not watched_page.page_errors, watched_page.page_errors
+
+
 def _open_app(page: Any, url: str) -> Any:
     """Open the app, wait for its markers to be drawn; the summary's iteration-time row."""
     from playwright.sync_api import expect

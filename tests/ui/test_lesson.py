@@ -19,6 +19,10 @@ from vmexplorer.ui.page import Page
 from vmexplorer.ui.state import TABS, AppState
 from vmexplorer.units import format_bytes, format_ns
 
+# the steps some tests open by what they are, wherever the lesson puts them
+DRIVER = next(n for n, step in enumerate(LESSON, start=1) if step.tab == "Compare")
+RECOMPUTE = next(n for n, step in enumerate(LESSON, start=1) if step.title.endswith("Move or recompute?"))
+
 
 def opened(n: int) -> AppState:
     state = AppState()
@@ -110,7 +114,7 @@ def test_the_bound_step_holds_the_best_schedule_against_the_bound_drawn_on_the_b
 def test_the_driver_step_sets_the_swap_run_beside_the_same_schedule_through_unified_memory_in_compare() -> None:
     page = Page()
     page.main()
-    page.banner.go(len(LESSON))
+    page.banner.go(DRIVER)
     state = page.state
     s, twin = state.session, state.comparison
     assert s.plan.mechanism is Mechanism.SWAP and twin is not None and twin.plan.mechanism is Mechanism.UVM
@@ -130,9 +134,35 @@ def test_the_driver_step_sets_the_swap_run_beside_the_same_schedule_through_unif
     assert by_driver.lower_bound_ns <= twin.time_split().iteration_ns, "no measured run beats its bound"
 
 
+def test_the_move_or_recompute_step_weighs_the_largest_feature_map_moved_at_its_gpus_rates() -> None:
+    state = opened(RECOMPUTE)
+    s, cost, words = state.session, state.cost_model, lesson.words(state)
+    g = s.graph
+    moved = {m.tensor for m in s.plan.memops if m.origin is Origin.PLAN}
+    feature_maps = [t for t, x in enumerate(g.tensors) if t in moved and x.kind.value == "activation"
+                    and x.producer >= 0 and g.ops[x.producer].phase.value == "forward"]
+    assert feature_maps and s.plan.mechanism is Mechanism.UVM
+    t = g.tensors[state.picked]
+    assert state.picked in feature_maps and t.nbytes == max(g.tensors[f].nbytes for f in feature_maps)
+    out_ns = cost.call_ns + t.nbytes / cost.evict_bytes_per_ns  # under uvm: the driver's rates
+    in_ns = cost.call_ns + t.nbytes / cost.prefetch_bytes_per_ns
+    again_ns = cost.op_times_ns(g)[t.producer]
+    assert again_ns < out_ns + in_ns, "the sample makes the point the step says"
+    for said in (format_ns(out_ns), format_ns(in_ns), format_ns(out_ns + in_ns), format_ns(again_ns),
+                 f"{(out_ns + in_ns) / again_ns:.0f}x less than moving it", g.ops[t.producer].name):
+        assert said in words, said
+
+
+def test_the_move_or_recompute_step_says_what_checkpoint_spends_recomputing_as_its_bar_shows() -> None:
+    state = opened(RECOMPUTE)
+    bar = next(r for r in numbers.breakdown_rows(state) if r["policy"] == "checkpoint")
+    assert bar["recompute_ms"] > 0
+    assert format_ns(round(bar["recompute_ms"] * 1e6)) in lesson.words(state)
+
+
 def test_a_step_the_lesson_has_not_is_refused_in_one_message() -> None:
     state = AppState()
-    assert not lesson.open_step(state, 99) and "steps 1 to 7" in state.message
+    assert not lesson.open_step(state, 99) and f"steps 1 to {len(LESSON)}" in state.message
     assert lesson.open_step(state, 0) and state.step == 0
 
 
@@ -170,6 +200,6 @@ def test_each_step_lights_its_tensor_up_in_the_timeline_it_sets() -> None:
 
 
 def test_the_uvm_twin_of_the_driver_step_was_measured_on_the_same_gpu() -> None:
-    state = opened(len(LESSON))
+    state = opened(DRIVER)
     twin = read_sample(state.twin(state.session.plan.policy, Mechanism.UVM))
     assert twin.environment["gpu"] == state.session.environment["gpu"]

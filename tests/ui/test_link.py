@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from ui_helpers import UVM_TWIN, drag_first_marker
 
+from vmexplorer.ui.lesson import LESSON
 from vmexplorer.ui.link import fields_of, parse, query
 from vmexplorer.ui.page import Page
 from vmexplorer.ui.story import headline
@@ -103,7 +104,7 @@ def test_the_issues_link_opens_the_sample_it_names_at_the_iteration_it_names() -
     ("config", "vgg19-b64-nopolicy-50pct", "unknown policy"),
     ("config", "vgg19-b999999-autovm-50pct", "batch 999999"),
     ("step", "9" * 50, "is not a step"),
-    ("step", "99", "steps 1 to 7"),
+    ("step", "99", f"steps 1 to {len(LESSON)}"),
     ("iteration", "9" * 50, "is not one of this session's"),
     ("iteration", "-1", "is not one of this session's"),
     ("axis", "sideways", "is not one of time, op"),

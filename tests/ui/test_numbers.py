@@ -8,6 +8,7 @@ import pytest
 from ui_helpers import UVM_TWIN
 
 from vmexplorer.plots import SUMMARY_ROWS
+from vmexplorer.records.breakdown import PARTS as BREAKDOWN_PARTS
 from vmexplorer.session import bound_for
 from vmexplorer.session.planned import bound_at
 from vmexplorer.simulator import simulate
@@ -90,7 +91,7 @@ def test_where_the_time_goes_shows_the_session_first_then_each_other_policy_labe
     others = {r["label"] for r in rows[1:]}
     assert {"device, measured", "uvm, measured"} <= others  # the default sample's twins are samples
     for r in rows:
-        parts = r["compute_ms"] + r["fault_wait_ms"] + r["transfer_wait_ms"] + r["idle_ms"]
+        parts = sum(r[key.replace("_ns", "_ms")] for key, _ in BREAKDOWN_PARTS)
         assert abs(parts - r["iteration_ms"]) < 1e-6
     uvm = next(r for r in rows if r["label"].startswith("uvm"))
     assert uvm["fault_wait_ms"] > rows[0]["fault_wait_ms"]

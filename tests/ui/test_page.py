@@ -216,6 +216,16 @@ def test_the_iteration_picker_the_browser_holds_names_the_iteration_the_timeline
     assert f"iteration {typical} of {s.timeline.iterations}" in page.timeline.pane.object.children[0].title.text.text
 
 
+def test_a_checkpoint_session_shows_its_re_runs_in_the_timeline_and_their_time_in_the_bars(page: Page) -> None:
+    fig, bars = page.timeline.pane.object, page.bars.figure.select_one({"name": "breakdown"})
+    assert page.state.simulate_config("resnet18", 16, "60%", "checkpoint", {"segments": 4}), page.state.message
+    ops = timeline_source(fig, "ops").data
+    assert page.timeline.pane.object is fig and "recompute" in set(ops["phase"])
+    split = page.state.session.time_split()
+    assert bars.data["label"][0] == "this session (checkpoint), simulated"
+    assert bars.data["recompute_ms"][0] == split.recompute_ns / 1e6 > 0
+
+
 def test_the_page_tells_the_story_first_then_offers_the_cliff_the_lesson_and_compare(page: Page) -> None:
     assert list(page.tabs._names) == list(TABS)
     session = page.tabs[0]

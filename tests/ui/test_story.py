@@ -52,3 +52,27 @@ def test_the_cliff_simulates_nothing_until_the_page_shows_it_and_then_draws_the_
     assert "vgg19-b64-uvm-50pct.measured.vms" in view.points.data["name"]
     bound = view.figure.select_one({"name": "sweep_bound"}).data
     assert bound["iteration_ms"] == numbers.sweep(state)["bound"]["iteration_ms"] != []
+
+
+def test_the_cliff_draws_every_policy_that_plans_alone_checkpoint_included_each_in_a_colour_of_its_own(
+        state: AppState) -> None:
+    from vmexplorer.policies import POLICIES
+
+    view = PagingCliff(state=state, live=True)
+    lines = view.figure.select_one({"name": "sweep_lines"}).data
+    planned_alone = [name for name, spec in POLICIES.items() if not spec.takes_moves and spec.search is None]
+    assert "checkpoint" in planned_alone
+    assert lines["policy"] == [f"{name} (simulated)" for name in planned_alone]
+    assert len(set(lines["color"])) == len(planned_alone)
+    assert len(lines["ys"][planned_alone.index("checkpoint")]) > 1, "a line, not a point"
+
+
+def test_tapping_a_checkpoint_point_of_the_cliff_opens_a_simulation_that_recomputes(state: AppState) -> None:
+    view = PagingCliff(state=state, live=True)
+    data = view.points.data
+    i = next(k for k, (policy, pct) in enumerate(zip(data["policy"], data["capacity_pct"]))
+             if policy == "checkpoint" and pct < 100)
+    view.points.selected.indices = [i]
+    s = state.session
+    assert state.message == "" and s.plan.policy == "checkpoint" and s.timeline.source == "simulated"
+    assert s.plan.recomputes and s.time_split().recompute_ns > 0

@@ -53,15 +53,22 @@ def cmd_graph(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
-    from ..records import summarize
-    from ..session import timing_graph
-    from ..simulator import simulate
-
     planned = _compile(args)
-    graph, plan = planned.graph, planned.plan
-    timeline = simulate(graph, plan, planned.cost_model, timing_graph(graph, plan, planned.cost_model))
-    doc = plan_doc(graph, plan, summarize(graph, plan, timeline), planned.cost_model.name)
+    session = planned.simulated()
+    # the session's graph is the one the plan runs: a recomputing plan's memory operations are numbered
+    # among its re-runs, and named from it
+    doc = plan_doc(session.graph, session.plan, summary_of(session), planned.cost_model.name)
     return {**doc, "bound": _bound_json(planned), "notes": list(planned.reports)}
+
+
+def summary_of(session: Session) -> dict[str, Any]:
+    """The session's summary with where its typical iteration went, part by part (`records.breakdown`:
+    `compute_ns`, `recompute_ns`, `fault_wait_ns`, `transfer_wait_ns`, `idle_ns`, adding up to
+    `iteration_ns`): the parts the app's bars stack."""
+    from ..records.breakdown import PARTS
+
+    split = session.time_split()
+    return {**session.summary, **{key: getattr(split, key) for key, _ in PARTS}}
 
 
 def cmd_simulate(args: argparse.Namespace) -> dict[str, Any]:
@@ -72,7 +79,7 @@ def cmd_simulate(args: argparse.Namespace) -> dict[str, Any]:
     session = planned.simulated(notes=args.note)
     save_session(session, args.out, force=args.force)
     return {"path": str(args.out), "config": _config(session.plan), "cost_model": planned.cost_model.name,
-            "summary": session.summary, "bound": _bound_json(planned), "notes": list(planned.reports)}
+            "summary": summary_of(session), "bound": _bound_json(planned), "notes": list(planned.reports)}
 
 
 def _bound_json(planned: Any) -> dict[str, Any]:
@@ -127,7 +134,7 @@ def cmd_info(args: argparse.Namespace) -> dict[str, Any]:
     bound = session.bound or (None if unjudged else bound_for(session.graph, session.plan, cost))
     return {"path": str(args.file), "config": _config(session.plan), "created": session.created,
             "cost_model": getattr(cost, "name", None), "environment": session.environment,
-            "notes": list(session.notes), "summary": session.summary,
+            "notes": list(session.notes), "summary": summary_of(session),
             "bound": None if bound is None else bound.as_json(), "bound_stored": session.bound is not None,
             "bound_cost_model": None if unjudged else (cost or H100_DEFAULT).name,
             "room_bytes": session.plan.planned_with, "device_memory": _device_memory(session)}
@@ -234,7 +241,7 @@ def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
     if args.top < 0:
         raise UsageError(f"--top takes how many rows to show, 0 for all, not {args.top}")
     a, b = _load(args.a), _load(args.b)
-    sa, sb = a.summary, b.summary  # a property that recomputes: take it once
+    sa, sb = summary_of(a), summary_of(b)
     summary = {k: {"a": sa.get(k), "b": sb.get(k), "ratio": _ratio(sa.get(k), sb.get(k))}
                for k in sorted(set(sa) | set(sb))}
     from ..session.compare import align_op_times
@@ -295,7 +302,7 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     session = measured_session(graph, plan, result, cost_model=own, notes=(
         "fault bytes per op are the plan's; measured faults come with the CUPTI collector", *reports, *args.note))
     save_session(session, args.out, force=args.force)
-    return {"path": str(args.out), "config": _config(session.plan), "summary": session.summary,
+    return {"path": str(args.out), "config": _config(session.plan), "summary": summary_of(session),
             "bound": None if session.bound is None else session.bound.as_json(), "notes": list(reports)}
 
 

@@ -148,6 +148,8 @@ def table_simulate(doc: dict[str, Any]) -> str:
     s = doc["summary"]
     text = (f"wrote {_safe(doc['path'])}: {_config_line(doc['config'])}; "
             f"iteration {format_ns(s.get('iteration_ns', 0))} ({_safe(s.get('source', '?'))})")
+    if s.get("recompute_ns"):  # the time a plan pays for not keeping what it recomputes
+        text += f", {format_ns(s['recompute_ns'])} of it recomputing"
     if doc.get("bound") is not None:
         text += f"\n{_bound_line(doc['bound'], s.get('iteration_ns'), s.get('source', 'simulated'))}"
     return text + "".join(f"\n{_safe(n)}" for n in doc.get("notes", ()))

@@ -15,7 +15,12 @@ from bokeh.models.annotations import Title
 from ..session import Session
 from ..units import format_bytes, format_ns
 
-PHASE_COLORS = {"forward": "#4c78a8", "loss": "#b279a2", "backward": "#f58518", "update": "#54a24b"}
+# recompute is forward work done again: forward's hue, lighter and hatched (`PHASE_HATCH`), so that it parts
+# from forward in every colour vision, in greyscale and on a washed-out projector, and reads as its kin
+PHASE_COLORS = {"forward": "#4c78a8", "loss": "#b279a2", "backward": "#f58518", "update": "#54a24b",
+                "recompute": "#9ecae9"}
+PHASE_HATCH: dict[str, dict[str, Any]] = {
+    "recompute": {"hatch_pattern": "/", "hatch_color": "#2b5a85", "hatch_alpha": 0.9, "hatch_scale": 8.0}}
 # what moved bytes, in the words of the legend: the plan's copies, and what the driver did on its own
 MEMOP_COLORS = {"prefetch": "#2ca3a3", "offload": "#8c6d4f", "demand fault": "#d62728", "driver eviction": "#9467bd"}
 LANES = {"compute": 2, "to device": 1, "to host": 0}  # y of each lane's bottom edge

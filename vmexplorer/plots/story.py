@@ -16,9 +16,11 @@ from bokeh.models.annotations import Label, Legend, Span
 from bokeh.plotting import figure
 
 from ..records.breakdown import PARTS as BREAKDOWN_PARTS
-from .axis import plain_title
+from .axis import PHASE_COLORS, PHASE_HATCH, plain_title
 
-BREAKDOWN_COLORS = ("#4c78a8", "#e45756", "#f58518", "#bab0ac")  # compute, faults, transfers, idle
+# compute, recomputing (as the timeline draws a re-run, hatched), faults, transfers, idle: `BREAKDOWN_PARTS`' order
+BREAKDOWN_COLORS = ("#4c78a8", PHASE_COLORS["recompute"], "#e45756", "#f58518", "#bab0ac")
+_HATCHES = tuple(PHASE_HATCH["recompute"] if key == "recompute_ns" else {} for key, _ in BREAKDOWN_PARTS)
 
 
 def breakdown_figure(rows: list[dict[str, Any]], bound_ms: float | None = None, height: int | None = None) -> Any:
@@ -32,6 +34,8 @@ def breakdown_figure(rows: list[dict[str, Any]], bound_ms: float | None = None, 
                  name="breakdown_figure")
     source = ColumnDataSource(_breakdown_columns(rows, keys), name="breakdown")
     bars: list[Any] = fig.hbar_stack(keys, y="label", height=0.7, source=source, color=list(BREAKDOWN_COLORS))
+    for bar, hatch in zip(bars, _HATCHES):
+        bar.glyph.update(**hatch)
     fig.add_tools(HoverTool(renderers=bars, tooltips=[("", "@label"), ("iteration", "@iteration_ms{0.0} ms"),
                                                       *((label, f"@{key}{{0.0}} ms") for key, (_, label) in
                                                         zip(keys, BREAKDOWN_PARTS))]))

@@ -49,7 +49,12 @@ def figures(session: Session) -> dict[str, Any]:
             **{key: getattr(split, key) for key, _ in BREAKDOWN_PARTS}}
 
 
+# figures most sessions have none of, shown only where there are some: a row of zeros on every session's
+# summary would crowd the first screen of a projector
+WHERE_SOME = frozenset({"counted_iterations", "recompute_ns"})
+
+
 def summary_items(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """(key, label, value) of the summary figures a session has; counted iterations only when there are some."""
+    """(key, label, value) of the summary figures a session has; those of `WHERE_SOME` only when there are some."""
     return [(key, label, fmt(summary[key])) for key, label, fmt in SUMMARY_ROWS
-            if key in summary and not (key == "counted_iterations" and not summary[key])]
+            if key in summary and not (key in WHERE_SOME and not summary[key])]

@@ -47,6 +47,7 @@ from .axis import (
     LANES,
     MEMOP_COLORS,
     PHASE_COLORS,
+    PHASE_HATCH,
     Axis,
     add_renderer,
     byte_unit,
@@ -130,7 +131,7 @@ def _lanes_figure(axis: Axis, x_range: Any) -> Any:
 def _add_ops(lanes: Any, source: ColumnDataSource) -> list[Any]:
     """One renderer per phase over the one "ops" source: the legend hides each."""
     ops = [add_renderer(lanes, Quad(left="left", right="right", bottom=LANES["compute"], top=LANES["compute"] + BAR,
-                                    fill_color=field("color"), line_color=field("color")),
+                                    fill_color=field("color"), line_color=field("color"), **PHASE_HATCH.get(phase, {})),
                         source, name=f"ops_{phase}", view=_only("phase", phase)) for phase in PHASE_COLORS]
     lanes.add_tools(HoverTool(renderers=ops, tooltips=[
         ("op", "@name"), ("what it does", "@kind, @phase pass"), ("ran for", "@duration"),

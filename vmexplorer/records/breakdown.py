@@ -5,13 +5,16 @@ between them (and after the last one, until the next iteration starts). Each pie
 
 - **compute**: an op's own time, what it takes with nothing paging (the caller's `own_ns`, from the
   same model's `device` run or the cost model); an op that took no demand fault is all compute;
+- **recomputing**: the same, of an op that runs a forward op again to make a dropped activation anew
+  (phase `recompute`, `graph.recompute`): the time a plan pays for the memory it did not keep, which
+  would otherwise pass for compute;
 - **waiting on demand faults**: what an op that faulted took beyond its own time;
 - **waiting on evictions and prefetches**: the part of a gap before an op until the last transfer
   it waits for ended (the plan's offloads and prefetches, and the driver's evictions, that complete
   before it);
 - **idle and launch gaps**: the rest of a gap, where the GPU waited for the host.
 
-The four parts add up to the iteration's time exactly, so bars of different policies compare.
+The five parts add up to the iteration's time exactly, so bars of different policies compare.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..graph import Graph
+from ..graph import Graph, Phase
 from ..plan import Mode, Plan
 from .spans import Timeline, one_iteration
 
@@ -28,17 +31,18 @@ from .spans import Timeline, one_iteration
 @dataclass(frozen=True)
 class TimeSplit:
     compute_ns: int
+    recompute_ns: int
     fault_wait_ns: int
     transfer_wait_ns: int
     idle_ns: int
 
     @property
     def iteration_ns(self) -> int:
-        return self.compute_ns + self.fault_wait_ns + self.transfer_wait_ns + self.idle_ns
+        return self.compute_ns + self.recompute_ns + self.fault_wait_ns + self.transfer_wait_ns + self.idle_ns
 
 
 # the parts in the order they stack, with the words a legend uses
-PARTS = (("compute_ns", "compute"), ("fault_wait_ns", "waiting on demand faults"),
+PARTS = (("compute_ns", "compute"), ("recompute_ns", "recomputing"), ("fault_wait_ns", "waiting on demand faults"),
          ("transfer_wait_ns", "waiting on evictions and prefetches"), ("idle_ns", "idle and launch gaps"))
 
 
@@ -51,24 +55,29 @@ def time_split(graph: Graph, plan: Plan, timeline: Timeline, own_ns: np.ndarray,
     order = np.argsort(tl.op_start_ns, kind="stable")
     ops, start, end = tl.op_index[order], tl.op_start_ns[order], tl.op_end_ns[order]
     faulted = tl.op_fault_bytes[order] > 0
+    rerun = np.array([op.phase is Phase.RECOMPUTE for op in graph.ops], dtype=bool)[ops]
     length = int(timeline.iteration_ns()[np.unique(timeline.op_iteration).tolist().index(it)])
     awaited = _awaited_ends(plan, tl, len(graph.ops))
-    compute = fault = wait = idle = 0
+    compute = recompute = fault = wait = idle = 0
     # the iteration runs from where its first op began to wait (`Timeline.iteration_ns`)
     first = int((tl.op_start_ns - tl.op_stall_ns).min()) if len(start) else 0
     edge = first  # where the compute stream became free
     # the parts add up to the iteration: an op's end past the next iteration's start (the measured times'
     # rounding puts one a nanosecond over) counts up to that start
-    for k, s, e, f in zip(ops.tolist(), np.minimum(start, first + length).tolist(),
-                          np.minimum(end, first + length).tolist(), faulted.tolist()):
+    for k, s, e, f, r in zip(ops.tolist(), np.minimum(start, first + length).tolist(),
+                             np.minimum(end, first + length).tolist(), faulted.tolist(), rerun.tolist()):
         w, i = _split_gap(edge, s, awaited.get(k))
         wait, idle = wait + w, idle + i
         span = max(0, e - max(s, edge))
         own = min(span, int(own_ns[k])) if f else span
-        compute, fault = compute + own, fault + span - own
+        if r:
+            recompute += own
+        else:
+            compute += own
+        fault += span - own
         edge = max(edge, e)
     w, i = _split_gap(edge, max(edge, first + length), awaited.get(len(graph.ops)))
-    return TimeSplit(compute, fault, wait + w, idle + i)
+    return TimeSplit(compute, recompute, fault, wait + w, idle + i)
 
 
 def _awaited_ends(plan: Plan, tl: Timeline, n: int) -> dict[int, int]:

@@ -178,7 +178,7 @@ def simulated_split(config: Config, cost_model: CostModel) -> TimeSplit | None:
     return _split(_json(config), _json(cost_model))
 
 
-@memo(maxsize=1024)  # a paging cliff holds dozens; each is four numbers
+@memo(maxsize=1024)  # a paging cliff holds dozens; each is five numbers
 def _split(config_json: str, cost_json: str) -> TimeSplit | None:
     c = json.loads(config_json)
     config = Config(c["model"], c["batch"], c["image_size"], c["capacity_bytes"], c["policy"], c["options"],

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from ..config import Config, Mechanism
 from ..details import memop_what
+from ..graph import Kind, Phase
 from ..plan import PlanError
 from ..records.breakdown import TimeSplit
 from ..session import Session, timing_graph
@@ -151,6 +152,52 @@ def _driver(state: AppState) -> str:
             f"{format_ns(by_driver.lower_bound_ns)} through the driver, or {format_ns(b.lower_bound_ns)} with copies.")
 
 
+def _move_or_recompute(state: AppState) -> str:
+    s, _ = _shown(state)
+    weighed = _weighed(state)
+    if weighed is None:
+        return "Move or recompute? This model's forward pass writes no feature map to weigh."
+    g, m = s.graph, numbers.move_or_recompute(state, weighed)
+    t, op = g.tensors[weighed], g.ops[m.producer]
+    reads = ", ".join(g.tensors[r].name for r in op.reads if g.tensors[r].kind is not Kind.WEIGHT) or "none"
+    than = f"{m.move_ns / m.recompute_ns:.0f}x less than" if m.recompute_ns < m.move_ns else \
+        f"{m.recompute_ns / max(m.move_ns, 1.0):.1f}x more than"
+    moved = any(mv.tensor == weighed for mv in state.moves)
+    return (f"Move or recompute? {t.name} ({format_bytes(t.nbytes)}), a feature map "
+            f"{f'{s.plan.policy} moves' if moved else 'of this model'}, made by {op.name} ({op.kind}). "
+            f"Moving it out and back takes {format_ns(m.out_ns)} + {format_ns(m.in_ns)} = "
+            f"{format_ns(m.move_ns)} of copies at this GPU's rates ({m.out_bytes_per_ns:.1f} GB/s out, "
+            f"{m.in_bytes_per_ns:.1f} GB/s in, through {s.plan.mechanism}); running {op.name} again takes "
+            f"{format_ns(m.recompute_ns)} of compute, {than} moving it. Copies can run beside the compute, but a "
+            f"recomputation takes the GPU's own time, and needs the tensors its op reads ({reads}) still on the "
+            f"GPU." + _checkpoint_words(state) + _lit_words(state, weighed, "the feature map weighed" +
+                                                            (", with its offload and prefetch" if moved else "")))
+
+
+def _checkpoint_words(state: AppState) -> str:
+    """What recomputing costs a whole iteration: checkpoint's bar beside the shown session's."""
+    checkpoint = numbers.baseline(state, "checkpoint")
+    if checkpoint is None:
+        return ""
+    split = checkpoint.split
+    paged = split.fault_wait_ns + split.transfer_wait_ns
+    return (f" checkpoint, which recomputes the feature maps of all but the last of its segments, spends "
+            f"{format_ns(split.recompute_ns)} of its {format_ns(checkpoint.iteration_ns)} per iteration recomputing "
+            f"(the hatched part of its bar)" + (f" and waits {format_ns(paged)} on paging the rest." if paged else "."))
+
+
+def _weighed(state: AppState) -> int | None:
+    """The feature map the move-or-recompute step weighs: the largest activation a forward op writes that
+    the plan moves (the class sees its trip in the timeline), else the largest a forward op writes."""
+    s = state.session
+    assert s is not None
+    g = s.graph
+    made = [t for t, x in enumerate(g.tensors)
+            if x.kind is Kind.ACTIVATION and not x.persistent and g.ops[x.producer].phase is Phase.FORWARD]
+    moved = {mv.tensor for mv in state.moves} & set(made)
+    return max(moved or made, key=lambda t: (g.tensors[t].nbytes, -t), default=None)
+
+
 def _shown(state: AppState) -> tuple[Session, TimeSplit]:
     s = state.session
     assert s is not None
@@ -248,4 +295,5 @@ LESSON = (
     Step("6. Why the GPU cannot go faster", "h200-vgg19-b64-tuned-50pct.measured.vms", _bound),
     Step("7. What the driver costs", "h200-vgg19-b64-belady-swap-50pct.measured.vms", _driver, tab="Compare",
          then=compare_with_driver),
+    Step("8. Move or recompute?", "h200-vgg19-b64-autovm-50pct.measured.vms", _move_or_recompute, lit=_weighed),
 )

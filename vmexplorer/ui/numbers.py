@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import Config, Mechanism, share_of_footprint
 from ..graph import Graph
 from ..plots import SUMMARY_ROWS, figures, summary_items
+from ..plots.summary import WHERE_SOME
 from ..policies import POLICIES
 from ..records.breakdown import PARTS as BREAKDOWN_PARTS
 from ..records.breakdown import TimeSplit
@@ -90,6 +91,39 @@ def baseline(state: AppState, policy: str) -> Baseline | None:
     split = simulated_split(Config(g.model, g.batch, g.image_size, capacity, policy, {}, mechanism,
                                           g.workspaces), cost_of(state))
     return None if split is None else Baseline(policy, split, "simulated")
+
+
+@dataclass(frozen=True)
+class MoveOrRecompute:
+    """Two ways to have a feature map back for the backward pass, under one cost model: move it out and
+    back at the copy rates of the shown session's mechanism, or run the forward op that made it again."""
+
+    tensor: int
+    out_ns: float  # copying it to the host
+    in_ns: float  # and back to the device
+    out_bytes_per_ns: float  # the rates those copies run at (bytes per ns: GB/s)
+    in_bytes_per_ns: float
+    producer: int  # the op that made it
+    recompute_ns: float  # that op's time, run again
+
+    @property
+    def move_ns(self) -> float:
+        return self.out_ns + self.in_ns
+
+
+def move_or_recompute(state: AppState, tensor: int) -> MoveOrRecompute:
+    """What moving `tensor` out and back costs against what making it again costs, under `cost_of(state)`:
+    its bytes at the copy rates of the shown plan's mechanism (a copy call's fixed cost included), and its
+    producer's time in the workspace the graph gives it."""
+    s = state.session
+    assert s is not None
+    cost, g = cost_of(state), s.graph
+    rates = cost.for_mechanism(s.plan.mechanism)
+    t = g.tensors[tensor]
+    op = g.ops[t.producer]
+    return MoveOrRecompute(tensor, rates.copy_ns(t.nbytes, to_device=False), rates.copy_ns(t.nbytes, to_device=True),
+                           rates.evict_bytes_per_ns, rates.prefetch_bytes_per_ns, t.producer,
+                           cost.compute_ns(op.name, op.flops, op.bytes_touched, g.workspace_bytes[t.producer]))
 
 
 def times_than(ns: int, base_ns: int, base: str) -> str:
@@ -240,7 +274,8 @@ def summary_delta_rows(state: AppState) -> list[dict[str, str]]:
     sa, sb = figures(a), figures(b)
     rows = []
     for key, label, fmt in SUMMARY_ROWS:
-        if key in sa and key in sb and key not in ("iterations", "counted_iterations"):
+        if key in sa and key in sb and key not in ("iterations", "counted_iterations") and \
+                not (key in WHERE_SOME and not sa[key] and not sb[key]):
             va, vb = sa[key], sb[key]
             numbers = isinstance(va, int | float) and isinstance(vb, int | float)
             delta = ("-" if vb < va else "+") + fmt(abs(vb - va)) if numbers else ""

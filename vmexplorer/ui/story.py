@@ -40,7 +40,8 @@ def headline(state: AppState) -> str:
                 "the same cost model)")
     device = None if p.policy == "device" else numbers.baseline(state, "device")
     against = "" if device is None else f", {numbers.times_than(split.iteration_ns, device.iteration_ns, 'device')}"
-    parts = sorted(((getattr(split, key), label) for key, label in BREAKDOWN_PARTS[1:]), reverse=True)
+    parts = sorted(((getattr(split, key), label) for key, label in BREAKDOWN_PARTS if key != "compute_ns"),
+                   reverse=True)
     most = f"; {format_ns(parts[0][0])} of it {parts[0][1]}" if parts and parts[0][0] > 0 else ""
     return f"{what}: {format_ns(split.iteration_ns)} per iteration ({where}){against}{most}"
 
@@ -54,7 +55,7 @@ class Headline(pn.viewable.Viewer):
         super().__init__(**params)
         self.text = Text(headline(self.state), sizing_mode="stretch_width", margin=(4, 10),
                          styles={"font-weight": "bold", "font-size": type_sizes(False)["headline"]})
-        self._layout = pn.Row(self.text, tip("bound", "demand fault", "eviction", "prefetch"),
+        self._layout = pn.Row(self.text, tip("bound", "demand fault", "eviction", "prefetch", "recompute"),
                               sizing_mode="stretch_width")
 
     def draw(self) -> None:

@@ -30,6 +30,11 @@ GLOSSARY = {
     "belady": "Evicts the tensor needed again furthest in the future (Belady's MIN): the least traffic.",
     "vdnn": "Offloads the input of every convolution (vDNN, 2016).",
     "tuned": "A search in the simulator from the best of the other plans.",
+    "recompute": "The third way to make room: drop a feature map after the forward pass and run the op that made "
+                 "it again before the backward pass reads it. Memory paid for in compute, not in copies (drawn "
+                 "hatched).",
+    "checkpoint": "PyTorch's checkpoint_sequential: cuts the forward pass into segments and recomputes the feature "
+                  "maps of all but the last in the backward pass.",
     "CUPTI": "NVIDIA's profiling interface: it counted the unified-memory migrations and page faults, and "
              "timed the kernels.",
     "NVML": "NVIDIA's management library: it sampled the device's memory use and PCIe throughput.",
