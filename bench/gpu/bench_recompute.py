@@ -164,17 +164,17 @@ def worker(args: argparse.Namespace, index: int) -> list[dict[str, Any]]:
         for config in configs if index % 2 == 0 else configs[::-1]:
             rows.append({"model": model, "batch": int(batch), **torch_config(graph, config, args.iterations)})
         engine: list[tuple[str, dict[str, Any], str]] = [("device", {}, "uvm")]
-        engine += [("checkpoint", {"segments": k, "then": then}, "swap")
-                   for k in segments for then in ("none", "belady")]
+        engine += [("checkpoint", {"segments": int(k), "then": then}, "swap")
+                   for k in args.engine_segments.split(",") for then in ("none", "belady")]
         for policy, options, mechanism in engine:
             rows.append({"model": model, "batch": int(batch),
                          **engine_config(graph, policy, options, args.share, mechanism, args.iterations)})
     return rows
 
 
-def report(rows: list[dict[str, Any]], env: dict[str, str], args: argparse.Namespace) -> str:
+def report(rows: list[dict[str, Any]], env: dict[str, str], args: argparse.Namespace, processes: int) -> str:
     lines = [f"bench_recompute: the engine's checkpoint plans beside PyTorch's checkpoint_sequential; "
-             f"{args.iterations} timed iterations per process, medians over {args.processes} processes; "
+             f"{args.iterations} timed iterations per process, medians over {processes} processes; "
              f"cuDNN workspaces capped at {os.environ.get('CUDNN_CONV_WSCAP_DBG', WORKSPACE_CAP_MIB)} MiB",
              "environment: " + ", ".join(f"{k} {v}" for k, v in env.items()), "",
              f"{'model':14s} {'configuration':52s} {'iteration':>10s} {'taken, all in':>14s} {'per process (ms)'}"]
@@ -193,13 +193,26 @@ def environment() -> dict[str, str]:
             "device_memory_GiB": f"{torch.cuda.mem_get_info()[1] / GiB:.1f}"}
 
 
+def _write(runs: list[list[dict[str, Any]]], args: argparse.Namespace) -> str:
+    rows = summarise(runs)
+    env = environment()
+    text = report(rows, env, args, len(runs))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench_recompute.txt").write_text(text)
+    (out / "bench_recompute.json").write_text(json.dumps({"environment": env, "iterations": args.iterations,
+                                                          "processes": len(runs), "rows": rows}, indent=1))
+    return text
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", default="vgg19:64,resnet50:64,alexnet:256")
     ap.add_argument("--iterations", type=int, default=5)
     ap.add_argument("--processes", type=int, default=3)
     ap.add_argument("--share", type=float, default=0.5, help="the engine's capacity, of the footprint")
-    ap.add_argument("--segments", default="2,4,8")
+    ap.add_argument("--segments", default="2,4,8", help="PyTorch's checkpoint_sequential segments")
+    ap.add_argument("--engine-segments", default="2,4,8", help="the checkpoint policy's segments")
     ap.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "bench" / "results" / "h200"))
     ap.add_argument("--worker", type=int, default=-1, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -210,22 +223,16 @@ def main() -> int:
     runs: list[list[dict[str, Any]]] = []
     for p in range(args.processes):
         cmd = [sys.executable, "-m", "bench.gpu.bench_recompute", "--worker", str(p), "--cases", args.cases,
-               "--iterations", str(args.iterations), "--share", str(args.share), "--segments", args.segments]
+               "--iterations", str(args.iterations), "--share", str(args.share), "--segments", args.segments,
+               "--engine-segments", args.engine_segments]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=REPO, env=env_vars)
         if done.returncode != 0:
             raise RuntimeError(f"process {p} failed ({done.returncode}):\n{done.stderr[-3000:]}")
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(f"process {p + 1}/{args.processes}: " + ", ".join(
             f"{r['model']} {r['config']} {r['iteration_ms']:.1f} ms" for r in runs[-1]), flush=True)
-    rows = summarise(runs)
-    env = environment()
-    text = report(rows, env, args)
-    print(text)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_recompute.txt").write_text(text)
-    (out / "bench_recompute.json").write_text(json.dumps({"environment": env, "iterations": args.iterations,
-                                                          "rows": rows}, indent=1))
+        _write(runs, args)  # after each process: a run cut short keeps what it measured
+    print(_write(runs, args))
     return 0
 
 

@@ -71,8 +71,9 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
 
     def plan_at(at: int, search: bool = True) -> Plan:  # the policy's plan with `at` bytes of room
         graph = full.fitted(at)
-        steps = tuple(spec.plan_recomputes(graph, at, opts)) if spec.plan_recomputes is not None else ()
-        graph = recomputed(graph, steps)  # the moves are planned on the graph that runs the re-runs
+        if spec.plan_recomputes is not None:  # the moves are planned on the graph that runs the re-runs
+            plain = (full.plain or full).fitted(at)
+            graph = recomputed(plain, tuple(spec.plan_recomputes(plain, at, opts)))
         if spec.search is not None and simulation is not None and search:
             planned = spec.search(graph, at, opts, simulation, mech)
         else:
@@ -82,7 +83,7 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
             raise PlanError(f"moves are a manual plan; the {policy} policy makes its own")
         replay = repair(graph, at, transfers_for_moves(graph, list(planned)), mech)
         return Plan(config, replay.memops, replay.resident_at_start, replay.peak,
-                    room_bytes=at if at < capacity else 0, recomputes=steps)
+                    room_bytes=at if at < capacity else 0, recomputes=(graph.full or graph).recomputes)
 
     if not mechanism_of(mech).whole_tensors:  # paged by the driver: no pool to place the tensors in
         return plan_at(capacity)
