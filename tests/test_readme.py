@@ -18,7 +18,8 @@ RESULTS = "docs/results.md"
 @pytest.mark.parametrize("command", [
     ["-m", "bench.results_table", "--check"],  # its default is docs/results.md
     ["-m", "bench.validate_simulator", "--readme", RESULTS, "--check"],
-], ids=["measured results table", "simulator validation"])
+    ["-m", "bench.goals_recompute", "--check"],  # bench/results/h200/goals_issue34.md
+], ids=["measured results table", "simulator validation", "issue 34's goals"])
 def test_a_generated_section_of_the_results_matches_its_script(command: list[str]) -> None:
     done = subprocess.run([sys.executable, *command], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
