@@ -166,7 +166,7 @@ def test_every_number_a_policy_takes_has_an_upper_bound():
 
 def _manual_error(g, doc):
     with pytest.raises(PlanError) as e:
-        compile_plan(g, g.footprint // 2, "manual", moves=load_moves(g, doc))
+        compile_plan(g, g.footprint // 2, "manual", moves=load_moves(g, doc)[0])
     return str(e.value)
 
 

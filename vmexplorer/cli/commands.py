@@ -338,10 +338,10 @@ def _compile(args: argparse.Namespace, measured: Any = None) -> Planned:
         capacity = parse_bytes(args.capacity, graph.footprint)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    moves = _read_moves(graph, args.moves) if args.moves is not None else ()
+    moves, steps = _read_moves(graph, args.moves) if args.moves is not None else ([], [])
     config = Config(graph.model, graph.batch, graph.image_size, capacity, args.policy, _policy_options(args),
                     Mechanism(args.mechanism))
-    planned = plan_for(config, _cost_model(measured, graph, path), moves, graph=graph)
+    planned = plan_for(config, _cost_model(measured, graph, path), moves, graph=graph, recomputes=steps)
     if args.policy == "manual" and args.moves is None:
         _note("--policy manual without --moves has no moves to plan: the plan is what uvm gives (demand "
               "faults, LRU eviction); give your moves with --moves FILE")
@@ -362,7 +362,7 @@ def _policy_options(args: argparse.Namespace) -> dict[str, Any]:
     return given
 
 
-def _read_moves(graph: Graph, path: Path) -> list[Any]:
+def _read_moves(graph: Graph, path: Path) -> tuple[list[Any], list[Any]]:
     import stat
 
     from ..plan import PlanError
@@ -427,15 +427,19 @@ def plan_doc(graph: Graph, plan: Plan, summary: dict[str, Any], cost_model: str)
                "issue_after": m.issue_after, "issue_after_op": _op_name(graph, m.issue_after),
                "complete_before": m.complete_before,
                "complete_before_op": _op_name(graph, m.complete_before)} for m in plan.memops]
-    # the moves in load_moves' format, so `jq '{moves: .plan.moves}'` gives a file for --moves
+    # the moves and recomputes in load_moves' format, so `jq '.plan | {moves, recomputes}'` gives a file
+    # for --moves: the recomputes named in the graph without re-runs, the moves in the one with them
     moves = [{"tensor": tnames[mv.tensor], "offload_after": _op_ref(graph, mv.offload_after),
               "prefetch_after": None if mv.prefetch_after is None else _op_ref(graph, mv.prefetch_after)}
              for mv in plan.moves]
+    plain = (graph.full or graph).plain or graph
+    recomputes = [{"tensor": plain.tensors[step.tensor].name, "before": plain.ops[step.before].name}
+                  for step in plan.recomputes]
     resident = [{"tensor": tnames[t], "nbytes": nbytes} for t, nbytes in plan.resident_at_start]
     return {"config": _config(plan), "cost_model": cost_model, "summary": summary,
             "plan": {"peak_resident_bytes": plan.peak_resident, "room_bytes": plan.planned_with,
                      "resident_at_start": resident,
-                     "memops": memops, "moves": moves}}
+                     "memops": memops, "moves": moves, "recomputes": recomputes}}
 
 
 def _config(plan: Plan) -> dict[str, Any]:

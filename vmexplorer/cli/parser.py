@@ -208,8 +208,10 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                         + f"; a mechanism other than uvm takes {movers} (default uvm)")
     takers = " or ".join(f"--policy {name}" for name, spec in POLICIES.items() if spec.takes_moves)
     p.add_argument("--moves", type=Path, metavar="FILE",
-                   help='manual plan, JSON {"moves": [{"tensor", "offload_after", "prefetch_after"}]} '
-                        f"({takers}; at most {format_bytes(MAX_MOVES_FILE_BYTES)})")
+                   help='manual plan, JSON {"moves": [{"tensor", "offload_after", "prefetch_after"}], '
+                        '"recomputes": [{"tensor", "before"}]} (recomputes optional, numbered in the graph '
+                        "without re-runs, the moves in the one with them, as `vmexplorer plan --json` writes "
+                        f"them; {takers}; at most {format_bytes(MAX_MOVES_FILE_BYTES)})")
     group = p.add_argument_group("policy options (each belongs to the policy named in its help)")
     seen: set[str] = set()
     for policy, spec in POLICIES.items():

@@ -1,8 +1,11 @@
 """Moves as a person gives them: checked against the graph, and read from an untrusted moves file.
 
 `check_moves` holds any list of moves to the rules a round trip must keep (tensors and ops that exist,
-an offload after the producer, a prefetch before the use, no two trips of one tensor at once);
-`parse_moves` reads a moves file's raw bytes and `load_moves` its JSON document, named or numbered.
+an offload after the producer, a prefetch before the use, no two trips of one tensor at once), and
+`check_recomputes` a person's recompute steps to the ones the graph can run; `parse_moves` reads a moves
+file's raw bytes and `load_moves` its JSON document, named or numbered: a person's plan, its moves and its
+recomputes. A recompute is numbered in the graph without re-runs, a move in the graph with them (the one
+the plan runs, whose ops the timeline shows), as `Plan` numbers them.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any, NoReturn
 
-from ..graph import Graph
+from ..graph import Graph, GraphError, Recompute
+from ..graph.recompute import recomputed
 from ..units import format_bytes, quoted, typed
 from .plan import Move, PlanError
 from .residency import next_use
@@ -47,6 +51,25 @@ def check_moves(graph: Graph, moves: Sequence[Move]) -> None:
                                 f"ops {a}..{b})")
         for span in spans:
             insort(away, span)
+
+
+def check_recomputes(graph: Graph, steps: Sequence[Recompute]) -> None:
+    """A person's recompute steps must run on `graph`, the graph without re-runs that numbers them: each
+    error names the step, the tensor and what can be recomputed."""
+    n, tensors = len(graph.ops), len(graph.tensors)
+    for i, step in enumerate(steps):
+        if not (_is_int(step.tensor) and _is_int(step.before)):
+            raise PlanError(f"recompute {i}: its tensor and op are integers, not {step}")
+        if not 0 <= step.tensor < tensors:
+            raise PlanError(f"recompute {i} names tensor {step.tensor}, but the graph has {tensors} tensors "
+                            f"(0..{tensors - 1}) in {graph.model}")
+        if not 0 <= step.before < n:
+            raise PlanError(f"recompute {i} of {graph.tensors[step.tensor].name}: before {step.before} is not an op "
+                            f"of the graph without re-runs (0..{n - 1})")
+    try:
+        recomputed(graph, tuple(steps))
+    except GraphError as e:
+        raise PlanError(f"{e} (a recompute's tensor and op are numbered in the graph without re-runs)") from None
 
 
 def _away_spans(graph: Graph, mv: Move) -> list[tuple[int, int]]:
@@ -97,9 +120,9 @@ def _away_spans(graph: Graph, mv: Move) -> list[tuple[int, int]]:
     return [(mv.offload_after, n - 1 if p is None else p)]
 
 
-def parse_moves(graph: Graph, raw: bytes) -> list[Move]:
-    """The moves of a moves file's raw bytes (UTF-8 JSON, as `load_moves` reads), checked against the
-    graph. Anything wrong (too big, not UTF-8, not JSON, nested too deep, wrong types, unknown names,
+def parse_moves(graph: Graph, raw: bytes) -> tuple[list[Move], list[Recompute]]:
+    """The moves and recomputes of a moves file's raw bytes (UTF-8 JSON, as `load_moves` reads), checked
+    against the graph. Anything wrong (too big, not UTF-8, not JSON, nested too deep, wrong types, unknown names,
     numbers out of range) raises PlanError, and nothing else does."""
     if len(raw) > MAX_MOVES_FILE_BYTES:
         raise PlanError(f"{len(raw)} bytes is more than a moves file may hold ({MAX_MOVES_FILE_BYTES} bytes, "
@@ -123,14 +146,19 @@ def parse_moves(graph: Graph, raw: bytes) -> list[Move]:
     return load_moves(graph, data)
 
 
-def load_moves(graph: Graph, data: Any) -> list[Move]:
-    """Moves from a JSON document: {"moves": [{"tensor", "offload_after", "prefetch_after"}]}, with
-    tensors and ops named or numbered (-1: the iteration start); a bare list of moves is read too."""
+def load_moves(graph: Graph, data: Any) -> tuple[list[Move], list[Recompute]]:
+    """A person's plan from a JSON document: {"moves": [{"tensor", "offload_after", "prefetch_after"}],
+    "recomputes": [{"tensor", "before"}]} ("recomputes" optional), with tensors and ops named or numbered
+    (-1: the iteration start); a bare list of moves is read too. `graph` is any graph of the model: the
+    recomputes are read on it without re-runs, the moves on it with those recomputes' re-runs."""
     moves = data.get("moves") if isinstance(data, Mapping) else data
     if not isinstance(moves, list):
         came = 'an object without "moves"' if isinstance(data, Mapping) and "moves" not in data else _json(moves)
         raise PlanError('a manual plan is {"moves": [{"tensor": ..., "offload_after": ..., '
                         f'"prefetch_after": ...}}, ...]}}, a list of moves, not {came}')
+    full = graph.full or graph
+    steps = _load_recomputes(full.plain or full, data.get("recomputes", []) if isinstance(data, Mapping) else [])
+    graph = recomputed(full.plain or full, tuple(steps))
     op_ids = {op.name: i for i, op in enumerate(graph.ops)}
     tensor_ids = {t.name: i for i, t in enumerate(graph.tensors)}
     out = []
@@ -150,6 +178,29 @@ def load_moves(graph: Graph, data: Any) -> list[Move]:
         prefetch = item.get("prefetch_after")
         out.append(Move(tensor, offload, None if prefetch is None else _op_id(prefetch, op_ids, i, "prefetch_after")))
     check_moves(graph, out)
+    return out, steps
+
+
+def _load_recomputes(plain: Graph, steps: Any) -> list[Recompute]:
+    """The "recomputes" of a moves file, on the graph without re-runs, checked as the manual policy checks them."""
+    if not isinstance(steps, list):
+        raise PlanError(f'"recomputes" is a list of {{"tensor": ..., "before": ...}}, not {_json(steps)}')
+    op_ids = {op.name: i for i, op in enumerate(plain.ops)}
+    out = []
+    for i, item in enumerate(steps):
+        if not isinstance(item, Mapping) or not {"tensor", "before"} <= item.keys():
+            raise PlanError(f"recompute {i} needs 'tensor' and 'before', not {_json(item)}")
+        tensor = item["tensor"]
+        if isinstance(tensor, str):
+            try:
+                tensor = plain.tensor_id(tensor)
+            except KeyError:
+                raise PlanError(f"recompute {i}: no tensor named {typed(tensor)} in the {plain.model} graph") from None
+        elif not _is_int(tensor):
+            raise PlanError(f"recompute {i}: tensor must be a tensor's name or index (0..{len(plain.tensors) - 1}), "
+                            f"not {_json(tensor)}")
+        out.append(Recompute(tensor, _op_id(item["before"], op_ids, i, "before", "recompute")))
+    check_recomputes(plain, out)
     return out
 
 
@@ -186,14 +237,14 @@ def _json(value: Any) -> str:
     return quoted(value, 60)
 
 
-def _op_id(value: Any, op_ids: dict[str, int], i: int, key: str) -> int:
+def _op_id(value: Any, op_ids: dict[str, int], i: int, key: str, what: str = "move") -> int:
     if _is_int(value):
         return int(value)
     if not isinstance(value, str):  # a list or an object is not even hashable
-        raise PlanError(f"move {i}: {key} must be an op's name or index (-1..{len(op_ids) - 1}, -1 being the "
+        raise PlanError(f"{what} {i}: {key} must be an op's name or index (-1..{len(op_ids) - 1}, -1 being the "
                         f"iteration start), not {_json(value)}")
     if value not in op_ids:
-        raise PlanError(f"move {i}: no op named {typed(value)} ({key})")
+        raise PlanError(f"{what} {i}: no op named {typed(value)} ({key})")
     return op_ids[value]
 
 
@@ -208,14 +259,19 @@ def _op(graph: Graph, k: int) -> str:
 # --- edits in a link -----------------------------------------------------------------------------------
 # A link holds an edited plan as the tensors whose round trips differ from the plan it was edited from:
 # "12:14.70" (tensor 12 goes out after op 14 and comes back after op 70), "7:2.87~90.-" (two trips, the
-# second never prefetched), "5:" (no trip at all), joined by commas. Digits and ":.~,-" only, so it
-# needs no escaping in a URL, and a link of a few edits stays short.
+# second never prefetched), "5:" (no trip at all); and those whose recomputation differs: "r9:80" (tensor
+# 9 made again before op 80), "r9:" (not made again); joined by commas. Digits, "r" and ":.~,-" only, so
+# it needs no escaping in a URL, and a link of a few edits stays short. As in a plan, a recompute's tensor
+# and op are numbered in the graph without re-runs, a trip's in the graph with the edited plan's re-runs.
 MAX_EDITS_CHARS = 16_384
 _EDIT = re.compile(r"(\d{1,9}):((?:\d{1,9}\.(?:\d{1,9}|-))(?:~\d{1,9}\.(?:\d{1,9}|-))*)?")
+_RECOMPUTE_EDIT = re.compile(r"r(\d{1,9}):(\d{1,9})?")
 
 
-def format_edits(before: Sequence[Move], after: Sequence[Move]) -> str:
-    """The edits that turn the moves `before` into `after`, for a link (see `parse_edits`)."""
+def format_edits(before: Sequence[Move], after: Sequence[Move], recomputes_before: Sequence[Recompute] = (),
+                 recomputes_after: Sequence[Recompute] = ()) -> str:
+    """The edits that turn the moves `before` into `after`, and the recomputes `recomputes_before` into
+    `recomputes_after`, for a link (see `parse_edits`)."""
     def trips(moves: Sequence[Move]) -> dict[int, list[tuple[int, int | None]]]:
         out: dict[int, list[tuple[int, int | None]]] = {}
         for mv in moves:
@@ -227,27 +283,47 @@ def format_edits(before: Sequence[Move], after: Sequence[Move]) -> str:
     for t in sorted(set(was) | set(now)):
         if was.get(t) != now.get(t):
             entries.append(f"{t}:" + "~".join(f"{o}.{'-' if p is None else p}" for o, p in now.get(t, [])))
+    made, remade = ({step.tensor: step.before for step in steps} for steps in (recomputes_before, recomputes_after))
+    entries += [f"r{t}:{remade.get(t, '')}" for t in sorted(set(made) | set(remade)) if made.get(t) != remade.get(t)]
     return ",".join(entries)
 
 
-def parse_edits(graph: Graph, before: Sequence[Move], text: str) -> list[Move]:
-    """The moves `before` with a link's edits (`format_edits`) applied, checked against the graph.
-    The text is untrusted: anything but the format, or moves the graph refuses, raises PlanError."""
+def parse_edits(graph: Graph, before: Sequence[Move], text: str, recomputes: Sequence[Recompute] = ()
+                ) -> tuple[list[Move], list[Recompute]]:
+    """The moves `before` and the recomputes with a link's edits (`format_edits`) applied, checked against
+    the graph (any graph of the model: the recomputes are checked on it without re-runs, the moves on it
+    with the edited recomputes'). The text is untrusted: anything but the format, or a plan the graph
+    refuses, raises PlanError."""
     if len(text) > MAX_EDITS_CHARS:
         raise PlanError(f"the link's edits are {len(text)} characters; at most {MAX_EDITS_CHARS} are read")
     replaced: dict[int, list[Move]] = {}
+    remade: dict[int, int | None] = {}
     for k, entry in enumerate(text.split(",") if text else []):
-        m = _EDIT.fullmatch(entry)
-        if m is None:
-            raise PlanError(f"edit {k + 1} of the link, {quoted(entry[:40])}, is not tensor:offload.prefetch")
-        t = int(m.group(1))
+        m, r = _EDIT.fullmatch(entry), _RECOMPUTE_EDIT.fullmatch(entry)
+        if m is None and r is None:
+            raise PlanError(f"edit {k + 1} of the link, {quoted(entry[:40])}, is not tensor:offload.prefetch (a "
+                            "round trip) or rtensor:op (a recompute)")
+        found = m if m is not None else r
+        assert found is not None
+        t = int(found[1])
         if t >= len(graph.tensors):
             raise PlanError(f"edit {k + 1} of the link names tensor {t}; {graph.model} has {len(graph.tensors)}")
+        if r is not None:
+            if t in remade:
+                raise PlanError(f"the link edits tensor {t}'s recompute twice")
+            remade[t] = None if r[2] is None else int(r[2])
+            continue
+        assert m is not None
         if t in replaced:
             raise PlanError(f"the link edits tensor {t} twice")
         replaced[t] = [Move(t, int(o), None if p == "-" else int(p))
                        for o, p in (trip.split(".") for trip in (m.group(2).split("~") if m.group(2) else []))]
+    steps = [step for step in recomputes if step.tensor not in remade]
+    steps += [Recompute(t, op) for t, op in remade.items() if op is not None]
+    full = graph.full or graph
+    plain = full.plain or full
+    check_recomputes(plain, steps)
     # the moves kept in their order, so text with no edits gives `before` back as it was
     moves = [mv for mv in before if mv.tensor not in replaced] + [mv for ms in replaced.values() for mv in ms]
-    check_moves(graph, moves)
-    return moves
+    check_moves(recomputed(plain, tuple(steps)), moves)
+    return moves, steps

@@ -27,7 +27,7 @@ from functools import partial
 from typing import Any
 
 from ..config import Config, Mechanism
-from ..graph import Graph
+from ..graph import Graph, Recompute
 from ..graph.recompute import recomputed
 from ..plan import Move, Plan, PlanError
 from ..plan.mechanisms import mechanism_of
@@ -52,10 +52,12 @@ POLICIES: dict[str, PolicySpec] = {spec.name: spec for spec in (
 
 def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str, Any] | None = None,
                  moves: Sequence[Move] = (), simulation: Simulation | None = None,
-                 mechanism: Mechanism | str = Mechanism.UVM) -> Plan:
+                 mechanism: Mechanism | str = Mechanism.UVM, recomputes: Sequence[Recompute] = ()) -> Plan:
     """The policy's plan under `mechanism`, complete with what the driver (or, under swap, the executor)
     is forced to add; PlanError naming the problem and the fix for an unknown policy, option or
     mechanism, a capacity no plan fits, moves the policy cannot take, or swap for a uvm-only policy.
+    `moves` and `recomputes` are a person's plan, for a policy that takes one (`manual`): the recomputes
+    numbered in the graph without re-runs, the moves in the graph with them.
     `simulation` (the simulator and the cost model the plan will be simulated with) is for a policy
     that searches in it (`tuned`) and, under swap, picks the order the copy streams take their copies in
     (`order_copies`); without one a swap plan keeps the executor's order."""
@@ -70,17 +72,15 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
     config = Config(graph.model, graph.batch, graph.image_size, capacity, policy, opts, mech, graph.workspaces)
 
     def plan_at(at: int, search: bool = True) -> Plan:  # the policy's plan with `at` bytes of room
-        graph = full.fitted(at)
-        if spec.plan_recomputes is not None:  # the moves are planned on the graph that runs the re-runs
-            plain = (full.plain or full).fitted(at)
-            graph = recomputed(plain, tuple(spec.plan_recomputes(plain, at, opts)))
+        graph = _planned_on(spec, full, at, opts, recomputes)
         if spec.search is not None and simulation is not None and search:
             planned = spec.search(graph, at, opts, simulation, mech)
         else:
             planned = spec.plan_moves(graph, at, opts, moves if spec.takes_moves else ())
         # after the policy, so that its own refusal of the capacity (device's footprint) is the one reported
-        if moves and not spec.takes_moves:
-            raise PlanError(f"moves are a manual plan; the {policy} policy makes its own")
+        if (moves or recomputes) and not spec.takes_moves:
+            raise PlanError(f"{'moves' if moves else 'recomputes'} are a manual plan; the {policy} policy makes its "
+                            "own")
         replay = repair(graph, at, transfers_for_moves(graph, list(planned)), mech)
         return Plan(config, replay.memops, replay.resident_at_start, replay.peak,
                     room_bytes=at if at < capacity else 0, recomputes=(graph.full or graph).recomputes)
@@ -110,6 +110,16 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
             f"{format_bytes(plan.planned_with)} of room ({plan.planned_with / capacity:.1%} of the capacity) so "
             f"that the pool fits within {format_bytes(capacity)}")
     return order_copies(full, plan, simulation) if simulation is not None else plan
+
+
+def _planned_on(spec: PolicySpec, full: Graph, at: int, options: dict[str, Any], recomputes: Sequence[Recompute]
+                ) -> Graph:
+    """The graph a policy plans its moves on with `at` bytes of room: the graph given, or, for a policy that
+    recomputes, the one running the re-runs it asks for (a person's steps, for one that takes them)."""
+    if spec.plan_recomputes is None:
+        return full.fitted(at)
+    plain = (full.plain or full).fitted(at)
+    return recomputed(plain, tuple(spec.plan_recomputes(plain, at, options, recomputes if spec.takes_moves else ())))
 
 
 class _Timed:

@@ -39,7 +39,8 @@ OPTIONS = {
 }
 
 
-def plan_recomputes(graph: Graph, capacity: int, options: Mapping[str, Any]) -> list[Recompute]:
+def plan_recomputes(graph: Graph, capacity: int, options: Mapping[str, Any],
+                    recomputes: Sequence[Recompute]) -> list[Recompute]:
     return checkpoint_sequential(graph, options["segments"])
 
 

@@ -40,10 +40,12 @@ class PlanMoves(Protocol):
 
 
 class PlanRecomputes(Protocol):
-    def __call__(self, graph: Graph, capacity: int, options: Mapping[str, Any]) -> list[Recompute]:
+    def __call__(self, graph: Graph, capacity: int, options: Mapping[str, Any],
+                 recomputes: Sequence[Recompute]) -> list[Recompute]:
         """The activations the policy drops after their forward uses and makes again before their backward
-        ones (`graph.recompute`), numbered in `graph`; its moves are then planned on the graph holding the
-        re-runs. PlanError when the policy refuses."""
+        ones (`graph.recompute`), numbered in `graph` (the graph without re-runs); its moves are then planned
+        on the graph holding the re-runs. `recomputes` are a person's steps, given only to a policy that
+        takes a person's plan (empty otherwise). PlanError when the policy refuses."""
         ...
 
 
@@ -97,7 +99,9 @@ class PolicySpec:
     summary: str  # one line: the CLI's --policy help and the app's policy picker show it
     plan_moves: PlanMoves
     options: dict[str, OptionSpec] = field(default_factory=dict)
-    takes_moves: bool = False  # whether it plans a person's moves (`--moves`, the app's edits)
+    # whether it plans a person's plan (`--moves`, the app's edits): their moves, and their recomputes where
+    # it declares plan_recomputes
+    takes_moves: bool = False
     # a policy that searches in the simulator: compile_plan calls this instead of plan_moves when its
     # caller passes a Simulation; plan_moves is what the policy plans without one
     search: SearchMoves | None = None

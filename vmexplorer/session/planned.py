@@ -33,7 +33,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from ..config import Config, Mechanism
-from ..graph import Graph, build_graph
+from ..graph import Graph, Recompute, build_graph
 from ..plan import Move, Plan, PlanError
 from ..policies import POLICIES, Simulation, check_mechanism, compile_plan
 from ..records.breakdown import TimeSplit, time_split
@@ -137,9 +137,11 @@ class Planned:
 
 
 def plan_for(config: Config, cost_model: CostModel, edits: Sequence[Move] = (),
-             graph: Graph | None = None) -> Planned:
+             graph: Graph | None = None, recomputes: Sequence[Recompute] = ()) -> Planned:
     """`config`'s plan, searched (`tuned`) and copy-ordered (`swap`) in the simulator under `cost_model`.
-    `edits` are a person's moves, for a policy that plans them (`manual`). `graph` is `config`'s graph
+    `edits` are a person's moves and `recomputes` the activations they make again, for a policy that plans
+    a person's plan (`manual`): the recomputes numbered in the graph without re-runs, the moves in the
+    graph with them (`Plan.graph_of`), as a plan's own are. `graph` is `config`'s graph
     where the caller has it (built from the config otherwise). PlanError (or GraphError) says what
     cannot be planned and why."""
     graph = graph if graph is not None else build_graph(*config.key, workspaces=config.workspaces)
@@ -154,7 +156,7 @@ def plan_for(config: Config, cost_model: CostModel, edits: Sequence[Move] = (),
     said: list[str] = []
     plan = compile_plan(graph, config.capacity, config.policy, config.options, edits,
                         simulation=Simulation(simulate, lower_bound, cost_model, said.append),
-                        mechanism=config.mechanism)
+                        mechanism=config.mechanism, recomputes=recomputes)
     return Planned(graph.fitted(plan.planned_with), plan, cost_model, tuple(said))
 
 

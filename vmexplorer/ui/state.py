@@ -22,7 +22,7 @@ from typing import Any
 import param
 
 from ..config import Config, Mechanism
-from ..graph import Graph, GraphError, build_graph
+from ..graph import Graph, GraphError, Recompute, build_graph
 from ..plan import Move, PlanError
 from ..plan.moves import format_edits, parse_edits
 from ..policies import POLICIES
@@ -61,6 +61,7 @@ class Shown:
     loaded: Session | None
     cost_model: CostModel | None
     moves: tuple[Move, ...]
+    recomputes: tuple[Recompute, ...]
     origin: str
     source: Source | None
     comparison: Session | None
@@ -74,7 +75,11 @@ class AppState(param.Parameterized):
                                  doc="the session as loaded or configured, before any edit")
     cost_model = param.ClassSelector(class_=CostModel, default=None, allow_None=True,
                                      doc="what the shown session's edits, baselines and bound are worked out with")
-    moves = param.List(default=[], item_type=Move, doc="the plan's round trips, as edited")
+    moves = param.List(default=[], item_type=Move, doc="the plan's round trips, as edited (numbered in the "
+                                                        "graph it runs, its re-runs as ops: the session's)")
+    recomputes = param.List(default=[], item_type=Recompute,
+                            doc="the activations the plan makes again, as edited (numbered in the graph "
+                                "without re-runs, as `Plan.recomputes`)")
     origin = param.String(default="", doc="where the shown session came from, in words")
     source = param.ClassSelector(class_=Source, default=None, allow_None=True, doc="where it came from, for a link")
     comparison = param.ClassSelector(class_=Session, default=None, allow_None=True,
@@ -140,8 +145,8 @@ class AppState(param.Parameterized):
                             _mechanism(mechanism))
             named, model_cost = cost or self._cost_for_graph(graph)
             spec = POLICIES.get(policy)  # a policy that plans a person's moves plans the ones shown
-            moves = self._moves_for(graph) if spec is not None and spec.takes_moves else []
-            planned = plan_for(config, model_cost, moves, graph=graph)
+            moves, steps = self._edits_for(graph) if spec is not None and spec.takes_moves else ([], [])
+            planned = plan_for(config, model_cost, moves, graph=graph, recomputes=steps)
             session = planned.simulated(notes=[f"simulated in the app with {model_cost.name}"])
         except (GraphError, PlanError, SessionError, ValueError, TypeError) as e:
             return self.fail(str(e))
@@ -219,6 +224,16 @@ class AppState(param.Parameterized):
             return self.fail(_text(e))
         return True
 
+    def choose(self, tensor: int | str, choice: str) -> bool:
+        """Switch a tensor (of the shown plan's graph) to keep, move or recompute (`edits.choose`), then re-plan
+        as `manual` and re-simulate, as a drag does."""
+        try:
+            moves, steps, said = edits.choose(self._graph(), self.moves, self.recomputes, tensor, choice)
+            self._replan(moves, said, steps)
+        except (PlanError, KeyError, ValueError) as e:
+            return self.fail(_text(e))
+        return True
+
     def reset_edits(self) -> bool:
         if self.loaded is None:
             return self.fail("nothing is loaded")
@@ -262,7 +277,7 @@ class AppState(param.Parameterized):
         """The edits of the shown plan against the loaded one, as a link holds them (empty: none)."""
         if not self.edited or self.loaded is None:
             return ""
-        return format_edits(self.loaded.plan.moves, self.moves)
+        return format_edits(self.loaded.plan.moves, self.moves, self.loaded.plan.recomputes, self.recomputes)
 
     def apply_edits(self, text: str) -> bool:
         """Apply a link's edits (`edits_text`) to the loaded plan and simulate; False and `message` when
@@ -270,9 +285,11 @@ class AppState(param.Parameterized):
         if self.loaded is None:
             return self.fail("nothing is loaded to apply the link's edits to")
         try:
-            moves = parse_edits(self.loaded.graph, self.loaded.plan.moves, text)
-            if moves != list(self.loaded.plan.moves):
-                self._replan(moves, "opened the link's edits")  # the shown plan's graph and capacity: the loaded one's
+            plan = self.loaded.plan
+            moves, steps = parse_edits(self.loaded.graph, plan.moves, text, plan.recomputes)
+            if moves != list(plan.moves) or steps != list(plan.recomputes):
+                # the shown plan's graph and capacity: the loaded one's
+                self._replan(moves, "opened the link's edits", steps)
             elif self.edited:
                 self.reset_edits()
         except PlanError as e:
@@ -332,7 +349,8 @@ class AppState(param.Parameterized):
         cost = self.cost_model or H100_DEFAULT
         try:
             config = replace(s.plan.config, policy="manual", options={}, mechanism=other)
-            session = plan_for(config, cost, list(self.moves), graph=s.graph).simulated(
+            session = plan_for(config, cost, list(self.moves), graph=s.graph,
+                               recomputes=self.recomputes).simulated(
                 notes=[f"the moves of {self.origin} through {other}, simulated with {cost.name}"])
         except (PlanError, SessionError, ValueError) as e:
             return self.fail(f"the same schedule cannot run through {other}: {e}")
@@ -352,13 +370,15 @@ class AppState(param.Parameterized):
 
     def shown(self) -> Shown:
         """What is shown now, to put back with `restore` if showing something else fails."""
-        return Shown(self.session, self.loaded, self.cost_model, tuple(self.moves), self.origin, self.source,
+        return Shown(self.session, self.loaded, self.cost_model, tuple(self.moves), tuple(self.recomputes),
+                     self.origin, self.source,
                      self.comparison, self.comparison_origin)
 
     def restore(self, shown: Shown, why: str) -> None:
         """Show `shown` again and say `why`: the page could not draw what an action opened."""
         self.param.update(session=shown.session, loaded=shown.loaded, cost_model=shown.cost_model,
-                          moves=list(shown.moves), origin=shown.origin, source=shown.source,
+                          moves=list(shown.moves), recomputes=list(shown.recomputes), origin=shown.origin,
+                          source=shown.source,
                           comparison=shown.comparison, comparison_origin=shown.comparison_origin,
                           message=why, status="")
 
@@ -377,29 +397,35 @@ class AppState(param.Parameterized):
         graph: Graph = self.session.graph
         return graph
 
-    def _moves_for(self, graph: Graph) -> list[Move]:
-        return list(self.moves) if self.session is not None and self.session.graph.key == graph.key else []
+    def _edits_for(self, graph: Graph) -> tuple[list[Move], list[Recompute]]:
+        if self.session is None or self.session.graph.key != graph.key:
+            return [], []
+        return list(self.moves), list(self.recomputes)
 
     def _show(self, session: Session, origin: str, loaded: Session, cost: CostModel | None,
               source: Source | None, status: str) -> None:
         """Show `session`, all at once: whoever draws it finds every parameter set, the status too."""
         new_graph = self.session is None or self.session.graph.key != session.graph.key
         view: dict[str, Any] = {} if loaded is self.loaded else {"iteration": ""}
-        self.param.update(loaded=loaded, cost_model=cost, moves=list(session.plan.moves), origin=origin,
+        self.param.update(loaded=loaded, cost_model=cost, moves=list(session.plan.moves),
+                          recomputes=list(session.plan.recomputes), origin=origin,
                           source=source, message="", status=status, session=session,
                           **view, **({"picked": None} if new_graph else {}))
 
-    def _replan(self, moves: Sequence[Move], status: str) -> None:
-        """Plan the moves as `manual` through the shown mechanism and simulate them; raises PlanError and
-        changes nothing then. Under swap the copy streams take the order its simulation runs fastest in."""
+    def _replan(self, moves: Sequence[Move], status: str, recomputes: Sequence[Recompute] | None = None) -> None:
+        """Plan the moves, with the recomputes (None: the shown plan's, so that its op numbers stay put), as
+        `manual` through the shown mechanism and simulate them; raises PlanError and changes nothing then.
+        Under swap the copy streams take the order its simulation runs fastest in."""
         s = self.session
         assert s is not None
+        steps = list(self.recomputes if recomputes is None else recomputes)
         cost = self.cost_model or H100_DEFAULT
         config = replace(s.plan.config, policy="manual", options={})
-        session = plan_for(config, cost, list(moves), graph=s.graph).simulated(
+        session = plan_for(config, cost, list(moves), graph=s.graph, recomputes=steps).simulated(
             notes=[f"a manual plan edited in the app from {self.origin}, simulated with {cost.name}"])
         origin = self.origin if self.origin.endswith("(edited)") else f"{self.origin} (edited)"
-        self.param.update(moves=list(moves), origin=origin, message="", status=status, session=session)
+        self.param.update(moves=list(moves), recomputes=list(session.plan.recomputes), origin=origin,
+                          message="", status=status, session=session)
 
 
 def store_param() -> Any:

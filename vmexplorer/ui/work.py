@@ -31,7 +31,7 @@ from . import numbers
 from .state import AppState, store_param
 from .widgets import Text, widget
 
-LIGHT = frozenset({"drag", "toggle_offload", "reset_edits", "fail"})  # edits of what is shown: on the loop
+LIGHT = frozenset({"drag", "toggle_offload", "choose", "reset_edits", "fail"})  # edits of what is shown: on the loop
 POLL_MS = 500
 DOING = {"open_sample": "opening the sample", "load": "reading the file", "simulate_config": "simulating",
          "open_sweep_point": "opening the point of the cliff", "compare_with": "opening the comparison",
@@ -79,6 +79,7 @@ def snapshot(state: AppState) -> dict[str, Any]:
     """The store's values, to send to a worker."""
     values = {name: getattr(state, name) for name in FIELDS}
     values["moves"] = list(values["moves"])
+    values["recomputes"] = list(values["recomputes"])
     return values
 
 
