@@ -669,7 +669,8 @@ def test_autovm_plan_simulates_faster_than_uvm(capsys: pytest.CaptureFixture[str
         assert doc["config"]["policy"] == policy
         assert doc["config"]["capacity_bytes"] == graph.footprint // 2
         assert doc["summary"]["source"] == "simulated"
-        assert set(doc["plan"]) == {"peak_resident_bytes", "room_bytes", "resident_at_start", "memops", "moves"}
+        assert set(doc["plan"]) == {"peak_resident_bytes", "room_bytes", "resident_at_start", "memops", "moves",
+                                    "recomputes"}
     assert autovm["plan"]["moves"] and not uvm["plan"]["moves"]
     memop = autovm["plan"]["memops"][0]
     assert set(memop) == {"tensor", "nbytes", "direction", "mode", "origin", "issue_after",

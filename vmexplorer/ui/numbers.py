@@ -16,6 +16,7 @@ for the life of the process, so the pages of a class share it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,7 @@ from ..session.samples import gpu_of, measured_samples, read_sample, sweep_sampl
 from ..simulator import H100_DEFAULT, CostModel
 from ..simulator.bound import Bound
 from ..units import format_bytes, format_ns
+from . import edits
 
 if TYPE_CHECKING:
     from .state import AppState
@@ -294,19 +296,24 @@ def compare_breakdown_rows(state: AppState) -> list[dict[str, Any]]:
             for name, s in (("A", a), ("B", b))]
 
 
-def tensor_rows(session: Session | None, moves: list[Any]) -> list[dict[str, Any]]:
-    """Tensors worth paging (2 MiB and more, with a gap between uses), the moved first, largest first,
-    with their trips."""
+def tensor_rows(session: Session | None, moves: list[Any], recomputes: Sequence[Any] = ()) -> list[dict[str, Any]]:
+    """Tensors worth paging (2 MiB and more, with a gap between uses), the moved and recomputed first, largest
+    first, with their trips, what the plan does with each (`choice`: keep, move or recompute) and what it
+    could (`choices`, `edits.offered`: a re-run's copy has none)."""
     if session is None:
         return []
     trips: dict[int, list[Any]] = {}
     for mv in moves:
         trips.setdefault(mv.tensor, []).append(mv)
+    remade = {step.tensor for step in recomputes}
     tensors = session.graph.tensors
-    shown = sorted((t for t, tensor in enumerate(tensors) if tensor.nbytes >= (2 << 20) or t in trips),
-                   key=lambda t: (t not in trips, -tensors[t].nbytes))
+    offered = edits.offered(session.graph)
+    shown = sorted((t for t, tensor in enumerate(tensors) if tensor.nbytes >= (2 << 20) or t in trips or t in remade),
+                   key=lambda t: (t not in trips and t not in remade, -tensors[t].nbytes))
     return [{"id": t, "tensor": tensors[t].name, "kind": tensors[t].kind.value,
              "bytes": format_bytes(tensors[t].nbytes),
+             "choice": edits.choice_of(moves, recomputes, t),
+             "choices": " / ".join(offered.get(tensors[t].name, ())),
              "offloaded": t in trips, "offload after": ", ".join(str(mv.offload_after) for mv in trips.get(t, [])),
              "prefetch after": ", ".join("-" if mv.prefetch_after is None else str(mv.prefetch_after)
                                          for mv in trips.get(t, []))} for t in shown]
