@@ -378,3 +378,31 @@ def test_the_arrow_keys_step_through_the_lesson_and_the_link_follows(app_url: st
     page.wait_for_function("() => window.location.search.includes('step=3')", timeout=15_000)
     page.keyboard.press("ArrowLeft")
     page.get_by_text(LESSON[1].title, exact=True).wait_for(timeout=CANVAS_TIMEOUT_MS)
+
+
+def test_switching_a_tensors_choice_to_recompute_in_the_table_replans_and_draws_its_re_run(
+        app_url: str, watched_page: Any) -> None:
+    from playwright.sync_api import expect
+
+    page = watched_page.page
+    row = _open_app(page, app_url)
+    before = row.text_content() or ""
+    table = page.locator(".tabulator", has_text="offload after").first
+    table.scroll_into_view_if_needed()
+    # the default sample's moved feature maps come first; each can be recomputed instead
+    moved = table.locator(".tabulator-row", has_text="keep / move / recompute").filter(
+        has=page.locator('[tabulator-field="choice"]', has_text=re.compile(r"^\s*move\s*$"))).first
+    name = (moved.locator('[tabulator-field="tensor"]').text_content() or "").strip()
+    moved.locator('[tabulator-field="choice"]').click()
+    page.locator(".tabulator-edit-list-item", has_text="recompute").first.click()
+    expect(row).not_to_have_text(before, timeout=15_000)  # re-planned as manual and re-simulated
+    n = page.wait_for_function("""() => {
+        const lane = Bokeh.documents[0].get_model_by_name('ops_recompute');
+        const n = lane ? Array.from(lane.data_source.data.phase).filter(p => p == 'recompute').length : 0;
+        return n > 0 ? n : null;
+    }""", timeout=15_000).json_value()
+    assert n >= 1
+    again = table.locator(".tabulator-row", has_text=name).first
+    expect(again.locator('[tabulator-field="choice"]')).to_have_text(re.compile(r"recompute"), timeout=15_000)
+    expect(page.locator(".alert-danger").first).to_be_hidden()
+    assert not watched_page.page_errors, watched_page.page_errors
