@@ -266,7 +266,7 @@ def drag_costliest_prefetch_early(state: AppState) -> bool:
             continue
         moves = [*state.moves[:i], replace(mv, prefetch_after=earliest), *state.moves[i + 1:]]
         try:
-            plan = plan_for(config, cost, moves, graph=s.graph).plan
+            plan = plan_for(config, cost, moves, graph=s.graph, recomputes=state.recomputes).plan
         except PlanError:
             continue
         took = int(simulate(s.graph, plan, cost, timing_graph(s.graph, plan, cost)).iteration_ns().max())
