@@ -1,7 +1,7 @@
 """Stage 2's compilers: a policy turns a graph, a capacity and its options into a plan.
 
 Each policy is one module here (`device.py`, `uvm.py`, `autovm.py`, `belady.py`, `vdnn.py`,
-`tuned.py`, `checkpoint.py`, `manual.py`) declaring its `SPEC`: its name, a summary, its options, and
+`tuned.py`, `checkpoint.py`, `joint.py`, `manual.py`) declaring its `SPEC`: its name, a summary, its options, and
 `plan_moves`, a pure function that says which tensors make planned round trips (`Move`s); a policy
 that recomputes also says which activations it makes again (`plan_recomputes`), and its moves are
 planned on the graph that holds the re-runs as ops. `compile_plan` checks the options against the
@@ -34,9 +34,9 @@ from ..plan.mechanisms import mechanism_of
 from ..plan.pool import SwapPool, executed_graph, kept_tensors, plan_pool, pool_limit
 from ..plan.residency import repair, transfers_for_moves
 from ..units import format_bytes
-from . import autovm, belady, checkpoint, device, manual, tuned, uvm, vdnn
+from . import autovm, belady, checkpoint, device, joint, manual, tuned, uvm, vdnn
 from .common import check_capacity, order_copies
-from .spec import OptionSpec, PlanMoves, PolicySpec, SearchMoves, Simulation
+from .spec import OptionSpec, PlanMoves, PolicySpec, SearchMoves, SearchRecomputes, Simulation
 
 POLICIES: dict[str, PolicySpec] = {spec.name: spec for spec in (
     device.SPEC,
@@ -46,6 +46,7 @@ POLICIES: dict[str, PolicySpec] = {spec.name: spec for spec in (
     vdnn.SPEC,
     tuned.SPEC,
     checkpoint.SPEC,
+    joint.SPEC,
     manual.SPEC,
 )}
 
@@ -73,7 +74,11 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
         graph = full.fitted(at)
         if spec.plan_recomputes is not None:  # the moves are planned on the graph that runs the re-runs
             plain = (full.plain or full).fitted(at)
-            graph = recomputed(plain, tuple(spec.plan_recomputes(plain, at, opts)))
+            if spec.search_recomputes is not None and simulation is not None and search:
+                steps = spec.search_recomputes(plain, at, opts, simulation, mech)
+            else:
+                steps = spec.plan_recomputes(plain, at, opts)
+            graph = recomputed(plain, tuple(steps))
         if spec.search is not None and simulation is not None and search:
             planned = spec.search(graph, at, opts, simulation, mech)
         else:
@@ -87,7 +92,7 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
 
     if not mechanism_of(mech).whole_tensors:  # paged by the driver: no pool to place the tensors in
         return plan_at(capacity)
-    searches = spec.search is not None and simulation is not None
+    searches = spec.searches and simulation is not None
     timed = _Timed(full, simulation) if simulation is not None else None
     # choosing between less room and cut workspaces by time needs a model that times workspaces
     by_workspace = timed if timed is not None and timed.by_workspace else None
@@ -233,6 +238,7 @@ def _check_options(spec: PolicySpec, options: Mapping[str, Any]) -> dict[str, An
     return out
 
 
-__all__ = ["POLICIES", "Mechanism", "OptionSpec", "PlanMoves", "PolicySpec", "SearchMoves", "Simulation",
+__all__ = ["POLICIES", "Mechanism", "OptionSpec", "PlanMoves", "PolicySpec", "SearchMoves", "SearchRecomputes",
+           "Simulation",
            "check_capacity", "check_mechanism", "compile_plan", "non_default_options", "order_copies",
            "fit_pool"]
