@@ -60,7 +60,7 @@ def test_the_cliff_draws_every_policy_that_plans_alone_checkpoint_included_each_
 
     view = PagingCliff(state=state, live=True)
     lines = view.figure.select_one({"name": "sweep_lines"}).data
-    planned_alone = [name for name, spec in POLICIES.items() if not spec.takes_moves and spec.search is None]
+    planned_alone = [name for name, spec in POLICIES.items() if not spec.takes_moves and not spec.searches]
     assert "checkpoint" in planned_alone
     assert lines["policy"] == [f"{name} (simulated)" for name in planned_alone]
     assert len(set(lines["color"])) == len(planned_alone)

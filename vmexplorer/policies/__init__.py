@@ -1,7 +1,7 @@
 """Stage 2's compilers: a policy turns a graph, a capacity and its options into a plan.
 
 Each policy is one module here (`device.py`, `uvm.py`, `autovm.py`, `belady.py`, `vdnn.py`,
-`tuned.py`, `checkpoint.py`, `manual.py`) declaring its `SPEC`: its name, a summary, its options, and
+`tuned.py`, `checkpoint.py`, `joint.py`, `manual.py`) declaring its `SPEC`: its name, a summary, its options, and
 `plan_moves`, a pure function that says which tensors make planned round trips (`Move`s); a policy
 that recomputes also says which activations it makes again (`plan_recomputes`), and its moves are
 planned on the graph that holds the re-runs as ops. `compile_plan` checks the options against the
@@ -34,9 +34,9 @@ from ..plan.mechanisms import mechanism_of
 from ..plan.pool import SwapPool, executed_graph, kept_tensors, plan_pool, pool_limit
 from ..plan.residency import repair, transfers_for_moves
 from ..units import format_bytes
-from . import autovm, belady, checkpoint, device, manual, tuned, uvm, vdnn
+from . import autovm, belady, checkpoint, device, joint, manual, tuned, uvm, vdnn
 from .common import check_capacity, order_copies
-from .spec import OptionSpec, PlanMoves, PolicySpec, SearchMoves, Simulation
+from .spec import OptionSpec, PlanMoves, PolicySpec, SearchMoves, SearchRecomputes, Simulation
 
 POLICIES: dict[str, PolicySpec] = {spec.name: spec for spec in (
     device.SPEC,
@@ -46,6 +46,7 @@ POLICIES: dict[str, PolicySpec] = {spec.name: spec for spec in (
     vdnn.SPEC,
     tuned.SPEC,
     checkpoint.SPEC,
+    joint.SPEC,
     manual.SPEC,
 )}
 
@@ -72,7 +73,7 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
     config = Config(graph.model, graph.batch, graph.image_size, capacity, policy, opts, mech, graph.workspaces)
 
     def plan_at(at: int, search: bool = True) -> Plan:  # the policy's plan with `at` bytes of room
-        graph = _planned_on(spec, full, at, opts, recomputes)
+        graph = _planned_on(spec, full, at, opts, recomputes, simulation if search else None, mech)
         if spec.search is not None and simulation is not None and search:
             planned = spec.search(graph, at, opts, simulation, mech)
         else:
@@ -87,7 +88,7 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
 
     if not mechanism_of(mech).whole_tensors:  # paged by the driver: no pool to place the tensors in
         return plan_at(capacity)
-    searches = spec.search is not None and simulation is not None
+    searches = spec.searches and simulation is not None
     timed = _Timed(full, simulation) if simulation is not None else None
     # choosing between less room and cut workspaces by time needs a model that times workspaces
     by_workspace = timed if timed is not None and timed.by_workspace else None
@@ -112,14 +113,19 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
     return order_copies(full, plan, simulation) if simulation is not None else plan
 
 
-def _planned_on(spec: PolicySpec, full: Graph, at: int, options: dict[str, Any], recomputes: Sequence[Recompute]
-                ) -> Graph:
+def _planned_on(spec: PolicySpec, full: Graph, at: int, options: dict[str, Any], recomputes: Sequence[Recompute],
+                simulation: Simulation | None, mechanism: Mechanism) -> Graph:
     """The graph a policy plans its moves on with `at` bytes of room: the graph given, or, for a policy that
-    recomputes, the one running the re-runs it asks for (a person's steps, for one that takes them)."""
+    recomputes, the one running the re-runs it asks for (a person's steps, for one that takes them; searched
+    in `simulation`, for one that searches them and is given one)."""
     if spec.plan_recomputes is None:
         return full.fitted(at)
     plain = (full.plain or full).fitted(at)
-    return recomputed(plain, tuple(spec.plan_recomputes(plain, at, options, recomputes if spec.takes_moves else ())))
+    if spec.search_recomputes is not None and simulation is not None:
+        steps = spec.search_recomputes(plain, at, options, simulation, mechanism)
+    else:
+        steps = spec.plan_recomputes(plain, at, options, recomputes if spec.takes_moves else ())
+    return recomputed(plain, tuple(steps))
 
 
 class _Timed:
@@ -243,6 +249,7 @@ def _check_options(spec: PolicySpec, options: Mapping[str, Any]) -> dict[str, An
     return out
 
 
-__all__ = ["POLICIES", "Mechanism", "OptionSpec", "PlanMoves", "PolicySpec", "SearchMoves", "Simulation",
+__all__ = ["POLICIES", "Mechanism", "OptionSpec", "PlanMoves", "PolicySpec", "SearchMoves", "SearchRecomputes",
+           "Simulation",
            "check_capacity", "check_mechanism", "compile_plan", "non_default_options", "order_copies",
            "fit_pool"]

@@ -49,6 +49,14 @@ class PlanRecomputes(Protocol):
         ...
 
 
+class SearchRecomputes(Protocol):
+    def __call__(self, graph: Graph, capacity: int, options: Mapping[str, Any], simulation: Simulation,
+                 mechanism: Mechanism) -> list[Recompute]:
+        """The activations a searching policy makes again, found by simulating candidates with `simulation`
+        under `mechanism`; its moves are then planned on the graph holding them."""
+        ...
+
+
 class _Timed(Protocol):  # records.spans.Timeline
     @property
     def op_end_ns(self) -> Any: ...  # per op
@@ -111,3 +119,11 @@ class PolicySpec:
     # a policy that recomputes: compile_plan asks it first, then plans the moves (plan_moves, search) on
     # the graph with its re-runs as ops
     plan_recomputes: PlanRecomputes | None = None
+    # a policy that searches its recomputations in the simulator: compile_plan calls this instead of
+    # plan_recomputes (which it must also declare: what it recomputes without one) when given a Simulation
+    search_recomputes: SearchRecomputes | None = None
+
+    @property
+    def searches(self) -> bool:
+        """Whether it searches in the simulator (its moves or its recomputations): seconds a plan."""
+        return self.search is not None or self.search_recomputes is not None

@@ -149,7 +149,7 @@ def plan_for(config: Config, cost_model: CostModel, edits: Sequence[Move] = (),
         raise PlanError(f"the graph is {graph.key} but the configuration is for {config.key}")
     graph = graph.full or graph  # planned from full workspaces, each plan's fitted to the room it is made with
     spec = POLICIES.get(config.policy)
-    if spec is not None and spec.search is not None:
+    if spec is not None and spec.searches:
         config = dataclasses.replace(config, mechanism=check_mechanism(spec, config.mechanism))
         plan, reports = _searched(_json(config), _json(cost_model))
         return Planned(graph.fitted(plan.planned_with), plan, cost_model, reports)

@@ -238,7 +238,7 @@ def sweep(state: AppState, points: int = SWEEP_POINTS) -> dict[str, Any]:
     capacities = _capacities(g, points)
     lines = []
     for policy, spec in POLICIES.items():
-        if spec.takes_moves or spec.search is not None:
+        if spec.takes_moves or spec.searches:
             continue
         line: dict[str, Any] = {"policy": policy, "capacity_pct": [], "iteration_ms": []}
         for c in capacities if policy != "device" else capacities[-1:]:

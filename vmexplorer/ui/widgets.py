@@ -35,6 +35,8 @@ GLOSSARY = {
                  "hatched).",
     "checkpoint": "PyTorch's checkpoint_sequential: cuts the forward pass into segments and recomputes the feature "
                   "maps of all but the last in the backward pass.",
+    "joint": "A search in the simulator for which feature maps to recompute, from checkpoint_sequential's choices, "
+             "with belady's trips for what still does not fit.",
     "CUPTI": "NVIDIA's profiling interface: it counted the unified-memory migrations and page faults, and "
              "timed the kernels.",
     "NVML": "NVIDIA's management library: it sampled the device's memory use and PCIe throughput.",
