@@ -289,7 +289,7 @@ def test_the_default_runner_runs_the_plan_it_is_sent_compiling_nothing_and_readi
     is the one it gets) and hands the measured session to the page, which shows it as it is."""
     import vmexplorer.engine.executor as executor
     import vmexplorer.policies as policies
-    import vmexplorer.session.format as session_format
+    import vmexplorer.session.plan_format as session_format
     from vmexplorer.session.samples import sample_index
     from vmexplorer.simulator import H100_DEFAULT, simulate
     from vmexplorer.ui.state import AppState

@@ -29,7 +29,7 @@ QUICK_SEARCH = {"search_steps": 40, "search_seconds": 60.0}  # steps, not second
 def ledger_peak(g: Graph, plan: Plan) -> int:
     """The most bytes the executor's ledger holds while an op runs, its steps issued in the schedule's order
     (under swap a temporary leaves after its last op, as the pool takes its bytes back)."""
-    g = g.sized_for(plan.planned_with)  # the graph the executor runs: its workspaces fitted to the plan's room
+    g = plan.graph_of(g)  # the graph the executor runs: its workspaces fitted to the plan's room, its re-runs
     start = dict(plan.resident_at_start)
     swap = plan.mechanism is Mechanism.SWAP
     ledger = Ledger(g, [start.get(t, 0) if tensor.persistent else 0 for t, tensor in enumerate(g.tensors)],
@@ -50,7 +50,8 @@ def configurations(draw: st.DrawFn) -> tuple[Graph, int, str, dict, list, Mechan
     policy = draw(st.sampled_from(sorted(POLICIES)))
     mechanism = Mechanism.UVM if POLICIES[policy].uvm_only else draw(st.sampled_from(list(Mechanism)))
     capacity = draw(st.integers(g.min_capacity[0], int(g.footprint * 1.1)))
-    options = draw(AUTOVM_OPTIONS) if policy == "autovm" else QUICK_SEARCH if policy == "tuned" else {}
+    options = draw(AUTOVM_OPTIONS) if policy == "autovm" else QUICK_SEARCH if policy == "tuned" else \
+        {"search_seconds": 60.0} if policy == "joint" else {}
     moves = draw(manual_moves(g)) if policy == "manual" else []
     return g, capacity, policy, options, moves, mechanism
 
@@ -68,7 +69,7 @@ def test_every_plan_keeps_to_its_capacity_in_plan_simulation_schedule_and_the_po
     assert plan.peak_resident <= plan.planned_with <= capacity
     assert int(simulate(g, plan, H100_DEFAULT).resident_bytes.max()) <= capacity
     assert ledger_peak(g, plan) <= capacity
-    run = g.sized_for(plan.planned_with)
+    run = plan.graph_of(g)
     pool = run_pool(run, plan, kept_tensors(run, False))  # what the engine allocates
     if mechanism is Mechanism.SWAP or policy == "device":
         assert pool.total <= capacity

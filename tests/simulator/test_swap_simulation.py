@@ -42,7 +42,8 @@ def test_no_swap_plan_simulates_faster_than_the_swap_bound(cost: CostModel, mode
             continue
         plan = swap_plan(g, capacity, policy)
         simulated = float(np.median(simulate(g, plan, cost).iteration_ns()))
-        bound = lower_bound(g, plan.capacity, cost, Mechanism.SWAP)
+        # a plan that recomputes is held against the joint bound: moving alone is not a bound on it
+        bound = lower_bound(g, plan.capacity, cost, Mechanism.SWAP, recompute=bool(plan.recomputes))
         assert bound.lower_bound_ns <= simulated, (policy, bound, simulated)
 
 
