@@ -57,6 +57,9 @@ def test_an_edit_is_held_against_the_same_bound_and_beside_the_unedited_plan_sim
     assert labels[1].startswith("before the edits") and "simulated" in labels[1]
     state.reset_edits()
     assert not any(r["label"].startswith("before") for r in numbers.breakdown_rows(state))
+    # the policies beside it, but joint, whose search would keep a class waiting seconds for one bar
+    assert any(r["label"].startswith("checkpoint") for r in numbers.breakdown_rows(state))
+    assert not any(r["label"].startswith("joint") for r in numbers.breakdown_rows(state))
 
 
 def test_the_summary_parts_add_up_to_the_iteration_time_it_shows_which_is_one_iteration_not_an_average(

@@ -146,7 +146,8 @@ def bar(label: str, source: str, split: TimeSplit, policy: str | None = None) ->
 
 def breakdown_rows(state: AppState) -> list[dict[str, Any]]:
     """Where the time goes: the shown session, the plan before its edits (simulated with the same
-    model), then each other policy at the same model and capacity, each labelled by its source."""
+    model), then each other policy at the same model and capacity (but `joint`, whose search takes
+    seconds), each labelled by its source."""
     s = state.session
     if s is None:
         return []
@@ -155,8 +156,9 @@ def breakdown_rows(state: AppState) -> list[dict[str, Any]]:
     if unedited is not None:
         rows.append(bar(f"before the edits ({unedited.plan.policy}), simulated", "simulated", unedited.time_split(),
                         "before the edits"))
-    for policy in POLICIES:
-        if policy == s.plan.policy or POLICIES[policy].takes_moves:
+    for policy, spec in POLICIES.items():
+        # a policy that searches its recomputations takes seconds a plan: a bar of it waits for it to be chosen
+        if policy == s.plan.policy or spec.takes_moves or spec.search_recomputes is not None:
             continue
         base = baseline(state, policy)
         if base is not None:
