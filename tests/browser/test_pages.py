@@ -331,7 +331,8 @@ def test_selecting_a_tensor_lights_up_its_transfers_and_markers(app_url: str, wa
     _open_app(page, app_url)
     table = page.locator(".tabulator", has_text="offload after").first
     table.scroll_into_view_if_needed()
-    table.locator(".tabulator-row").first.click()
+    # the tensor's name, not the row's middle: its choice cell is a list editor a click opens
+    table.locator(".tabulator-row").first.locator(".tabulator-cell[tabulator-field='tensor']").click()
     faded = "name => Math.min(...Bokeh.documents[0].get_model_by_name(name).data.alpha) < 0.5"
     page.wait_for_function(f"() => ['memops', 'offload_markers', 'prefetch_markers'].every({faded})",
                            timeout=15_000)
