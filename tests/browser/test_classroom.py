@@ -177,26 +177,32 @@ def test_every_link_the_page_writes_reopens_its_view_in_another_browser(served: 
     _wait_for_markers(page)
     views = []
 
-    def written() -> dict[str, Any]:
-        page.wait_for_timeout(1500)  # the address follows the page on its next tick
-        view = page.evaluate(_VIEW)
+    def written(done: str) -> dict[str, Any]:
+        """The view once `done` holds in the page and the view has held still for a second: the address
+        follows the page on a later tick than the figure, and under load the two were read apart."""
+        page.wait_for_function(f"() => {done}", timeout=TIMEOUT_MS)
+        last, deadline = None, time.monotonic() + TIMEOUT_MS / 1000
+        while (view := page.evaluate(_VIEW)) != last:
+            assert time.monotonic() < deadline, ("the view never held still", last, view)
+            last = view
+            page.wait_for_timeout(1000)
         views.append(view)
         return view
 
-    written()
+    written("true")
     _drag(page, "prefetch_markers", -1, 4)
-    page.wait_for_function("() => window.location.search.includes('edits=')", timeout=TIMEOUT_MS)
-    written()
+    written("window.location.search.includes('edits=')")
     page.get_by_text("op", exact=True).first.click()
-    written()
+    written("window.location.search.includes('axis=op')")
     page.locator(".bk-tab", has_text="Paging cliff").first.click()
-    written()
+    written("window.location.search.includes('tab=Paging')")
     keys = ("title", "axis", "tab", "ops")
     for view in views:
         again = open_page(browser, url + view["search"])
-        deadline = time.monotonic() + 30  # a link's edits are planned, and its tab drawn, after the page opens
-        while {k: (got := again.evaluate(_VIEW))[k] for k in keys} != {k: view[k] for k in keys}:
-            assert time.monotonic() < deadline, (view["search"], {k: got[k] for k in keys})
+        deadline = time.monotonic() + 60  # a link's edits are planned, and its tab drawn, after the page opens
+        want = {k: view[k] for k in keys}
+        while (got := {k: again.evaluate(_VIEW)[k] for k in keys}) != want:
+            assert time.monotonic() < deadline, (view["search"], "showed", got, "not", want)
             again.wait_for_timeout(200)
         again.context.close()
 
