@@ -17,7 +17,18 @@ from vmexplorer.plan import PlanError
 from vmexplorer.plan.bound import min_traffic
 from vmexplorer.policies import POLICIES, compile_plan
 from vmexplorer.simulator import simulate
-from vmexplorer.simulator.bound import COMPUTE, EVICTION, MIGRATION, PREFETCH, SET_BY, WINDOWS, Bound, lower_bound
+from vmexplorer.simulator.bound import (
+    COMPUTE,
+    EVICTION,
+    MIGRATION,
+    PREFETCH,
+    SET_BY,
+    TRADE,
+    WINDOWS,
+    Bound,
+    cheapest_split,
+    lower_bound,
+)
 from vmexplorer.simulator.costmodel import H100_DEFAULT, CostModel
 
 BOTH_WAYS = replace(H100_DEFAULT, serialises_directions=False)
@@ -169,4 +180,56 @@ def test_the_wording_says_how_far_and_what_sets_it() -> None:
     assert bound.versus(420_000_000) == "1.4x the bound, set by migration bandwidth"
     assert Bound(0, 0, 0, COMPUTE).versus(5.0) == "the bound is 0, set by compute"
     assert set(bound.as_json()) == {"min_bytes_to_host", "min_bytes_to_device", "lower_bound_ns", "set_by"}
-    assert {COMPUTE, MIGRATION, EVICTION, PREFETCH, WINDOWS} == set(SET_BY)
+    assert {COMPUTE, MIGRATION, EVICTION, PREFETCH, WINDOWS, TRADE} == set(SET_BY)
+
+
+# copies a hundred times slower than the default's: making again is then the cheap way to make room
+SLOW_COPIES = replace(H100_DEFAULT, prefetch_bytes_per_ns=0.5, evict_bytes_per_ns=0.5, fault_bytes_per_ns=0.5,
+                      swap_to_device_bytes_per_ns=0.5, swap_to_host_bytes_per_ns=0.5, serialises_directions=False)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from([("vgg11", 4, 64), ("alexnet", 8, 96), ("resnet18", 2, 64)]), st.floats(0.0, 0.6),
+       st.sampled_from(["uvm", "swap"]), st.data())
+def test_no_mix_of_recomputing_and_moving_simulates_faster_than_the_joint_bound(setup, share, mechanism, data) -> None:
+    from vmexplorer.policies.joint import _steps, _units
+    from vmexplorer.policies.spec import Simulation
+
+    g = graph(*setup)
+    low = g.min_capacity[0]
+    capacity = low + int((g.footprint - low) * share)
+    units = _units(g, Simulation(simulate, lower_bound, H100_DEFAULT))
+    chosen = data.draw(st.lists(st.sampled_from(units), unique=True, max_size=len(units)))
+    steps = _steps(g, frozenset().union(*chosen))
+    then = data.draw(st.sampled_from(["manual", "belady"]))
+    try:
+        plan = compile_plan(g, capacity, "manual", recomputes=steps, mechanism=mechanism) if then == "manual" else \
+            compile_plan(g, capacity, "checkpoint", {"segments": data.draw(st.sampled_from([2, 4, 8])),
+                                                     "then": "belady"}, mechanism=mechanism)
+    except PlanError:
+        return  # under swap a pool that no placement fits is refused, saying so
+    for cost in (H100_DEFAULT, BOTH_WAYS, SLOW_COPIES):
+        simulated = float(simulate(g, plan, cost).iteration_ns().max())
+        joint = lower_bound(g, capacity, cost, mechanism, recompute=True)
+        assert joint.lower_bound_ns <= simulated, (cost.name, joint, simulated)
+
+
+def test_where_copies_are_slow_the_joint_bound_charges_the_re_runs_that_make_room() -> None:
+    g = graph("vgg19", 64)
+    capacity = int(g.footprint * 0.75)
+    joint = lower_bound(g, capacity, SLOW_COPIES, "swap", recompute=True)
+    # made free, the activations would leave the compute the bound; made again, they take time of it
+    assert joint.set_by == TRADE and joint.lower_bound_ns > 1.02 * compute_ns(g, SLOW_COPIES)
+    # and no plan of recomputing and moving that the policies make beats it
+    for segments in (2, 4, 8):
+        plan = compile_plan(g, capacity, "checkpoint", {"segments": segments, "then": "belady"}, mechanism="swap")
+        assert joint.lower_bound_ns <= float(simulate(g, plan, SLOW_COPIES).iteration_ns().max())
+
+
+def test_the_split_makes_again_the_cheapest_bytes_first_until_the_compute_meets_the_copies() -> None:
+    # 100 bytes must be away; copying costs 1 ns a byte; compute alone takes 10 ns
+    assert cheapest_split(100, (), [], 10.0, 1.0) == 100.0  # nothing can be made again: every byte copied
+    assert cheapest_split(100, (50,), [0.0], 10.0, 1.0) == 50.0  # free re-runs of 50 bytes, the other 50 copied
+    # re-runs at 1 ns a byte: they meet the copies where 10 + y = 100 - y, at y = 45
+    assert cheapest_split(100, (200,), [200.0], 10.0, 1.0) == 55.0
+    assert cheapest_split(5, (200,), [200.0], 10.0, 1.0) == 10.0  # the copies hide behind the compute

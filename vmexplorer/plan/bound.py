@@ -48,8 +48,9 @@ moving and recomputing, relaxes the graph: every activation that could be recomp
 at the ops that touch it, made there at no cost (each reader writes a copy of its own, read by no
 one). Every plan of the graph is a plan of the relaxation with at least as much on the device at each
 op and at least as much traffic, so the least traffic of the relaxation bounds them all; what
-recomputing costs in compute is left out (a re-run's time only adds to an iteration), so the bound is
-valid and, where recomputing would do, loose.
+recomputing costs in compute is left out here (a re-run's time only adds to an iteration). The
+simulator's joint bound charges it at the most crowded ops (`plan.crowded`): what must be away there is
+made again, at its re-runs' compute, or copied back, whichever split is cheapest.
 """
 
 from __future__ import annotations

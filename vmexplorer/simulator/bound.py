@@ -32,6 +32,7 @@ import numpy as np
 from ..config import Mechanism
 from ..graph import Graph
 from ..plan.bound import Windows, min_traffic, remade_free, window_traffic
+from ..plan.crowded import crowded_ops
 from .costmodel import CostModel
 
 COMPUTE = "compute"
@@ -39,7 +40,8 @@ MIGRATION = "migration bandwidth"  # both directions, one at a time
 EVICTION = "eviction bandwidth"
 PREFETCH = "prefetch bandwidth"
 WINDOWS = "transfers each window must make"  # compute and copies window by window (window_traffic)
-SET_BY = (COMPUTE, MIGRATION, EVICTION, PREFETCH, WINDOWS)
+TRADE = "re-runs or copies for what a crowded op cannot hold"  # the joint bound's trade (plan/crowded.py)
+SET_BY = (COMPUTE, MIGRATION, EVICTION, PREFETCH, WINDOWS, TRADE)
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ def lower_bound(graph: Graph, capacity: int, cost: CostModel, mechanism: Mechani
     `recompute`: the joint bound, over plans that may also recompute activations (`plan.bound.remade_free`:
     their traffic relaxed, their compute the graph's without re-runs)."""
     rates = cost.for_mechanism(mechanism)
+    given = graph
     if recompute:
         graph = remade_free(graph)
     traffic = min_traffic(graph, capacity)
@@ -84,7 +87,46 @@ def lower_bound(graph: Graph, capacity: int, cost: CostModel, mechanism: Mechani
         windowed = sum(w.ns for w in windows_of(graph, capacity, cost, mechanism))
         if windowed > ns * (1 + 1e-9):  # not where the windows only add up the same compute in another order
             ns, set_by = windowed, WINDOWS
+    if recompute:
+        traded = trade_ns(given, capacity, rates)
+        if traded > ns * (1 + 1e-9):
+            ns, set_by = traded, TRADE
     return Bound(traffic.min_bytes_to_host, traffic.min_bytes_to_device, int(ns), set_by)
+
+
+def trade_ns(graph: Graph, capacity: int, cost: CostModel) -> float:
+    """The joint bound's trade: at each crowded op (`plan.crowded`) what must be away is made again, its
+    re-runs' time added to the compute, or brought back, at the fastest rate in, on copies that run beside
+    the compute, split as cheaply as it can be; the most any crowded op asks. `cost` at its mechanism's rates."""
+    full = graph.full or graph
+    op_ns = _op_ns(full.plain or full, cost)  # the ops without re-runs, numbered as crowded_ops numbers them
+    compute_ns = float(op_ns.sum())
+    per_byte = 1.0 / _into(cost)
+    most = compute_ns
+    for crowded in crowded_ops(graph, capacity):
+        prices = [sum(share * op_ns[o] for o, share in ops) for ops in crowded.remade_by]
+        most = max(most, cheapest_split(crowded.over_bytes, crowded.remade_bytes, prices, compute_ns, per_byte))
+    return most
+
+
+def cheapest_split(over_bytes: int, sizes: tuple[int, ...], prices: list[float], compute_ns: float,
+                   per_byte_ns: float) -> float:
+    """The least, over how many of `over_bytes` are made again rather than copied back, of the longer of the
+    compute with those re-runs and the copies of the rest: re-runs fractionally, the cheapest per byte first
+    (a lower bound on any whole ones), the rest at `per_byte_ns`."""
+    made, spent = 0.0, 0.0
+    if compute_ns >= over_bytes * per_byte_ns:
+        return compute_ns
+    for i in sorted(range(len(sizes)), key=lambda i: (prices[i] / max(sizes[i], 1), i)):
+        rate, take = prices[i] / max(sizes[i], 1), min(sizes[i], over_bytes - made)
+        # where the compute with re-runs meets the copies of what is left: the two cross inside this one
+        meet = ((over_bytes - made) * per_byte_ns - compute_ns - spent) / (rate + per_byte_ns)
+        if meet <= take:
+            return compute_ns + spent + rate * max(meet, 0.0)
+        made, spent = made + take, spent + rate * take
+        if made >= over_bytes:
+            return compute_ns + spent
+    return max(compute_ns + spent, (over_bytes - made) * per_byte_ns)
 
 
 def _into(cost: CostModel) -> float:
