@@ -1,7 +1,10 @@
 """The time no schedule can beat: the traffic bound (plan/bound.py) at the cost model's best rates.
 
 `lower_bound(graph, capacity, cost)` is the larger of the iteration's compute (the sum of the cost
-model's per-op times: every schedule runs every op once on one compute stream) and the time the least
+model's per-op times: every schedule runs every op once on one compute stream; a convolution's in the
+fastest workspace that fits in the capacity beside the tensors it touches, since no plan can give it
+more: at half VGG-19's footprint its first convolutions' backward ops cannot have the workspaces they are
+fastest in) and the time the least
 traffic takes at the fastest rate the cost model knows each way (bytes to the host at the fastest
 eviction rate the GPU showed, `CostModel.fastest_evict_bytes_per_ns`, not the average the simulator
 predicts with; bytes to the device at the faster of prefetching and demand faults). Where the cost model says
@@ -30,7 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import Mechanism
-from ..graph import Graph
+from ..graph import Graph, Kind
+from ..graph.recompute import RERUN
 from ..plan.bound import Windows, min_traffic, remade_free, window_traffic
 from ..plan.crowded import crowded_ops
 from .costmodel import CostModel
@@ -75,7 +79,7 @@ def lower_bound(graph: Graph, capacity: int, cost: CostModel, mechanism: Mechani
     if recompute:
         graph = remade_free(graph)
     traffic = min_traffic(graph, capacity)
-    compute = float(_op_ns(graph, rates).sum())
+    compute = float(_op_ns(graph, rates, capacity).sum())
     out_ns = traffic.min_bytes_to_host / rates.fastest_evict_bytes_per_ns
     in_ns = traffic.min_bytes_to_device / _into(rates)
     if rates.serialises_directions:
@@ -99,7 +103,7 @@ def trade_ns(graph: Graph, capacity: int, cost: CostModel) -> float:
     re-runs' time added to the compute, or brought back, at the fastest rate in, on copies that run beside
     the compute, split as cheaply as it can be; the most any crowded op asks. `cost` at its mechanism's rates."""
     full = graph.full or graph
-    op_ns = _op_ns(full.plain or full, cost)  # the ops without re-runs, numbered as crowded_ops numbers them
+    op_ns = _op_ns(full.plain or full, cost, capacity)  # the ops without re-runs, numbered as crowded_ops has them
     compute_ns = float(op_ns.sum())
     per_byte = 1.0 / _into(cost)
     most = compute_ns
@@ -134,9 +138,34 @@ def _into(cost: CostModel) -> float:
     return max(cost.prefetch_bytes_per_ns, cost.fault_bytes_per_ns, *cost.fault_bytes_per_ns_by_kind.values())
 
 
-def _op_ns(graph: Graph, cost: CostModel) -> np.ndarray:
-    """Each op's compute under the cost model: every schedule runs every op once on one stream."""
-    return np.array([cost.compute_ns(op.name, op.flops, op.bytes_touched) for op in graph.ops])
+def _op_ns(graph: Graph, cost: CostModel, capacity: int) -> np.ndarray:
+    """Each op's compute under the cost model: every schedule runs every op once on one stream, a
+    convolution at best in the fastest workspace that fits in `capacity` beside what it must touch
+    (`workspace_bound`)."""
+    return np.array([cost.compute_ns(op.name, op.flops, op.bytes_touched, workspace_bound(graph, k, cost, capacity))
+                     for k, op in enumerate(graph.ops)])
+
+
+def least_compute_ns(graph: Graph, capacity: int, cost: CostModel) -> float:
+    """The least compute of an iteration of `graph` (without re-runs) at `capacity`: its ops' times, each
+    convolution's in the best workspace the capacity leaves it (`workspace_bound`)."""
+    full = graph.full or graph
+    return float(_op_ns(full.plain or full, cost, capacity).sum())
+
+
+def workspace_bound(graph: Graph, k: int, cost: CostModel, capacity: int) -> int | None:
+    """The workspace in which op k runs fastest under the cost model among those no larger than what
+    `capacity` leaves beside the other tensors it touches: no plan at `capacity` gives it more. None
+    (the fastest of all) where the graph's workspaces are outside the capacity (sessions before schema 11)
+    or the op's time does not depend on its workspace."""
+    steps = cost.workspace_ns.get(graph.ops[k].name.removesuffix(RERUN))
+    if not steps or not graph.workspaces:
+        return None
+    op = graph.ops[k]
+    room = capacity - sum(graph.tensors[t].nbytes for t in op.touches if graph.tensors[t].kind is not Kind.WORKSPACE)
+    # the cost model reads a workspace as its largest step within it, and steps need not get faster with size
+    fits = [w for w in dict.fromkeys([0, *(nbytes for nbytes, _ in steps), room]) if 0 <= w <= room]
+    return min(fits, key=lambda w: cost.compute_ns(op.name, op.flops, op.bytes_touched, w), default=0)
 
 
 @dataclass(frozen=True)
@@ -163,7 +192,7 @@ def windows_of(graph: Graph, capacity: int, cost: CostModel, mechanism: Mechanis
     """The windows whose times add up to the most, over every cut of the iteration from its first op or
     a phase's first op: the windowed bound is their sum."""
     cost = cost.for_mechanism(mechanism)
-    op_ns = _op_ns(graph, cost)
+    op_ns = _op_ns(graph, cost, capacity)
     cuts = [_best_cut(window_traffic(graph, capacity, first), op_ns, cost.fastest_evict_bytes_per_ns, _into(cost),
                       cost.serialises_directions) for first in _cuts(graph)]
     return max(cuts, key=lambda ws: sum(w.ns for w in ws))
