@@ -55,7 +55,7 @@ from ..plan import Move, PlanError
 from ..plan.mechanisms import mechanism_of
 from ..units import format_bytes, format_ns
 from . import belady
-from .exact_model import Program, program
+from .exact_model import MiB, Program, program
 from .joint import _steps
 from .spec import MAX_SEARCH_SECONDS, OptionSpec, PolicySpec, Simulation
 
@@ -210,7 +210,7 @@ def _solution(graph: Graph, prog: Program, result: Any, seconds: float, choose: 
     gap = float(getattr(result, "mip_gap", 0.0) or 0.0)
     return Solution(_steps(graph, chosen), len(recompute), len(moved),
                     sum(prog.units[i].nbytes for i in moved), sum(prog.units[i].rerun_ns for i in recompute),
-                    int(round(max((x[v] for v in prog.over.values()), default=0.0))), float(np.dot(prog.cost, x)),
+                    int(max((x[v] for v in prog.over.values()), default=0.0) * MiB), float(np.dot(prog.cost, x)),
                     result.status == 0, gap, seconds, choose)
 
 SPEC = PolicySpec("exact", "an integer program solved with HiGHS: which activations to keep, recompute or move "

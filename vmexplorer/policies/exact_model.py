@@ -30,6 +30,9 @@ from ..graph import Graph, Phase
 from .joint import _first_backward, _steps, unit_sets
 
 OpNs = Callable[[int], float]  # an op's compute time (ns), by op number
+# bytes over the capacity and transient bytes are counted in MiB, stalls in ms: near the other terms of
+# their rows, where the solver's tolerances are meant
+MiB, MS = float(2**20), 1e6
 TIE_NS_PER_BYTE = 1e-5  # 10 µs a GB moved: below any cost model's accuracy, enough to prefer fewer bytes
 
 
@@ -146,7 +149,7 @@ def program(graph: Graph, capacity: int, op_ns: OpNs, out_rate: float, in_rate: 
     alive = np.array(graph.live_bytes, dtype=float)
     _overs(p, binding, 1 / out_rate + 1 / in_rate)
     for k in binding:
-        p.row({**_memory(p, early, k), p.over[k]: -1.0}, upper=capacity - alive[k])
+        p.row({**_memory(p, early, k), p.over[k]: -MiB}, upper=capacity - alive[k])
     _slots(p, graph, capacity, early, alive)
     if moves:
         _stalls(p, graph, op_ns, out_rate, in_rate)
@@ -206,9 +209,9 @@ def _overs(p: Program, binding: list[int], ns_per_byte: float) -> None:
     (weights, gradients), which this program does not move, must make, each byte priced at a copy each way
     that hides behind nothing, once each time the excess rises from one op to the next (a tensor sent away
     for a stretch of ops makes room at all of them)."""
-    for k in binding:  # ascending: the op before, where it binds, has its variable already
+    for k in binding:  # ascending: the op before, where it binds, has its variable already (both in MiB)
         p.over[k] = p.var(upper=np.inf)
-        rise = p.var(ns_per_byte, upper=np.inf)
+        rise = p.var(ns_per_byte * MiB, upper=np.inf)
         before = p.over.get(k - 1)
         p.row({rise: 1.0, p.over[k]: -1.0, **({before: 1.0} if before is not None else {})}, lower=0.0)
 
@@ -254,10 +257,10 @@ def _slots(p: Program, graph: Graph, capacity: int, early: _Early, alive: np.nda
                     at.setdefault(c, []).append(i)
     most = max((u.transient for u in p.units), default=0)
     for c, runs in sorted(at.items()):
-        t = p.var(upper=float(most))
+        t = p.var(upper=most / MiB)
         for i in runs:
             size = float(p.units[i].transient)
-            coefs = {t: 1.0, (p.x(i) if c == p.units[i].slot else early.var(i, c)): -size}
+            coefs = {t: MiB, (p.x(i) if c == p.units[i].slot else early.var(i, c)): -size}
             before = early.before(i, c)
             if before is not None:
                 coefs[before] = size
@@ -265,7 +268,7 @@ def _slots(p: Program, graph: Graph, capacity: int, early: _Early, alive: np.nda
             if y is not None:
                 coefs[y] = size
             p.row(coefs, lower=0.0)
-        p.row({**_memory(p, early, c), t: 1.0, p.over[c]: -1.0}, upper=capacity - (alive[c] - new[c]))
+        p.row({**_memory(p, early, c), t: MiB, p.over[c]: -MiB}, upper=capacity - (alive[c] - new[c]))
 
 
 def _stalls(p: Program, graph: Graph, op_ns: OpNs, out_rate: float, in_rate: float) -> None:
@@ -273,15 +276,15 @@ def _stalls(p: Program, graph: Graph, op_ns: OpNs, out_rate: float, in_rate: flo
     ns = np.array([op_ns(k) for k in range(len(graph.ops))])
     backward = [k for k, op in enumerate(graph.ops) if op.phase is Phase.BACKWARD]
     start = backward[0] if backward else len(graph.ops)
-    s_out, s_in = p.var(1.0, upper=np.inf), p.var(1.0, upper=np.inf)
+    s_out, s_in = p.var(MS, upper=np.inf), p.var(MS, upper=np.inf)  # in ms
     for j in sorted({u.last_forward for u in p.units}):  # copies out from after op j to the backward's start
-        coefs: dict[int, float] = {s_out: -1.0}
+        coefs: dict[int, float] = {s_out: -MS}
         for i, u in enumerate(p.units):
             if u.last_forward >= j:
                 coefs[_dropped(p, i)[-1]] = u.nbytes / out_rate
         p.row(coefs, upper=float(ns[j + 1:start].sum()))
     for c in sorted({u.slot for u in p.units}):  # copies in before op c, from the backward's start
-        coefs = {s_in: -1.0}
+        coefs = {s_in: -MS}
         for i, u in enumerate(p.units):
             if u.slot <= c:
                 coefs[_dropped(p, i)[-1]] = u.nbytes / in_rate
