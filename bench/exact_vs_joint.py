@@ -30,7 +30,7 @@ OUT = REPO / "bench" / "results" / "exact_vs_joint.md"
 CASES = "resnet50:64,vgg19:64,alexnet:256"
 VARIANTS: list[tuple[str, dict[str, Any]]] = [
     ("exact", {}),
-    ("exact", {"choose": "recompute"}),
+    ("exact", {"choose": "recompute+move"}),
     ("joint", {}),
     *(("checkpoint", {"segments": k, "then": "belady"}) for k in (2, 4, 8)),
 ]

@@ -11,9 +11,12 @@ the graph has them, and what each re-run holds while it runs) stays within the c
 minimised, is the re-runs' compute plus, for moves, the copy time that cannot hide behind compute, window
 by window (the bytes out after each forward op against the rest of the forward pass, the bytes in before
 each backward op against the backward pass so far, re-runs included), at the mechanism's copy rates.
-`scipy.optimize.milp` (HiGHS) solves it within `time_limit_seconds`; the report says "optimal" or how far
-from it the best found may be (HiGHS's gap between the plan and its bound). Without scipy it refuses:
-`pip install 'vmexplorer[exact]'`.
+Given a simulator, the program's choice is simulated beside no recomputation and checkpoint_sequential in 2,
+4 and 8 segments (belady's trips on each, as `joint` starts), and the fastest is the plan: the program prices
+what its choices leave to belady (weights, gradients) by a model, the simulator by the schedule; the report
+says where a start won. `scipy.optimize.milp` (HiGHS) solves it within `time_limit_seconds`; the report says
+"optimal" or how far from it the best found may be (HiGHS's gap between the plan and its bound). Without
+scipy it refuses: `pip install 'vmexplorer[exact]'`.
 
 Costs come from the cost model the plan will be simulated with (given a Simulation, as the CLI and the app
 do); without one, from each op's FLOPs or bytes at the uncalibrated default rates (`PROXY`, the simulator's
@@ -55,8 +58,9 @@ from ..plan import Move, PlanError
 from ..plan.mechanisms import mechanism_of
 from ..units import format_bytes, format_ns
 from . import belady
+from .checkpoint import checkpoint_sequential
 from .exact_model import MiB, Program, program
-from .joint import _steps
+from .joint import START_SEGMENTS, _Judge, _steps
 from .spec import MAX_SEARCH_SECONDS, OptionSpec, PolicySpec, Simulation
 
 CHOOSE = ("recompute", "recompute+move")
@@ -66,8 +70,9 @@ INSTALL = "pip install 'vmexplorer[exact]'"
 # that pass no Simulation) the solver stops sooner: the program at the default rates is a guess at the costs
 QUICK_SECONDS = 5.0
 OPTIONS = {
-    "choose": OptionSpec(str, "recompute+move", "what each activation may be beside kept: recompute (Checkmate's "
-                                                "program) or recompute+move (POET's)", choices=CHOOSE),
+    "choose": OptionSpec(str, "recompute", "what each activation may be beside kept: recompute (Checkmate's "
+                                           "program) or recompute+move (POET's: harder, HiGHS may stop at its time "
+                                           "limit with a gap)", choices=CHOOSE),
     "time_limit_seconds": OptionSpec(float, 20.0, "wall-clock limit on the solver; stopped by it, the plan is the "
                                                   "best found and the report gives its gap", minimum=1,
                                      maximum=MAX_SEARCH_SECONDS),
@@ -129,9 +134,20 @@ def plan_recomputes(graph: Graph, capacity: int, options: Mapping[str, Any],
 def search_recomputes(graph: Graph, capacity: int, options: Mapping[str, Any], simulation: Simulation,
                       mechanism: Mechanism) -> list[Recompute]:
     found = solve(graph, capacity, options, simulation.cost_model, mechanism)
+    steps, note = found.steps, found.note()
+    # the program prices what its choices leave to belady by a model: the plans simulated decide
+    judge = _Judge(graph, capacity, simulation, mechanism)
+    chosen_ns = judge.time_ns({s.tensor for s in steps})
+    starts = [(judge.time_ns({s.tensor for s in checkpoint_sequential(graph, k)}), k) for k in START_SEGMENTS]
+    start_ns, k = min(starts)
+    if start_ns < chosen_ns:
+        steps = tuple(checkpoint_sequential(graph, k))
+        note += (f"; simulated, its plan ({format_ns(int(chosen_ns))}) lost to "
+                 f"{'no recomputation' if k == 1 else f'checkpoint_sequential in {k} segments'} "
+                 f"({format_ns(int(start_ns))}), which is the plan")
     if simulation.report is not None:
-        simulation.report(found.note())
-    return list(found.steps)
+        simulation.report(note)
+    return list(steps)
 
 
 def plan_moves(graph: Graph, capacity: int, options: Mapping[str, Any], moves: Sequence[Move]) -> list[Move]:
