@@ -105,8 +105,11 @@ def table(rows: list[dict[str, Any]], fraction: float) -> str:
              "iterations (median) under the cost model named, plans made with it as `vmexplorer plan` makes them; "
              "`/ bound` against the joint bound (any mix of keeping, moving and recomputing) under the same model "
              "and mechanism. `plan s`: the seconds the plan took here, all its solves or its search included; "
-             "`solves`: each exact solve's seconds and whether HiGHS proved it optimal or stopped at its time limit "
-             "with the gap shown (under swap compile_plan plans once per room it tries for the pool).", "",
+             "`solves`: each exact solve with the cost model, its seconds and whether HiGHS proved it optimal or "
+             "stopped at its time limit (20 s by default) with the gap shown; under swap compile_plan plans once per "
+             "room it tries for the pool, and first finds that room with quick solves at the default rates (at most "
+             "5 s each, not listed, but in `plan s`). `exact`'s plan is the program's choice or, where the simulator "
+             "finds one of them faster, no recomputation or checkpoint_sequential in 2, 4 or 8 segments.", "",
              "| model | cost model | mechanism | policy | simulated | / bound | / joint | plan s | recomputed "
              "| solves |", "|---|---|---|---|---:|---:|---:|---:|---:|---|"]
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
