@@ -36,8 +36,10 @@ What the program leaves out, so its objective is an estimate, not the simulated 
   at the earlier): pessimistic, by bytes a few ops hold;
 - copies out may spill into the backward pass and copies in start before it in a real plan (the windows
   stop at the phase boundary): pessimistic; the host's blocking and each copy's fixed cost: optimistic;
-- only activations move here: what still does not fit (weights, gradients) is belady's and the
-  driver's, and the capacity is refused where no choice of the activations fits it.
+- only activations move here: what still does not fit (weights, gradients) is left to belady and the
+  driver, priced as the bytes over the capacity, each rise of that excess from one op to the next copied
+  out and in once with nothing to hide behind; belady may have to move such bytes more than once, so the
+  price can be low and the program recompute less than it should (AlexNet in bench/results/exact_vs_joint.md).
 Deterministic: one graph, capacity and options give one plan, unless the time limit stops the solver
 (the plan then depends on the machine's speed; the report says so).
 """
