@@ -257,7 +257,8 @@ def test_prefetch_distance_moves_prefetches_earlier():
 
 
 def test_every_policy_is_described():
-    assert set(POLICIES) == {"device", "uvm", "autovm", "belady", "vdnn", "tuned", "checkpoint", "joint", "manual"}
+    assert set(POLICIES) == {"device", "uvm", "autovm", "belady", "vdnn", "tuned", "checkpoint", "joint", "exact",
+                             "manual"}
     assert all(spec.summary for spec in POLICIES.values())
 
 

@@ -26,7 +26,7 @@ from vmexplorer.policies import POLICIES, OptionSpec, PolicySpec, compile_plan
 from vmexplorer.policies.common import reuse_gaps
 from vmexplorer.session.samples import DEFAULT_SAMPLE, SAMPLES
 
-SHIPPED = ("device", "uvm", "autovm", "belady", "vdnn", "tuned", "checkpoint", "joint", "manual")
+SHIPPED = ("device", "uvm", "autovm", "belady", "vdnn", "tuned", "checkpoint", "joint", "exact", "manual")
 SMALL = ["--model", "resnet18", "--batch", "8", "--image-size", "64"]
 
 

@@ -1,8 +1,9 @@
 """Stage 2's compilers: a policy turns a graph, a capacity and its options into a plan.
 
 Each policy is one module here (`device.py`, `uvm.py`, `autovm.py`, `belady.py`, `vdnn.py`,
-`tuned.py`, `checkpoint.py`, `joint.py`, `manual.py`) declaring its `SPEC`: its name, a summary, its options, and
-`plan_moves`, a pure function that says which tensors make planned round trips (`Move`s); a policy
+`tuned.py`, `checkpoint.py`, `joint.py`, `exact.py`, `manual.py`) declaring its `SPEC`: its name, a
+summary, its options, and `plan_moves`, a pure function that says which tensors make planned round
+trips (`Move`s); a policy
 that recomputes also says which activations it makes again (`plan_recomputes`), and its moves are
 planned on the graph that holds the re-runs as ops. `compile_plan` checks the options against the
 declaration and the capacity against the graph, asks the policy for its moves, and has
@@ -34,7 +35,7 @@ from ..plan.mechanisms import mechanism_of
 from ..plan.pool import SwapPool, executed_graph, kept_tensors, plan_pool, pool_limit
 from ..plan.residency import repair, transfers_for_moves
 from ..units import format_bytes
-from . import autovm, belady, checkpoint, device, joint, manual, tuned, uvm, vdnn
+from . import autovm, belady, checkpoint, device, exact, joint, manual, tuned, uvm, vdnn
 from .common import check_capacity, order_copies
 from .spec import OptionSpec, PlanMoves, PolicySpec, SearchMoves, SearchRecomputes, Simulation
 
@@ -47,6 +48,7 @@ POLICIES: dict[str, PolicySpec] = {spec.name: spec for spec in (
     tuned.SPEC,
     checkpoint.SPEC,
     joint.SPEC,
+    exact.SPEC,
     manual.SPEC,
 )}
 

@@ -113,10 +113,21 @@ def search(graph: Graph, capacity: int, simulation: Simulation, mechanism: Mecha
 def _units(graph: Graph, simulation: Simulation) -> list[frozenset[int]]:
     """Each activation a backward op reads, with the chain its op reads that no backward op reads, the most
     bytes per nanosecond of re-running first."""
-    free = set(recomputable(graph))
-    backward = {t for t in free if _first_backward(graph, t) is not None}
     cost = simulation.cost_model
     units = []
+    for t, unit in unit_sets(graph).items():
+        ns = sum(cost.compute_ns(graph.ops[graph.tensors[u].producer].name, graph.ops[graph.tensors[u].producer].flops,
+                                 graph.ops[graph.tensors[u].producer].bytes_touched) for u in unit)
+        units.append((sum(graph.tensors[u].nbytes for u in unit) / max(ns, 1.0), t, frozenset(unit)))
+    return [unit for _, _, unit in sorted(units, key=lambda x: (-x[0], x[1]))]
+
+
+def unit_sets(graph: Graph) -> dict[int, frozenset[int]]:
+    """Each activation a backward op reads (the unit's head), with the chain its op reads that no backward
+    op reads, by head, ascending."""
+    free = set(recomputable(graph))
+    backward = {t for t in free if _first_backward(graph, t) is not None}
+    out = {}
     for t in sorted(backward):
         unit, todo = {t}, [t]
         while todo:
@@ -124,10 +135,8 @@ def _units(graph: Graph, simulation: Simulation) -> list[frozenset[int]]:
                 if r in free and r not in backward and r not in unit:
                     unit.add(r)
                     todo.append(r)
-        ns = sum(cost.compute_ns(graph.ops[graph.tensors[u].producer].name, graph.ops[graph.tensors[u].producer].flops,
-                                 graph.ops[graph.tensors[u].producer].bytes_touched) for u in unit)
-        units.append((sum(graph.tensors[u].nbytes for u in unit) / max(ns, 1.0), t, frozenset(unit)))
-    return [unit for _, _, unit in sorted(units, key=lambda x: (-x[0], x[1]))]
+        out[t] = frozenset(unit)
+    return out
 
 
 def _first_backward(graph: Graph, t: int) -> int | None:

@@ -93,7 +93,8 @@ class Configure(pn.viewable.Viewer):
 
     def __panel__(self) -> Any:
         return pn.Column(self.model, self.batch, self.capacity, self.capacity_help,
-                         pn.Row(self.policy, tip("uvm", "autovm", "belady", "vdnn", "tuned", "checkpoint", "joint")),
+                         pn.Row(self.policy, tip("uvm", "autovm", "belady", "vdnn", "tuned", "checkpoint", "joint",
+                                                 "exact")),
                          self.policy_help,
                          pn.Row(self.mechanism, tip("uvm", "swap")), self.mechanism_help, self.knobs, self.simulate,
                          sizing_mode="stretch_width")

@@ -37,6 +37,8 @@ GLOSSARY = {
                   "maps of all but the last in the backward pass.",
     "joint": "A search in the simulator for which feature maps to recompute, from checkpoint_sequential's choices, "
              "with belady's trips for what still does not fit.",
+    "exact": "An integer program solved with HiGHS (Checkmate's, POET's): for each feature map, keep, recompute or "
+             "move, the least re-run and copy time that fits; seconds to solve, its gap to optimal reported.",
     "CUPTI": "NVIDIA's profiling interface: it counted the unified-memory migrations and page faults, and "
              "timed the kernels.",
     "NVML": "NVIDIA's management library: it sampled the device's memory use and PCIe throughput.",
