@@ -194,7 +194,7 @@ def _one_capacity(text: str, within: str | None = None) -> tuple[str, int | Deci
     item = text.strip()
     try:
         if item.endswith("%"):
-            parse_bytes(item, 100)  # the same checks of a share as plan's
+            parse_bytes(item, 2**40)  # the same checks of a share as plan's, of a 1 TiB footprint
             return "share", Decimal(item[:-1].strip())
         nbytes = parse_bytes(item)
     except ValueError as e:
