@@ -221,8 +221,9 @@ def capacities_for(items: Sequence[tuple[str, int | Decimal]], graph: Graph) -> 
     need, _ = graph.min_capacity
     below = [c for c in out if c < need]
     if below:
-        _note(f"{graph.model} batch {graph.batch}: {len(below)} capacities below its least, {format_bytes(need)} "
-              f"({100 * need / graph.footprint:.1f}%), are skipped: "
+        some = "1 capacity below its least" if len(below) == 1 else f"{len(below)} capacities below its least"
+        _note(f"{graph.model} batch {graph.batch}: {some}, {format_bytes(need)} ({100 * need / graph.footprint:.1f}%), "
+              f"{'is' if len(below) == 1 else 'are'} skipped: "
               + ", ".join(capacity_text(c, graph.footprint) for c in below))
     return out
 
