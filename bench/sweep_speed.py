@@ -6,7 +6,9 @@ capacities (200 points) written as CSV, under 60 s on a 2-core machine.
 
 The sweep runs as a person runs it (`python -m vmexplorer sweep ... --out FILE`, a new process, its start
 and imports included), with --jobs 1 and with the default (every core), each `--repeat` times; the
-machine's load average before each run is written beside its time, as other work on the machine slows it.
+machine's load average before and after each run is written beside its time, as other work on the machine
+slows it, and so is the CPU time of the sweep's processes, which that work does not change: on an idle
+machine with N cores the sweep takes about that over N, plus the processes' start.
 The 5 policies are the ones that plan without a search (`uvm`, whose swap points are refusals, `autovm`,
 `belady`, `vdnn`, `checkpoint`); `tuned` and `joint` search for seconds a point and are timed apart
 (`--policies`).
@@ -18,6 +20,7 @@ import argparse
 import csv
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -28,20 +31,23 @@ POLICIES = "uvm,autovm,belady,vdnn,checkpoint"
 CAPACITIES = "43%..100%:3%"  # 20 capacities, the lowest above VGG-19 b64's least (36.8%)
 
 
-def sweep_once(policies: str, jobs: int | None) -> tuple[float, int, int]:
-    """(seconds, rows, rows with figures) of one sweep run as a command."""
+def sweep_once(policies: str, jobs: int | None) -> tuple[float, float, int, int]:
+    """(seconds, CPU seconds of the sweep's processes, rows, rows with figures) of one sweep run as a command."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "sweep.csv"
         argv = [sys.executable, "-m", "vmexplorer", "sweep", "--model", "vgg19:64", "--policy", policies,
                 "--mechanism", "uvm,swap", "--capacity", CAPACITIES, "--out", str(out)]
         if jobs is not None:
             argv += ["--jobs", str(jobs)]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         began = time.perf_counter()
         subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
         seconds = time.perf_counter() - began
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the workers' too: they are waited for
+        cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
         with open(out, newline="") as f:
             rows = list(csv.DictReader(f))
-    return seconds, len(rows), sum(1 for r in rows if r["iteration_ns"])
+    return seconds, cpu, len(rows), sum(1 for r in rows if r["iteration_ns"])
 
 
 def main() -> None:
@@ -58,9 +64,10 @@ def main() -> None:
     for jobs in (1, None):
         for _ in range(args.repeat):
             load = os.getloadavg()[0]
-            seconds, rows, figures = sweep_once(args.policies, jobs)
+            seconds, cpu, rows, figures = sweep_once(args.policies, jobs)
             lines.append(f"--jobs {jobs or f'default ({cores})'}: {seconds:.1f} s for {rows} points "
-                         f"({figures} with figures, the rest refusals), load average before {load:.2f}")
+                         f"({figures} with figures, the rest refusals), {cpu:.1f} s of CPU in all; load average "
+                         f"before {load:.2f}, after {os.getloadavg()[0]:.2f}")
             print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"
     if args.out is not None:
