@@ -9,7 +9,7 @@ turn, the most bytes per nanosecond of its op first, recomputed or not, keeping 
 simulated iteration gets shorter; every candidate's moves are belady's on its recomputed graph, as
 compile_plan plans them, under the mechanism the plan runs under. Deterministic: the order is fixed,
 nothing is drawn, and the search stops after `search_steps` activations (250 by default: all of VGG-19's
-and ResNet-50's, about 6 s of a 2-core CI machine on ResNet-50 b64), so one configuration gives one plan
+and ResNet-50's, 6.4 s of CPU on ResNet-50 b64 on the 2-core CI machine), so one configuration gives one plan
 however loaded the machine is. `search_seconds` is only a safety cap, by default the most allowed; where
 it stops the search first the plan depends on the machine's speed and load, and the report says so.
 
