@@ -19,7 +19,7 @@ from vmexplorer.graph import Graph, build_graph
 from vmexplorer.plan import Plan
 from vmexplorer.plan.moves import check_moves
 from vmexplorer.plan.validate import validate_plan
-from vmexplorer.policies import POLICIES, Simulation, compile_plan
+from vmexplorer.policies import POLICIES, Simulation, compile_plan, non_default_options
 from vmexplorer.policies.spec import MAX_SEARCH_SECONDS, MAX_SEARCH_STEPS
 from vmexplorer.policies.tuned import STARTS
 from vmexplorer.simulator import H100_DEFAULT, CostModel, simulate
@@ -149,3 +149,10 @@ def test_the_steps_stop_the_search_by_default_and_the_report_gives_its_time() ->
     plan = compile_plan(g, capacity, "tuned", {}, simulation=simulation(notes=notes))
     assert plan.options["search_steps"] == 600 and plan.options["search_seconds"] == MAX_SEARCH_SECONDS
     assert re.search(r"of 600 changes kept in \d+\.\d s$", notes[0])
+
+
+def test_a_plan_made_under_another_time_cap_still_ran_the_search_as_shipped() -> None:
+    # the samples were searched under the old 4.5 s (joint: 10 s) cap: the app still finds them as the policy's
+    assert non_default_options("tuned", {"search_seed": 0, "search_steps": 600, "search_seconds": 4.5}) == {}
+    assert non_default_options("joint", {"search_seconds": 10.0}) == {}
+    assert non_default_options("tuned", {"search_steps": 40, "search_seconds": 4.5}) == {"search_steps": 40}

@@ -45,7 +45,7 @@ START_SEGMENTS = (1, 2, 4, 8)  # checkpoint_sequential's segments tried as start
 OPTIONS = {
     "search_seconds": OptionSpec(float, MAX_SEARCH_SECONDS, "safety cap on the search's wall-clock time (where it "
                                  "stops the search before its steps, the plan depends on the machine's speed and load)",
-                                 minimum=0, maximum=MAX_SEARCH_SECONDS),
+                                 minimum=0, maximum=MAX_SEARCH_SECONDS, safety=True),
     "search_steps": OptionSpec(int, 250, "activations the search tries, in its fixed order: what stops it, so one "
                                "configuration gives one plan anywhere", minimum=0, maximum=MAX_SEARCH_STEPS),
 }

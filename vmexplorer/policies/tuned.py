@@ -57,7 +57,8 @@ OPTIONS = {
                                 "anywhere", minimum=0, maximum=MAX_SEARCH_STEPS),
     "search_seconds": OptionSpec(float, MAX_SEARCH_SECONDS, "safety cap on the search's wall-clock time, its bound and "
                                  "start plans included (where it stops the search before its steps, the plan depends "
-                                 "on the machine's speed and load)", minimum=0, maximum=MAX_SEARCH_SECONDS),
+                                 "on the machine's speed and load)", minimum=0, maximum=MAX_SEARCH_SECONDS,
+                                 safety=True),
 }
 
 
