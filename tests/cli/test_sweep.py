@@ -132,6 +132,9 @@ def test_out_is_written_whole_once_every_point_is_done(capsys: pytest.CaptureFix
     assert rows_of(out.read_text())[0]["policy"] == "belady"
     code, _, err = run(capsys, "sweep", *SMALL, "--policy", "belady", "--capacity", "60%", "--out", str(out))
     assert code == 2 and "exists; pass --force" in err  # refused before the work
+    code, _, err = run(capsys, "sweep", *SMALL, "--policy", "belady", "--capacity", "60%", "--out",
+                       str(tmp_path / "no" / "sweep.csv"))
+    assert code == 2 and "the folder" in err and "does not exist" in err
 
 
 def test_a_sweep_that_fails_leaves_no_partial_file_and_keeps_the_one_there(

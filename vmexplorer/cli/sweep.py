@@ -48,8 +48,10 @@ def cmd_sweep(args: argparse.Namespace) -> dict[str, Any]:
 
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs takes how many processes to run points in, at least 1, not {args.jobs}")
-    if args.out is not None:
-        _refuse_existing(args.out, args.force)  # before the work, not after it
+    if args.out is not None:  # before the work, not after it
+        _refuse_existing(args.out, args.force)
+        if not args.out.parent.is_dir():
+            raise UsageError(f"cannot write {args.out}: the folder {args.out.parent} does not exist")
     models = parse_models(args.model, args.batch, args.image_size)
     policies, mechanisms = parse_policies(args.policy), parse_mechanisms(args.mechanism)
     items = parse_capacities(args.capacity)
