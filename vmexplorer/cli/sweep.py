@@ -263,11 +263,23 @@ def run_points(points: Sequence[Point], costs: dict[Key, CostModel], jobs: int,
             got = future.result()
             _place(rows, got)
             progress(len(got))
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)  # the points not started are dropped, nothing written
+    except BaseException:  # Ctrl-C, SIGTERM or a bug: nothing is written, and no worker goes on working
+        _stop(pool)
         raise
     pool.shutdown()
     return [r for r in rows if r is not None]
+
+
+def _stop(pool: Any) -> None:
+    """End the workers now: a point a worker has started (a search: up to a minute) is not waited for."""
+    stop = getattr(pool, "terminate_workers", None)  # Python 3.14 on
+    if stop is not None:
+        stop()
+        return
+    workers = list((getattr(pool, "_processes", None) or {}).values())  # before it, the pool's own record
+    pool.shutdown(wait=False, cancel_futures=True)
+    for worker in workers:
+        worker.terminate()
 
 
 def _place(rows: list[Row | None], got: list[tuple[int, Row]]) -> None:
