@@ -77,3 +77,13 @@ def test_a_search_stopped_by_its_time_cap_keeps_its_start_and_says_so() -> None:
     result = search(g.fitted(capacity), capacity, SIMULATION, Mechanism.UVM, seconds=0.0)
     assert result.stopped_by_time and result.tried == 0 and result.end_ns == result.start_ns
     assert "stopped by its time cap" in result.note()
+
+
+def test_the_search_stops_after_its_steps_whatever_the_clock_so_one_configuration_gives_one_plan() -> None:
+    g = graph()
+    capacity = int(g.footprint * 0.5)
+    fitted = g.fitted(capacity)
+    first = search(fitted, capacity, SIMULATION, Mechanism.UVM, steps=5)
+    again = search(fitted, capacity, SIMULATION, Mechanism.UVM, steps=5)
+    assert first.tried == 5 and not first.stopped_by_time and first.steps == again.steps
+    assert "of 5 changes kept" in first.note() and "time cap" not in first.note()

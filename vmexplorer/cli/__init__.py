@@ -257,7 +257,7 @@ def _run(argv: list[str] | None) -> int:
 
 # what `vmexplorer.cli` still offers from the modules it was split into, each imported when first asked for
 _EXPORTS = {
-    "build_parser": "parser", "cmd_serve": "serve",
+    "build_parser": "parser", "cmd_serve": "serve", "cmd_sweep": "sweep", "table_sweep": "sweep",
     **dict.fromkeys(("RunFailed", "cmd_calibrate", "cmd_compare", "cmd_export", "cmd_graph", "cmd_info",
                      "cmd_models", "cmd_plan", "cmd_run", "cmd_simulate", "graph_doc", "plan_doc"), "commands"),
     **dict.fromkeys(("table_calibrate", "table_compare", "table_export", "table_graph", "table_info",

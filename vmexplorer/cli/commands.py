@@ -277,6 +277,9 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError("--iterations must be at least 1, and --warmup and --counted at least 0")
     parts = _collector_parts(args.collectors)
     _refuse_existing(args.out, args.force)
+    from ..graph import build_graph
+
+    capacity_of(args.capacity, build_graph(args.model, args.batch, args.image_size))  # bad input before "no GPU"
     cupy()  # says plainly when there is no GPU, before `tuned` searches for seconds or anything is allocated
     given = _cost_session(getattr(args, "cost_model", None))
     planned = _compile(args, given)
@@ -329,15 +332,12 @@ def _compile(args: argparse.Namespace, measured: Any = None) -> Planned:
     from ..config import Config, Mechanism
     from ..graph import build_graph
     from ..session.planned import plan_for
-    from ..units import format_bytes, parse_bytes
+    from ..units import format_bytes
 
     path = getattr(args, "cost_model", None)
     measured = measured or _cost_session(path)  # a bad file is refused before the work
     graph = build_graph(args.model, args.batch, args.image_size)
-    try:
-        capacity = parse_bytes(args.capacity, graph.footprint)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    capacity = capacity_of(args.capacity, graph)
     moves, steps = _read_moves(graph, args.moves) if args.moves is not None else ([], [])
     config = Config(graph.model, graph.batch, graph.image_size, capacity, args.policy, _policy_options(args),
                     Mechanism(args.mechanism))
@@ -349,6 +349,28 @@ def _compile(args: argparse.Namespace, measured: Any = None) -> Planned:
         _note(f"capacity {format_bytes(capacity)} holds the whole footprint of "
               f"{format_bytes(graph.footprint)}: nothing will page")
     return planned
+
+
+def capacity_of(text: str, graph: Graph) -> int:
+    """`--capacity`'s bytes for `graph`; UsageError for what is not a size, and for a bare number (no unit)
+    below the least capacity the graph runs in: most likely a share typed without its `%`."""
+    import re
+
+    from ..units import format_bytes, parse_bytes
+
+    try:
+        capacity = parse_bytes(text, graph.footprint)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    need, _ = graph.min_capacity
+    if capacity < need and re.fullmatch(r"\s*[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?\s*", str(text)):
+        bare = str(text).strip()  # digits, a point and an exponent only: nothing to escape
+        asked = f"{capacity} bytes? did you mean {bare}%?" if 0 < float(bare) <= 1000 else \
+            f"{capacity} bytes is too few:"
+        raise UsageError(f"--capacity {bare}: {asked} {graph.model} batch {graph.batch} at {graph.image_size}px needs "
+                         f"at least {format_bytes(need)} ({need} bytes, {100 * need / graph.footprint:.1f}% of its "
+                         "footprint); give a share (50%) or a size with its unit (4GiB)")
+    return capacity
 
 
 def _policy_options(args: argparse.Namespace) -> dict[str, Any]:

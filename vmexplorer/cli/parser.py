@@ -17,6 +17,7 @@ from .commands import (
     cmd_simulate,
 )
 from .serve import cmd_serve
+from .sweep import cmd_sweep, table_sweep
 from .tables import (
     _flag,
     table_calibrate,
@@ -54,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"vmexplorer {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _model_commands(sub)
+    _sweep_arguments(_command(sub, "sweep", cmd_sweep, table_sweep, "plan and simulate every point of models x "
+                              "policies x mechanisms x capacities: one row each, as CSV or JSON", formats=False))
     _session_commands(sub)
     _run_arguments(_command(sub, "run", cmd_run, table_simulate, "run a plan on the GPU and save the measured session"))
     _serve_arguments(_command(sub, "serve", cmd_serve, table_serve,
@@ -160,6 +163,35 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="replace FILE if it exists")
     p.add_argument("--note", action="append", default=[], metavar="TEXT",
                    help="a note kept in the session (repeatable)")
+
+
+def _sweep_arguments(p: argparse.ArgumentParser) -> None:
+    from pathlib import Path
+
+    from ..graph import DEFAULT_IMAGE_SIZE, MODELS
+
+    p.add_argument("--model", required=True, metavar="M[:B],...",
+                   help=f"models, comma-separated, each with its batch after a colon (vgg19:64) or --batch's: "
+                        f"{', '.join(MODELS)}")
+    p.add_argument("--batch", type=int, metavar="B", help="batch size of the models given without one")
+    p.add_argument("--image-size", type=int, default=DEFAULT_IMAGE_SIZE, metavar="S",
+                   help=f"square input images of S pixels (default {DEFAULT_IMAGE_SIZE})")
+    p.add_argument("--policy", required=True, metavar="P,...",
+                   help="policies, comma-separated, or all (every policy but manual); each with its default options")
+    p.add_argument("--mechanism", default="uvm", metavar="M,...", help="uvm, swap or uvm,swap (default uvm)")
+    p.add_argument("--capacity", required=True, metavar="C,...",
+                   help="capacities, comma-separated, as plan takes them (50%%, 4GiB, 3e9) or ranges A..B:STEP "
+                        "(45%%..100%%:5%%, 2GiB..4GiB:256MiB); those below a model's least capacity are rows with "
+                        "a note")
+    _cost_model_arg(p)
+    p.add_argument("--format", dest="rows_format", choices=("csv", "json"), default="csv",
+                   help="csv (default: a header, one row per point) or json (integer ns and bytes)")
+    p.add_argument("--out", type=Path, metavar="FILE", help="write the rows to FILE, whole once every point is "
+                   "done (default: stdout)")
+    p.add_argument("--force", action="store_true", help="replace FILE if it exists")
+    p.add_argument("--jobs", type=int, metavar="N", help="processes running points at once (default: the cores)")
+    p.add_argument("--progress", action="store_true",
+                   help="show the progress bar on stderr even where it is not a terminal")
 
 
 def _serve_arguments(p: argparse.ArgumentParser) -> None:

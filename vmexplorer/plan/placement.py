@@ -9,7 +9,11 @@ pools (`engine.memory` for `device` and managed memory) and the swap pool (`plan
 
 from __future__ import annotations
 
+import operator
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -100,6 +104,9 @@ def place(order: Sequence[int], sizes: Sequence[int], lifetimes: Sequence[Span],
         everyone: np.ndarray = np.asarray(clashes.all(axis=1))
         while k < len(order) and everyone[order[k]]:
             offsets[order[k]], base, k = base, base + sizes[order[k]], k + 1
+    # the loop runs once per tensor and placement, hundreds of thousands of times in a sweep: each step is one
+    # numpy call on the few tensors alive beside it (no wrappers such as flatnonzero, no new arrays joined)
+    never = np.iinfo(np.int64).max
     for t in order[k:]:
         nb = neighbours[t]
         nb = nb[placed[nb]]
@@ -107,11 +114,14 @@ def place(order: Sequence[int], sizes: Sequence[int], lifetimes: Sequence[Span],
         if nb.size:
             los = lo[nb]
             by = los.argsort(kind="stable")
-            los, reach = los[by], np.maximum.accumulate(hi[nb][by])
-            gaps = los - np.concatenate(([base], reach[:-1]))
-            fits = np.flatnonzero(gaps >= sizes[t])
-            if fits.size:
-                j = int(fits[gaps[fits].argmin()] if best_fit else fits[0])
+            reach = np.maximum.accumulate(hi[nb[by]])
+            gaps = los[by]  # each gap: from the highest byte below it to the next tensor's start
+            gaps[0] -= base
+            gaps[1:] -= reach[:-1]
+            fits = gaps >= sizes[t]
+            # the first gap that holds it, or (best fit) the first of the tightest
+            j = int(np.where(fits, gaps, never).argmin() if best_fit else fits.argmax())
+            if fits[j]:
                 at = int(reach[j - 1]) if j else base
             else:
                 at = int(reach[-1])
@@ -131,7 +141,7 @@ IMPROVE_ROUNDS = 100  # and placements tried at most: a small graph's take a few
 
 def top(offsets: Sequence[int], sizes: Sequence[int]) -> int:
     """The pool's size: the highest byte any placed tensor reaches."""
-    return max((o + s for o, s in zip(offsets, sizes)), default=0)
+    return max(map(operator.add, offsets, sizes), default=0)
 
 
 def search_offsets(sizes: Sequence[int], spans: Sequence[Span], n: int, always: list[int], target: int,
@@ -173,9 +183,34 @@ def _searched(sizes: Sequence[int], spans: Sequence[Span], n: int, always: list[
     return best, greedy
 
 
+FITS_KEPT = 64  # placements `fit_stretches` remembers: a swap plan's pool is asked for again and again
+_fits: OrderedDict[tuple[Any, ...], tuple[tuple[int, ...], tuple[int, ...]]] = OrderedDict()
+_fits_lock = threading.Lock()
+
+
 def fit_stretches(sizes: Sequence[int], spans: Sequence[Span], n: int, always: list[int], fitting: Sequence[int],
                   target: int, floor: int, align: int, improve: int, period: int | None = None,
                   anew: bool = True) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """`place_stretches`, remembered for the last `FITS_KEPT` inputs: it is a pure function of them, and
+    the same plan's pool is placed several times over (fitting the room, ordering the copies, timing a
+    plan by its workspaces, a run's or a sweep's pool), each placement taking up to a second."""
+    key = (tuple(sizes), tuple(spans), n, tuple(always), tuple(fitting), target, floor, align, improve, period, anew)
+    with _fits_lock:
+        found = _fits.get(key)
+        if found is not None:
+            _fits.move_to_end(key)
+            return found
+    found = place_stretches(sizes, spans, n, always, fitting, target, floor, align, improve, period, anew)
+    with _fits_lock:
+        _fits[key] = found
+        while len(_fits) > FITS_KEPT:
+            _fits.popitem(last=False)
+    return found
+
+
+def place_stretches(sizes: Sequence[int], spans: Sequence[Span], n: int, always: list[int], fitting: Sequence[int],
+                    target: int, floor: int, align: int, improve: int, period: int | None = None,
+                    anew: bool = True) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(offsets, sizes): a placement within `target` where the tensors of `fitting` may shrink (a
     convolution's workspace: its kernel chooses an algorithm within what it is given), each by as little
     as this finds. First, at each op whose tensors hold more than the target, its tensors of `fitting` give

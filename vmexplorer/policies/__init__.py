@@ -221,10 +221,10 @@ def check_mechanism(spec: PolicySpec, mechanism: Mechanism | str) -> Mechanism:
 
 
 def non_default_options(policy: str, options: Mapping[str, Any]) -> dict[str, Any]:
-    """The options that differ from the policy's defaults (an option the policy does not know counts):
-    empty when a plan ran the policy as shipped."""
+    """The options that differ from the policy's defaults (an option the policy does not know counts, a
+    safety cap such as a search's seconds does not): empty when a plan ran the policy as shipped."""
     spec = POLICIES[policy].options if policy in POLICIES else {}
-    return {k: v for k, v in options.items() if k not in spec or spec[k].default != v}
+    return {k: v for k, v in options.items() if k not in spec or spec[k].default != v and not spec[k].safety}
 
 
 def _check_options(spec: PolicySpec, options: Mapping[str, Any]) -> dict[str, Any]:

@@ -28,6 +28,9 @@ class OptionSpec:
     choices: tuple[Any, ...] = ()
     minimum: int | None = None
     maximum: float | None = None  # every number has one: what a class or an engineer needs, not what a type holds
+    # a safety cap (a search's wall-clock seconds): it stops runaway work and is not meant to decide the plan,
+    # so a plan made with another value still ran the policy as shipped (`non_default_options`)
+    safety: bool = False
 
 
 class PlanMoves(Protocol):
