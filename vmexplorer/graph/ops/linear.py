@@ -18,16 +18,17 @@ from .recorder import Recorder
 Array = Any
 
 
-def linear(b: Recorder, x: int, layer: str, out_features: int) -> int:
-    """Record a fully connected layer over tensor `x` with new weights and bias; returns y."""
+def linear(b: Recorder, x: int, layer: str, out_features: int, bias: bool = True) -> int:
+    """Record a fully connected layer over tensor `x` with new weights (and bias); returns y."""
     n = b.shape(x)[0]
     in_features = math.prod(b.shape(x)) // n  # flatten is a view: no op, no copy
     weight = b.param(layer, "weight", (out_features, in_features))
-    bias = b.param(layer, "bias", (out_features,))
+    params = (weight, b.param(layer, "bias", (out_features,))) if bias else (weight,)
     macs = n * in_features * out_features
-    y, _ = b.forward("linear", layer, (x,), (weight, bias), (n, out_features), 2 * macs + n * out_features,
-                     keeps=(x, weight), backward_flops=4 * macs + n * out_features,
-                     input_grad_flops=2 * macs, attrs=(("bias", True),))
+    bias_flops = n * out_features if bias else 0
+    y, _ = b.forward("linear", layer, (x,), params, (n, out_features), 2 * macs + bias_flops,
+                     keeps=(x, weight), backward_flops=4 * macs + bias_flops,
+                     input_grad_flops=2 * macs, attrs=(("bias", bias),))
     return y
 
 
