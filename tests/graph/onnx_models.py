@@ -48,9 +48,11 @@ class Net:
             self.inits.append(helper.make_tensor(name, TensorProto.FLOAT, list(shape),
                                                  np.zeros(shape, np.float32).tobytes(), raw=True))
         else:
-            t = helper.make_tensor(name, TensorProto.FLOAT, list(shape), [], raw=False)
+            t = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=list(shape))
             t.data_location = TensorProto.EXTERNAL
-            helper.set_external_data(t, location="weights.bin", offset=0, length=4 * int(np.prod(shape)))
+            for key, value in (("location", "weights.bin"), ("offset", "0"), ("length", str(4 * int(np.prod(shape))))):
+                entry = t.external_data.add()
+                entry.key, entry.value = key, value
             self.inits.append(t)
         return name
 

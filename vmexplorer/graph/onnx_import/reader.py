@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ...units import quoted
+from ...units import format_bytes, quoted
 from ..graph import GraphError
 
 MAX_FILE_BYTES = 1 << 30  # VGG-19 with its weights is 548 MB; a session is bounded at 1 GB as well
@@ -59,23 +59,23 @@ def model_name(stem: str) -> str:
 def read_model(source: str | os.PathLike[str] | bytes) -> tuple[Any, str]:
     """(the parsed ModelProto, where it came from for messages) of a path or the bytes of a file."""
     onnx = onnx_module()
-    where = "the ONNX bytes" if isinstance(source, bytes | bytearray) else quoted(str(source))
+    where = "the ONNX data" if isinstance(source, bytes | bytearray) else quoted(str(source))
     raw = bytes(source) if isinstance(source, bytes | bytearray) else _read_bounded(Path(source), where)
     if len(raw) > MAX_FILE_BYTES:
-        raise GraphError(f"{where} is {len(raw)} bytes, over the {MAX_FILE_BYTES >> 20} MiB an ONNX model may "
+        raise GraphError(f"{where}: {len(raw)} bytes, over the {format_bytes(MAX_FILE_BYTES)} an ONNX model may "
                          "be here")
     try:
         model = onnx.load_model_from_string(raw)
     except Exception as e:  # protobuf's DecodeError, or a message that parses into nonsense
-        raise GraphError(f"{where} is not an ONNX model: it could not be parsed ({type(e).__name__})") from None
+        raise GraphError(f"{where}: not an ONNX model, as it could not be parsed ({type(e).__name__})") from None
     if not model.HasField("graph") or not model.graph.node:
-        raise GraphError(f"{where} is not an ONNX model: it holds no graph of nodes")
+        raise GraphError(f"{where}: not an ONNX model, as it holds no graph of nodes")
     if len(model.graph.node) > MAX_NODES:
-        raise GraphError(f"{where} has {len(model.graph.node)} nodes, over the {MAX_NODES} a model may have here")
+        raise GraphError(f"{where}: {len(model.graph.node)} nodes, over the {MAX_NODES} a model may have here")
     versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
     if not versions or versions[0] not in OPSETS:
         found = versions[0] if versions else "none"
-        raise GraphError(f"{where} uses ONNX opset {found}; the importer reads opsets {OPSETS.start} to "
+        raise GraphError(f"{where}: ONNX opset {found}; the importer reads opsets {OPSETS.start} to "
                          f"{OPSETS.stop - 1} (re-export with opset_version=17)")
     return model, where
 
@@ -85,11 +85,11 @@ def _read_bounded(path: Path, where: str) -> bytes:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size > MAX_FILE_BYTES:  # refused before it is read
-                raise GraphError(f"{where} is {size} bytes, over the {MAX_FILE_BYTES >> 20} MiB an ONNX model may "
+                raise GraphError(f"{where}: {size} bytes, over the {format_bytes(MAX_FILE_BYTES)} an ONNX model may "
                                  "be here")
             return f.read(MAX_FILE_BYTES + 1)  # a pipe has no size: one byte past the limit at most
     except OSError as e:
-        raise GraphError(f"{where} cannot be read: {e.strerror or type(e).__name__}") from None
+        raise GraphError(f"{where}: cannot be read: {e.strerror or type(e).__name__}") from None
 
 
 def constants(model: Any) -> dict[str, Constant]:
