@@ -1,5 +1,5 @@
 """Importing a model from an ONNX file: torchvision's models, written as torch.onnx.export writes them
-(tests/graph/onnx_models.py, no torch needed), import to the graphs of their built-in twins; what the op
+(tests/onnx_models.py, no torch needed), import to the graphs of their built-in twins; what the op
 kinds cannot represent, and files that are not models, are refused in one GraphError that says where."""
 
 import sys

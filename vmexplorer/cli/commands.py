@@ -47,9 +47,25 @@ def cmd_models(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_graph(args: argparse.Namespace) -> dict[str, Any]:
-    from ..graph import build_graph
+    return graph_doc(_graph(args))
 
-    return graph_doc(build_graph(args.model, args.batch, args.image_size))
+
+def _graph(args: argparse.Namespace) -> Graph:
+    """The graph of `--model` or of `--model-file` (an ONNX file) at `--batch` and `--image-size`."""
+    from ..graph import DEFAULT_IMAGE_SIZE, build_graph, import_onnx
+
+    if getattr(args, "model_file", None) is not None:
+        return import_onnx(args.model_file, args.batch, args.image_size)
+    return build_graph(args.model, args.batch, DEFAULT_IMAGE_SIZE if args.image_size is None else args.image_size)
+
+
+def _refuse_imported(args: argparse.Namespace) -> None:
+    """A session of a model from a file could not be opened again (a session names its model, and the file
+    may be elsewhere): refused before any work, until sessions carry their graph."""
+    if getattr(args, "model_file", None) is not None:
+        raise UsageError(f"`{args.command}` saves a session, and sessions of imported models (--model-file) come "
+                         "in a later version of vmexplorer; `vmexplorer plan --model-file FILE ...` shows the "
+                         "plan and its simulation")
 
 
 def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
@@ -74,6 +90,7 @@ def summary_of(session: Session) -> dict[str, Any]:
 def cmd_simulate(args: argparse.Namespace) -> dict[str, Any]:
     from ..session import save_session
 
+    _refuse_imported(args)
     _refuse_existing(args.out, args.force)  # before the work, not after it
     planned = _compile(args)
     session = planned.simulated(notes=args.note)
@@ -273,6 +290,7 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     from ..engine.gpu import cupy
     from ..session.files import iterations_that_fit, save_session
 
+    _refuse_imported(args)
     if args.iterations < 1 or args.warmup < 0 or args.counted < 0:
         raise UsageError("--iterations must be at least 1, and --warmup and --counted at least 0")
     parts = _collector_parts(args.collectors)
@@ -327,13 +345,12 @@ def _compile(args: argparse.Namespace, measured: Any = None) -> Planned:
     it is simulated with (`--cost-model`'s, or the default): a policy that searches in the simulator
     (`tuned`) searches with that same model, so the plan it keeps is the one the simulation shows best."""
     from ..config import Config, Mechanism
-    from ..graph import build_graph
     from ..session.planned import plan_for
     from ..units import format_bytes, parse_bytes
 
     path = getattr(args, "cost_model", None)
     measured = measured or _cost_session(path)  # a bad file is refused before the work
-    graph = build_graph(args.model, args.batch, args.image_size)
+    graph = _graph(args)
     try:
         capacity = parse_bytes(args.capacity, graph.footprint)
     except ValueError as e:

@@ -33,7 +33,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from ..config import Config, Mechanism
-from ..graph import Graph, Recompute, build_graph
+from ..graph import MODELS, Graph, Recompute, build_graph
 from ..plan import Move, Plan, PlanError
 from ..policies import POLICIES, Simulation, check_mechanism, compile_plan
 from ..records.breakdown import TimeSplit, time_split
@@ -151,7 +151,8 @@ def plan_for(config: Config, cost_model: CostModel, edits: Sequence[Move] = (),
     spec = POLICIES.get(config.policy)
     if spec is not None and spec.searches:
         config = dataclasses.replace(config, mechanism=check_mechanism(spec, config.mechanism))
-        plan, reports = _searched(_json(config), _json(cost_model))
+        plan, reports = _searched(_json(config), _json(cost_model)) if _built_in(graph) else \
+            _search(graph, config.as_json(), cost_model)
         return Planned(graph.fitted(plan.planned_with), plan, cost_model, reports)
     said: list[str] = []
     plan = compile_plan(graph, config.capacity, config.policy, config.options, edits,
@@ -171,7 +172,15 @@ def bound_at(graph: Graph, capacity: int, cost_model: CostModel, mechanism: str,
     """The bound at a capacity through a mechanism under a cost model (`simulator.bound.lower_bound`;
     `recompute`: the joint bound, for a plan that recomputes), or None below the least capacity the graph
     runs in."""
+    if not _built_in(graph):  # a model from a file: its graph is not built again from its name
+        return _lower_bound(graph.full or graph, capacity, cost_model, str(mechanism), recompute)
     return _bound(graph.key, graph.workspaces, capacity, _json(cost_model), str(mechanism), recompute)
+
+
+def _built_in(graph: Graph) -> bool:
+    """Whether `graph` is a built-in model's, which `build_graph` makes again from its key: the memos
+    below keep results by that key. A model imported from a file (`import_onnx`) is worked out afresh."""
+    return graph.model in MODELS
 
 
 def simulated_split(config: Config, cost_model: CostModel) -> TimeSplit | None:
@@ -205,9 +214,13 @@ def _json(value: Config | CostModel) -> str:
 @memo(maxsize=64)
 def _bound(key: tuple[str, int, int], workspaces: bool, capacity: int, cost_json: str, mechanism: str,
            recompute: bool) -> Bound | None:
+    return _lower_bound(build_graph(*key, workspaces=workspaces), capacity, CostModel(**json.loads(cost_json)),
+                        mechanism, recompute)
+
+
+def _lower_bound(graph: Graph, capacity: int, cost: CostModel, mechanism: str, recompute: bool) -> Bound | None:
     try:
-        return lower_bound(build_graph(*key, workspaces=workspaces), capacity, CostModel(**json.loads(cost_json)),
-                           mechanism, recompute=recompute)
+        return lower_bound(graph, capacity, cost, mechanism, recompute=recompute)
     except PlanError:
         return None
 
@@ -215,7 +228,10 @@ def _bound(key: tuple[str, int, int], workspaces: bool, capacity: int, cost_json
 @memo(maxsize=32)  # one per configuration a server's pages searched; each plan is small
 def _searched(config_json: str, cost_json: str) -> tuple[Plan, tuple[str, ...]]:
     c, cost = json.loads(config_json), CostModel(**json.loads(cost_json))
-    graph = build_graph(c["model"], c["batch"], c["image_size"], workspaces=c["workspaces"])
+    return _search(build_graph(c["model"], c["batch"], c["image_size"], workspaces=c["workspaces"]), c, cost)
+
+
+def _search(graph: Graph, c: dict[str, Any], cost: CostModel) -> tuple[Plan, tuple[str, ...]]:
     said: list[str] = []
     plan = compile_plan(graph, c["capacity_bytes"], c["policy"], c["options"],
                         simulation=Simulation(simulate, lower_bound, cost, said.append), mechanism=c["mechanism"])
