@@ -265,3 +265,39 @@ def test_without_onnx_installed_the_error_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "onnx", None)
     with pytest.raises(GraphError, match=r"pip install 'vmexplorer\[onnx\]'"):
         import_onnx(b"anything", 2)
+
+
+@pytest.mark.parametrize("attrs", [{"pads": 1.5}, {"group": "two"}, {"kernel_shape": [3.5, 3.5]},
+                                   {"strides": [1]}, {"auto_pad": "SIDEWAYS"}, {"dilations": "wide"}])
+def test_attributes_of_the_wrong_kind_are_refused_naming_the_node(attrs):
+    net = Net()
+    net.conv("input", "conv", 8, 3)
+    conv = net.nodes[-1]
+    for a in [a for a in conv.attribute if a.name in attrs]:
+        conv.attribute.remove(a)
+    conv.attribute.extend(helper.make_attribute(k, v) for k, v in attrs.items())
+    out = net.linear(net.flatten(net.adaptive_avgpool(conv.output[0], "avgpool", 1)), "fc", 10)
+    with pytest.raises(GraphError, match='node "/conv/Conv"'):
+        import_onnx(net.bytes(out), 2)
+
+
+def test_a_file_with_bytes_changed_at_random_imports_or_is_one_graph_error():
+    import random
+
+    rng = random.Random(0)
+    net = Net(params="initializers")
+    good = net.bytes(small_with_view(net))
+    for _ in range(300):
+        data = bytearray(good)
+        for _ in range(rng.randint(1, 4)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        try:
+            import_onnx(bytes(data), 2)
+        except GraphError:
+            pass
+
+
+def small_with_view(net: Net) -> str:
+    """A small net whose flatten is a folded Reshape, so that changed bytes reach the folding too."""
+    x = net.relu(net.bn(net.conv("input", "conv", 8, 3, 1, 1, bias=False), "bn"), "relu")
+    return net.linear(net.dropout(net.view_flat(net.adaptive_avgpool(x, "avgpool", 1)), "drop"), "fc", 10)

@@ -99,11 +99,13 @@ def _walk(imp: Importer) -> None:
             domain = f" of domain {quoted(node.domain, 40)}" if node.domain not in ("", "ai.onnx") else ""
             raise GraphError(f"{imp.where}: {node_label(node, i)} has op type {quoted(node.op_type, 40)}{domain}, "
                              f"which vmexplorer cannot import yet; supported: {', '.join(SUPPORTED)}")
-        attrs = attributes(node)
-        if node.op_type in HANDLERS:
-            HANDLERS[node.op_type](imp, attrs)
-        else:
-            fold(imp, attrs)
+        try:
+            attrs = attributes(node)
+            (HANDLERS.get(node.op_type) or fold)(imp, attrs)
+        except GraphError:
+            raise
+        except (TypeError, ValueError, IndexError, KeyError, OverflowError) as e:  # a hostile file's attributes
+            imp.fail(f"has attributes or inputs of the wrong kind for its op type ({type(e).__name__})")
 
 
 def _logits(imp: Importer, model: Any) -> int:

@@ -33,6 +33,14 @@ def _map(imp: Importer, i: int = 0) -> Value:
     return x
 
 
+def _ints(imp: Importer, attrs: dict[str, Any], name: str, default: Any) -> list[int]:
+    """Attribute `name` (`default` where absent) as a list of integers, or an error saying what it is."""
+    values = attrs.get(name, default)
+    if not isinstance(values, list) or not all(isinstance(v, int) for v in values):
+        imp.fail(f"has {name} {values!r}; expected a list of integers")
+    return values
+
+
 def _square(imp: Importer, values: list[int], what: str) -> int:
     if len(values) != 2 or values[0] != values[1]:
         imp.fail(f"has {what} {values}; only square 2-D {what} are supported")
@@ -52,7 +60,7 @@ def _padding(imp: Importer, attrs: dict[str, Any], size: tuple[int, ...], k: int
         return next(iter(totals)) // 2
     if mode != "NOTSET":
         imp.fail(f"has auto_pad {mode!r}, not one of NOTSET, VALID, SAME_UPPER, SAME_LOWER")
-    pads = attrs.get("pads", [0, 0, 0, 0])
+    pads = _ints(imp, attrs, "pads", [0, 0, 0, 0])
     if len(pads) != 4 or len(set(pads)) != 1 or pads[0] < 0:
         imp.fail(f"has pads {pads}; only the same padding on every side is supported")
     return int(pads[0])
@@ -60,9 +68,9 @@ def _padding(imp: Importer, attrs: dict[str, Any], size: tuple[int, ...], k: int
 
 def _window(imp: Importer, attrs: dict[str, Any], x: Value, k: int) -> tuple[int, int]:
     """(stride, padding) of a sliding window of size k, which must not be dilated."""
-    if any(d != 1 for d in attrs.get("dilations", [1, 1])):
+    if any(d != 1 for d in _ints(imp, attrs, "dilations", [1, 1])):
         imp.fail(f"has dilations {attrs['dilations']}; dilated windows are not supported yet")
-    stride = _square(imp, attrs.get("strides", [1, 1]), "strides")
+    stride = _square(imp, _ints(imp, attrs, "strides", [1, 1]), "strides")
     if stride < 1 or k < 1:
         imp.fail(f"has kernel {k} and stride {stride}; both must be at least 1")
     return stride, _padding(imp, attrs, x.shape[2:], k, stride)
@@ -78,7 +86,7 @@ def conv(imp: Importer, attrs: dict[str, Any]) -> None:
                  "not supported yet")
     if len(w) != 4 or w[1] != x.shape[1]:
         imp.fail(f"has weights of shape {list(w)} for an input of {x.shape[1]} channels")
-    k = _square(imp, list(attrs.get("kernel_shape", w[2:])), "kernel_shape")
+    k = _square(imp, _ints(imp, attrs, "kernel_shape", list(w[2:])), "kernel_shape")
     if (k, k) != w[2:]:
         imp.fail(f"has kernel_shape {attrs['kernel_shape']} but weights of shape {list(w)}")
     stride, pad = _window(imp, attrs, x, k)
@@ -106,7 +114,7 @@ def relu_(imp: Importer, attrs: dict[str, Any]) -> None:
 
 def max_pool(imp: Importer, attrs: dict[str, Any]) -> None:
     x = _map(imp)
-    k = _square(imp, list(attrs.get("kernel_shape", [])), "kernel_shape")
+    k = _square(imp, _ints(imp, attrs, "kernel_shape", []), "kernel_shape")
     stride, pad = _window(imp, attrs, x, k)
     if attrs.get("ceil_mode") and any((s + 2 * pad - k) % stride for s in x.shape[2:]):
         imp.fail("has ceil_mode=1, which here makes a larger output than flooring; only flooring is supported")
@@ -119,7 +127,7 @@ def average_pool(imp: Importer, attrs: dict[str, Any]) -> None:
     """As adaptive average pooling where the windows tile the input exactly (torch's export of
     AdaptiveAvgPool2d where the output divides the input); other average poolings are refused."""
     x = _map(imp)
-    k = _square(imp, list(attrs.get("kernel_shape", [])), "kernel_shape")
+    k = _square(imp, _ints(imp, attrs, "kernel_shape", []), "kernel_shape")
     stride, pad = _window(imp, attrs, x, k)
     h, w = x.shape[2:]
     if stride != k or pad or h % k or w % k or h != w:

@@ -1,9 +1,9 @@
 """Fully connected layer: y = x W^T + b, with x flattened to (N, -1) as a view (torchvision's flatten).
 
-reads (x, W, b) writes (y); backward reads (x, W, dy) writes ([dx], dW, db).
+reads (x, W[, b]) writes (y); backward reads (x, W, dy) writes ([dx], dW[, db]).
 Backward keeps: x (for dW) and W (for dx); y is not needed.
-attrs: bias (always true in the models); backward also input_grad; allow_tf32, deterministic and
-autotune from the run, as for convolutions.
+attrs: bias (true in the built-in models; false for an imported Gemm or MatMul without one); backward also
+input_grad; allow_tf32, deterministic and autotune from the run, as for convolutions.
 """
 
 from __future__ import annotations
