@@ -198,10 +198,18 @@ def set_in(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
     return change
 
 
-def without_schema_14(doc: dict[str, Any]) -> dict[str, Any]:
-    """The document without schema 14's `plan.recomputes` (none in the documents these tests relabel)."""
-    assert doc["plan"].pop("recomputes", {"rows": 0})["rows"] == 0
+def without_schema_15(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document without schema 15's `graph.definition` (null: a built-in model's, in the documents these
+    tests relabel)."""
+    assert doc["graph"].pop("definition", None) is None
     return doc
+
+
+def without_schema_14(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document without schema 14's `plan.recomputes` (none in the documents these tests relabel) and
+    schema 15's field."""
+    assert doc["plan"].pop("recomputes", {"rows": 0})["rows"] == 0
+    return without_schema_15(doc)
 
 
 def without_schema_13(doc: dict[str, Any]) -> dict[str, Any]:
@@ -271,6 +279,8 @@ def as_version(version: int) -> Callable[[dict[str, Any]], None]:
             without_schema_13(doc)
         elif version < 14:
             without_schema_14(doc)
+        elif version < 15:
+            without_schema_15(doc)
         doc["schema_version"] = version
         if version < 6 and doc["cost_model"] is not None:
             del doc["cost_model"]["fault_bytes_per_ns_by_kind"]
@@ -334,7 +344,7 @@ BAD_FILES: list[tuple[str, Callable[[bytes], bytes], str]] = [
     ("a room in a schema 9 plan", rewrite(lambda doc: (doc.pop("device_memory"), doc["config"].pop("workspaces"),
                                                        without_schema_14(doc), doc.update(schema_version=9))),
      'plan has an unexpected field "room_bytes"'),
-    ("workspaces in a schema 10 config", rewrite(set_in("schema_version", 10)),
+    ("workspaces in a schema 10 config", rewrite(lambda doc: (without_schema_15(doc), doc.update(schema_version=10))),
      'config has an unexpected field "workspaces"'),
     ("workspaces that are not true or false", rewrite(set_in("config.workspaces", lambda _: "yes")),
      "config.workspaces"),

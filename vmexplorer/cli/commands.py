@@ -357,7 +357,7 @@ def _compile(args: argparse.Namespace, measured: Any = None) -> Planned:
         raise UsageError(str(e)) from None
     moves, steps = _read_moves(graph, args.moves) if args.moves is not None else ([], [])
     config = Config(graph.model, graph.batch, graph.image_size, capacity, args.policy, _policy_options(args),
-                    Mechanism(args.mechanism))
+                    Mechanism(args.mechanism), definition=graph.definition)
     planned = plan_for(config, _cost_model(measured, graph, path), moves, graph=graph, recomputes=steps)
     if args.policy == "manual" and args.moves is None:
         _note("--policy manual without --moves has no moves to plan: the plan is what uvm gives (demand "

@@ -5,9 +5,10 @@ the update, `ops/` holds each op (its shapes, FLOPs, what its backward keeps, it
 `models.py` the CNNs built from them; `onnx_import/` reads a person's own CNN from an ONNX file.
 """
 
+from .definition import Definition, describe
 from .graph import PERSISTENT, WORKSPACE_FLOOR, Graph, GraphError, Kind, Op, Phase, Recompute, Tensor
 from .models import DEFAULT_IMAGE_SIZE, MODELS, build_graph
 from .onnx_import import import_onnx
 
-__all__ = ["DEFAULT_IMAGE_SIZE", "MODELS", "PERSISTENT", "WORKSPACE_FLOOR", "Graph", "GraphError", "Kind", "Op",
-           "Phase", "Recompute", "Tensor", "build_graph", "import_onnx"]
+__all__ = ["DEFAULT_IMAGE_SIZE", "MODELS", "PERSISTENT", "WORKSPACE_FLOOR", "Definition", "Graph", "GraphError", "Kind",
+           "Op", "Phase", "Recompute", "Tensor", "build_graph", "describe", "import_onnx"]

@@ -37,6 +37,7 @@ from ..records.spans import MAX_NS, Timeline
 from ..simulator.bound import SET_BY, Bound
 from ..simulator.costmodel import RATES, SWAP_RATES, CostModel
 from ..units import MAX_BYTES, quoted
+from .definition_format import definition_graph_error, encode_definition, read_definition
 from .plan_format import encode_plan, read_config, read_plan, read_recomputes, room_of
 from .reader import BOOL, INT, MAX_ROWS, NUM, STR, Reader, key_text, write_table
 from .session import Session
@@ -69,7 +70,7 @@ def encode(s: Session) -> dict[str, Any]:
         "environment": dict(s.environment),
         "notes": list(s.notes),
         "config": p.config.as_json(),
-        "graph": {"tensors": _tensors(g), "ops": _ops(g)},
+        "graph": {"tensors": _tensors(g), "ops": _ops(g), "definition": encode_definition(g.definition)},
         "plan": encode_plan(p),
         "timeline": {
             "source": tl.source,
@@ -153,14 +154,17 @@ def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
     for key, value in env.items():
         r.scalar(value, f"environment.{key_text(key)}", STR)
     notes = r.column(doc["notes"], "notes", STR, None)
-    config = read_config(r, doc["config"], version)
+    stored = r.fields(doc["graph"], "graph", ("tensors", "ops") + (("definition",) if version >= 15 else ()))
+    definition = read_definition(r, stored.get("definition"))  # (schema 15) a model not built in: its layers
+    config = read_config(r, doc["config"], version, definition)
     try:
-        plain = build_graph(*config.key, workspaces=config.workspaces).fitted(room_of(doc["plan"]) or config.capacity)
+        model = build_graph(*config.key, workspaces=config.workspaces, definition=definition)
     except GraphError as e:
-        r.fail(f"config: {e}")
+        r.fail(f"config: {e}" if definition is None else definition_graph_error(e))
+    plain = model.fitted(room_of(doc["plan"]) or config.capacity)
     recomputes = read_recomputes(r, doc["plan"], plain, version)
     expected = recomputed(plain, recomputes)  # what the plan runs, and what the file holds (Plan.graph_of)
-    _same_graph(r, _graph(r, r.fields(doc["graph"], "graph", ("tensors", "ops")), *config.key), expected)
+    _same_graph(r, _graph(r, stored, *config.key), expected)
     graph = expected  # equal, and it carries what the engine needs beyond the file (op attributes)
     plan = read_plan(r, doc["plan"], graph, config, recomputes, version)
     timeline = _timeline(r, doc["timeline"], graph, plan, version)

@@ -11,12 +11,14 @@ batch dimension replaced by `batch` (and its sides by `image_size`, where given)
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
 
 from ...units import quoted
 from ..builder import GraphBuilder
+from ..definition import describe
 from ..graph import Graph, GraphError
 from ..models import MAX_BATCH, MAX_FOOTPRINT
 from .fold import FOLDERS, fold
@@ -49,7 +51,8 @@ def import_onnx(source: str | os.PathLike[str] | bytes, batch: int, image_size: 
     labels = builder.input("input.labels", (batch,), "int32")
     imp.values[image] = Value(images, (batch, *shape[1:]))
     _walk(imp)
-    graph = builder.build(_logits(imp, model), labels)
+    built = builder.build(_logits(imp, model), labels)
+    graph = dataclasses.replace(built, definition=describe(built))  # what its sessions store (definition.py)
     if graph.footprint > MAX_FOOTPRINT:
         raise GraphError(f"{graph.model} at batch {batch} needs {graph.footprint / 2**40:.1f} TiB, beyond any "
                          f"sensible host memory (at most {MAX_FOOTPRINT >> 40} TiB); use a smaller batch")
