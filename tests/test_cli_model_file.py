@@ -1,6 +1,7 @@
 """`--model-file FILE`: the command line on a CNN from an ONNX file (docs/cli.md). A file that mirrors a
-built-in model gives the built-in's figures; bad files, unsupported nodes and commands that would save a
-session of an imported model are one line and exit 2, never a traceback."""
+built-in model gives the built-in's figures; its sessions carry its graph, so every command that reads a
+session opens them where the file is not; bad files and unsupported nodes are one line and exit 2, never a
+traceback."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from onnx_models import Net, resnet18, small
@@ -100,10 +102,8 @@ BAD = {
                                 "not allowed with argument"),
     "neither": (["graph", "--batch", "2"], "one of the arguments --model --model-file is required"),
     "bad batch": (["graph", "--model-file", "{small}", "--batch", "0"], "batch must be a positive integer"),
-    "simulate saves a session": (["simulate", "--model-file", "{small}", "--batch", "2", "--capacity", "50%",
-                                  "--policy", "uvm", "--out", "{folder}/s.vms"], "sessions of imported models"),
-    "run saves a session": (["run", "--model-file", "{small}", "--batch", "2", "--capacity", "50%",
-                             "--policy", "uvm", "--out", "{folder}/r.vms"], "sessions of imported models"),
+    "an unsupported node to simulate": (["simulate", "--model-file", "{sigmoid}", "--batch", "2", "--capacity",
+                                         "50%", "--policy", "uvm", "--out", "{folder}/s.vms"], "Sigmoid"),
 }
 
 
@@ -127,3 +127,44 @@ def test_a_model_file_without_onnx_installed_says_how_to_install_it(files: dict[
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("vmexplorer: error: importing a model from an ONNX file needs the onnx package: "
                                    "pip install 'vmexplorer[onnx]'")
+
+
+def test_a_simulated_session_of_a_model_file_opens_compares_and_exports_after_the_file_is_gone(
+        files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = tmp_path / "mynet.onnx"
+    model.write_bytes(files["resnet18"].read_bytes())
+    args = ["--batch", "8", "--image-size", "64", "--capacity", "50%"]
+    made = run_json(capsys, "simulate", "--model-file", str(model), *args, "--policy", "autovm",
+                    "--out", str(tmp_path / "a.vms"))
+    run_json(capsys, "simulate", "--model-file", str(model), *args, "--policy", "uvm", "--out", str(tmp_path / "b.vms"))
+    model.unlink()  # another machine: only the sessions
+    info = run_json(capsys, "info", str(tmp_path / "a.vms"))
+    assert info["config"]["model"] == "mynet.onnx"  # named by its file
+    assert (info["summary"], info["bound"]) == (made["summary"], made["bound"])
+    compared = run_json(capsys, "compare", str(tmp_path / "a.vms"), str(tmp_path / "b.vms"))
+    assert compared["a"]["config"]["model"] == compared["b"]["config"]["model"] == "mynet.onnx"
+    code, _, err = run(capsys, "export", str(tmp_path / "a.vms"), "--html", str(tmp_path / "a.html"))
+    assert code == 0 and "mynet.onnx" in (tmp_path / "a.html").read_text(), err
+
+
+def test_run_takes_a_model_file_and_hands_the_engine_its_graph_with_every_kernels_attributes(
+        files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # no GPU here: the run stops where the GPU would start, with the graph the engine would execute
+    from vmexplorer.engine import executor, gpu
+    from vmexplorer.graph.ops import op_attrs
+
+    handed = []
+
+    def execute(graph: Any, plan: Any, settings: Any, **kwargs: Any) -> None:
+        handed.append(graph)
+        raise OSError("stopped where the GPU would start")
+
+    monkeypatch.setattr(gpu, "cupy", lambda: None)
+    monkeypatch.setattr(executor, "execute", execute)
+    code, _, err = run(capsys, "run", "--model-file", str(files["small"]), "--batch", "2", "--capacity", "80%",
+                       "--policy", "autovm", "--out", str(tmp_path / "r.vms"))
+    assert code == 2 and "stopped where the GPU would start" in err
+    (graph,) = handed
+    assert graph.model == "small.onnx" and graph.definition is not None
+    assert all(op_attrs(graph, i) for i in range(len(graph.ops)))  # no op lacks what its kernel reads

@@ -59,15 +59,6 @@ def _graph(args: argparse.Namespace) -> Graph:
     return build_graph(args.model, args.batch, DEFAULT_IMAGE_SIZE if args.image_size is None else args.image_size)
 
 
-def _refuse_imported(args: argparse.Namespace) -> None:
-    """A session of a model from a file could not be opened again (a session names its model, and the file
-    may be elsewhere): refused before any work, until sessions carry their graph."""
-    if getattr(args, "model_file", None) is not None:
-        raise UsageError(f"`{args.command}` saves a session, and sessions of imported models (--model-file) come "
-                         "in a later version of vmexplorer; `vmexplorer plan --model-file FILE ...` shows the "
-                         "plan and its simulation")
-
-
 def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
     planned = _compile(args)
     session = planned.simulated()
@@ -90,7 +81,6 @@ def summary_of(session: Session) -> dict[str, Any]:
 def cmd_simulate(args: argparse.Namespace) -> dict[str, Any]:
     from ..session import save_session
 
-    _refuse_imported(args)
     _refuse_existing(args.out, args.force)  # before the work, not after it
     planned = _compile(args)
     session = planned.simulated(notes=args.note)
@@ -290,7 +280,6 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     from ..engine.gpu import cupy
     from ..session.files import iterations_that_fit, save_session
 
-    _refuse_imported(args)
     if args.iterations < 1 or args.warmup < 0 or args.counted < 0:
         raise UsageError("--iterations must be at least 1, and --warmup and --counted at least 0")
     parts = _collector_parts(args.collectors)

@@ -185,8 +185,8 @@ def _graph_args(p: argparse.ArgumentParser) -> None:
     which.add_argument("--model", choices=list(MODELS), metavar="MODEL", help=f"one of: {', '.join(MODELS)}")
     which.add_argument("--model-file", type=Path, metavar="FILE",
                        help="or a CNN of your own from an ONNX file (needs `pip install 'vmexplorer[onnx]'`; "
-                            "docs/cli.md lists the ONNX ops it takes); graph and plan only, as sessions of "
-                            "imported models come in a later version")
+                            "docs/cli.md lists the ONNX ops it takes); its sessions carry its graph, so they "
+                            "open where the file is not")
     p.add_argument("--batch", type=int, required=True, help="batch size")
     p.add_argument("--image-size", type=int, metavar="S",
                    help=f"square input images of S pixels (default {DEFAULT_IMAGE_SIZE}; with --model-file, "
