@@ -446,9 +446,6 @@ BAD_FILES: list[tuple[str, Callable[[bytes], bytes], str]] = [
      "config: batch 1099511627776 is beyond any sensible run"),
     ("a capacity beyond any GPU", rewrite(set_in("config.capacity_bytes", 2**51)),
      "config.capacity_bytes is 2251799813685248, more than the 1125899906842624 bytes (1 PiB)"),
-    ("a policy vmexplorer does not know", rewrite(set_in("config.policy", "lru")),
-     'config.policy is "lru", not a policy this vmexplorer knows '
-     '(device, uvm, autovm, belady, vdnn, tuned, checkpoint, joint, manual)'),
     ("an option the policy does not have", rewrite(set_in("config.options.speed", 11)),
      'config.options.speed: the autovm policy has no option "speed"'),
     ("an option of the wrong type", rewrite(set_in("config.options.prefetch_distance", "3")),
@@ -1073,3 +1070,15 @@ def test_a_file_whose_graph_is_not_its_workspaces_is_refused(session: Session) -
     doc["config"]["workspaces"] = True  # a graph without workspace tensors, said to have them
     with pytest.raises(SessionError, match="graph.tensors has"):
         session_from_bytes(gzip.compress(json.dumps(doc).encode()))
+
+
+def test_a_session_of_a_policy_this_vmexplorer_does_not_have_opens_as_a_manual_plan_of_the_same_moves(
+        session: Session, tmp_path: Path) -> None:
+    path = tmp_path / "newer.vms"
+    path.write_bytes(rewrite(lambda doc: doc["config"].update(policy="<i>lru</i>", options={"speed": 11}))(
+        session_to_bytes(session)))
+    loaded = load_session(path)
+    assert (loaded.plan.policy, dict(loaded.plan.options)) == ("manual", {})
+    assert loaded.plan.memops == session.plan.memops and loaded.plan.moves == session.plan.moves
+    assert loaded.notes[-1] == ('made by the policy "<i>lru</i>", which this vmexplorer does not have: opened as a '
+                                "manual plan of the same moves")

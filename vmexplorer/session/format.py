@@ -23,6 +23,7 @@ import numpy as np
 from ..graph import PERSISTENT, Graph, GraphError, Kind, Op, Phase, Tensor, build_graph
 from ..graph.recompute import recomputed
 from ..plan import Plan
+from ..policies import POLICIES
 from ..records.collected import (
     MEMCPY_KINDS,
     UM_KINDS,
@@ -156,7 +157,8 @@ def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
     notes = r.column(doc["notes"], "notes", STR, None)
     stored = r.fields(doc["graph"], "graph", ("tensors", "ops") + (("definition",) if version >= 15 else ()))
     definition = read_definition(r, stored.get("definition"))  # (schema 15) a model not built in: its layers
-    config = read_config(r, doc["config"], version, definition)
+    known, made_by = _known_policy(doc["config"])
+    config = read_config(r, known, version, definition)
     try:
         model = build_graph(*config.key, workspaces=config.workspaces, definition=definition)
     except GraphError as e:
@@ -176,7 +178,19 @@ def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
         r.fail("device_memory is what a measured run took; this session is simulated")
     memory = None if doc.get("device_memory") is None else _read_device_memory(r, doc["device_memory"])
     return dict(graph=graph, plan=plan, timeline=timeline, cost_model=cost, environment=dict(env),
-                notes=tuple(notes), created=created, collected=collected, bound=bound, device_memory=memory)
+                notes=(*notes, *made_by), created=created, collected=collected, bound=bound, device_memory=memory)
+
+
+def _known_policy(config: Any) -> tuple[Any, tuple[str, ...]]:
+    """A session made by a policy this vmexplorer does not have (a newer one's) opens as a `manual` plan of the
+    same moves, its options (that policy's own) left out, with a note naming the policy: (the config as read,
+    the note)."""
+    policy = config.get("policy") if isinstance(config, dict) else None
+    if not isinstance(policy, str) or policy in POLICIES:
+        return config, ()
+    return {**config, "policy": "manual", "options": {}}, (
+        f"made by the policy {quoted(policy, 40)}, which this vmexplorer does not have: opened as a manual plan "
+        "of the same moves",)
 
 
 def _read_device_memory(r: Reader, value: Any) -> DeviceMemory:
