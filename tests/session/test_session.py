@@ -1080,5 +1080,5 @@ def test_a_session_of_a_policy_this_vmexplorer_does_not_have_opens_as_a_manual_p
     loaded = load_session(path)
     assert (loaded.plan.policy, dict(loaded.plan.options)) == ("manual", {})
     assert loaded.plan.memops == session.plan.memops and loaded.plan.moves == session.plan.moves
-    assert loaded.notes[-1] == ('made by the policy "<i>lru</i>", which this vmexplorer does not have: opened as a '
+    assert loaded.notes[-1] == ("made by the policy <i>lru</i>, which this vmexplorer does not have: opened as a "
                                 "manual plan of the same moves")

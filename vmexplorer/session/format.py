@@ -59,6 +59,7 @@ TOP_LEVEL_V2 = (*TOP_LEVEL_V1, "collected")  # schema 2 added the collectors' re
 TOP_LEVEL_V7 = (*TOP_LEVEL_V2, "bound")  # schema 7 the bound
 TOP_LEVEL = (*TOP_LEVEL_V7, "device_memory")  # schema 10 what a measured run took of the GPU's memory
 DEVICE_MEMORY_FIELDS = tuple(f.name for f in dataclass_fields(DeviceMemory))  # sizes in bytes, then `managed`
+MADE_BY = "made by the policy "  # how the note of a session of a policy this vmexplorer lacks begins
 BOUND_FIELDS = ("min_bytes_to_host", "min_bytes_to_device", "lower_bound_ns", "set_by")
 
 
@@ -188,8 +189,9 @@ def _known_policy(config: Any) -> tuple[Any, tuple[str, ...]]:
     policy = config.get("policy") if isinstance(config, dict) else None
     if not isinstance(policy, str) or policy in POLICIES:
         return config, ()
+    name = "".join(c if c.isprintable() else "?" for c in policy[:200])  # text as it came, safe in a terminal
     return {**config, "policy": "manual", "options": {}}, (
-        f"made by the policy {quoted(policy, 40)}, which this vmexplorer does not have: opened as a manual plan "
+        f"{MADE_BY}{name}, which this vmexplorer does not have: opened as a manual plan "
         "of the same moves",)
 
 

@@ -13,6 +13,7 @@ import param
 from ..config import Mechanism, capacity_text, share_of_footprint
 from ..graph import MODELS, Graph, GraphError
 from ..policies import POLICIES, OptionSpec
+from ..session.format import MADE_BY
 from ..units import format_bytes
 from .state import AppState, store_param
 from .widgets import Text, tip, widget
@@ -65,6 +66,8 @@ class Configure(pn.viewable.Viewer):
         self.mechanism.value = str(p.mechanism)
         self.capacity.value = capacity_text(p.capacity, s.graph.footprint)
         self.draw_knobs(p.options)
+        made_by = [note for note in s.notes if note.startswith(MADE_BY)]  # a policy this vmexplorer lacks
+        self.policy_help.object = " ".join([POLICIES[p.policy].summary, *made_by[-1:]])
         self._show_capacity_help(s.graph)  # the shown graph: a drag must not build it again
 
     def _draw_knobs_of(self, policy: str) -> None:

@@ -171,7 +171,7 @@ class AppState(param.Parameterized):
         """The cost model a new configuration of `graph` is simulated with, and where it came from as a
         link names it (`Source.cost`): the shown session's when it ran this graph, else the default."""
         loaded, cost, source = self.loaded, self.cost_model, self.source
-        if loaded is None or cost is None or source is None or loaded.graph.key != graph.key:
+        if loaded is None or cost is None or source is None or not _same_model(loaded.graph, graph):
             return "", H100_DEFAULT
         return {"sample": source.name, "config": source.cost}.get(source.kind, "upload"), cost
 
@@ -409,7 +409,7 @@ class AppState(param.Parameterized):
         return graph
 
     def _edits_for(self, graph: Graph) -> tuple[list[Move], list[Recompute]]:
-        if self.session is None or self.session.graph.key != graph.key:
+        if self.session is None or not _same_model(self.session.graph, graph):
             return [], []
         return list(self.moves), list(self.recomputes)
 
@@ -453,6 +453,12 @@ def _near_samples(graph: Graph, capacity_pct: float, policy: str, gpu: str | Non
             if (x.source, x.key, x.policy, x.defaults, x.mechanism) == ("measured", graph.key, policy, True,
                                                                         Mechanism.UVM)
             and gpu in (None, x.gpu) and abs(share_of_footprint(x.capacity, graph.footprint) - capacity_pct) < 0.5]
+
+
+def _same_model(a: Graph, b: Graph) -> bool:
+    """Whether two graphs train one model at one batch and image size: by key, and by definition for models
+    from files (two of one file name are two models)."""
+    return a.key == b.key and a.definition == b.definition
 
 
 def _mechanism(text: str | Mechanism) -> Mechanism:
