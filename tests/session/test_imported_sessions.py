@@ -14,6 +14,7 @@ from onnx_models import Net, resnet18, small
 
 from vmexplorer.config import Config
 from vmexplorer.graph import Graph, build_graph, import_onnx
+from vmexplorer.plan import PlanError
 from vmexplorer.session import Session, SessionError, session_from_bytes
 from vmexplorer.session.files import session_to_bytes
 from vmexplorer.session.planned import bound_at, plan_for, simulated_split
@@ -78,6 +79,8 @@ def test_two_imported_models_of_one_name_and_batch_have_their_own_bounds_and_spl
     splits = [simulated_split(Config(*g.key, capacity, "uvm", {}, definition=g.definition), H100_DEFAULT)
               for g in (one, other)]
     assert splits[0] != splits[1]
+    with pytest.raises(PlanError, match="two different models named net.onnx"):
+        plan_for(Config(*one.key, capacity, "uvm", {}, definition=one.definition), H100_DEFAULT, graph=other)
 
 
 def _layers(doc: dict[str, Any]) -> dict[str, Any]:

@@ -147,10 +147,10 @@ def plan_for(config: Config, cost_model: CostModel, edits: Sequence[Move] = (),
     graph = graph if graph is not None else _graph(config)
     if config.definition is None:  # a model from a file, configured by name beside its graph
         config = dataclasses.replace(config, definition=graph.definition)
-    if graph.key != config.key or graph.definition != config.definition:
-        raise PlanError(f"the graph is {graph.key} but the configuration is for {config.key}" if
-                        graph.key != config.key else f"the graph and the configuration are of two models named "
-                        f"{config.model}")
+    if graph.key != config.key:
+        raise PlanError(f"the graph is {graph.key} but the configuration is for {config.key}")
+    if graph.definition != config.definition:
+        raise PlanError(f"the graph and the configuration are of two different models named {config.model}")
     graph = graph.full or graph  # planned from full workspaces, each plan's fitted to the room it is made with
     spec = POLICIES.get(config.policy)
     if spec is not None and spec.searches:
