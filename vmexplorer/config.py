@@ -37,6 +37,9 @@ class Config:
     mechanism: Mechanism = Mechanism.UVM
     # the kernels' workspaces are graph tensors inside the capacity (False: sessions of schema 10 and older)
     workspaces: bool = True
+    # the forward layers of a model that is not built in (`graph.Definition`, which config, below graph in
+    # the import order, holds as an opaque value equal and hashed by its digest); None for a built-in
+    definition: Any = None
 
     @property
     def key(self) -> tuple[str, int, int]:

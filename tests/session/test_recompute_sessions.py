@@ -84,7 +84,7 @@ def test_the_file_holds_the_steps_numbered_without_recomputation_and_the_graph_t
         session: Session) -> None:
     doc = _doc(session)
     steps = session.plan.recomputes
-    assert doc["schema_version"] == SCHEMA_VERSION == 14
+    assert doc["schema_version"] == SCHEMA_VERSION >= 14
     assert doc["plan"]["recomputes"] == {"rows": len(steps), "columns": {
         "tensor": [s.tensor for s in steps], "before_op": [s.before for s in steps]}}
     plain = build_graph("resnet18", 8, 64)
@@ -111,7 +111,7 @@ def test_a_plan_without_recomputation_stores_an_empty_table_and_loads_with_none(
 
 def test_a_schema_13_file_loads_with_no_recomputation_and_may_not_name_any(session: Session) -> None:
     doc = _doc(_simulated_plain(session))
-    del doc["plan"]["recomputes"]
+    del doc["plan"]["recomputes"], doc["graph"]["definition"]  # and schema 15's field
     doc["schema_version"] = 13
     old = _load(doc)
     assert old.plan.recomputes == () and not any(op.phase is Phase.RECOMPUTE for op in old.graph.ops)

@@ -198,10 +198,18 @@ def set_in(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
     return change
 
 
-def without_schema_14(doc: dict[str, Any]) -> dict[str, Any]:
-    """The document without schema 14's `plan.recomputes` (none in the documents these tests relabel)."""
-    assert doc["plan"].pop("recomputes", {"rows": 0})["rows"] == 0
+def without_schema_15(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document without schema 15's `graph.definition` (null: a built-in model's, in the documents these
+    tests relabel)."""
+    assert doc["graph"].pop("definition", None) is None
     return doc
+
+
+def without_schema_14(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document without schema 14's `plan.recomputes` (none in the documents these tests relabel) and
+    schema 15's field."""
+    assert doc["plan"].pop("recomputes", {"rows": 0})["rows"] == 0
+    return without_schema_15(doc)
 
 
 def without_schema_13(doc: dict[str, Any]) -> dict[str, Any]:
@@ -271,6 +279,8 @@ def as_version(version: int) -> Callable[[dict[str, Any]], None]:
             without_schema_13(doc)
         elif version < 14:
             without_schema_14(doc)
+        elif version < 15:
+            without_schema_15(doc)
         doc["schema_version"] = version
         if version < 6 and doc["cost_model"] is not None:
             del doc["cost_model"]["fault_bytes_per_ns_by_kind"]
@@ -334,7 +344,7 @@ BAD_FILES: list[tuple[str, Callable[[bytes], bytes], str]] = [
     ("a room in a schema 9 plan", rewrite(lambda doc: (doc.pop("device_memory"), doc["config"].pop("workspaces"),
                                                        without_schema_14(doc), doc.update(schema_version=9))),
      'plan has an unexpected field "room_bytes"'),
-    ("workspaces in a schema 10 config", rewrite(set_in("schema_version", 10)),
+    ("workspaces in a schema 10 config", rewrite(lambda doc: (without_schema_15(doc), doc.update(schema_version=10))),
      'config has an unexpected field "workspaces"'),
     ("workspaces that are not true or false", rewrite(set_in("config.workspaces", lambda _: "yes")),
      "config.workspaces"),
@@ -436,9 +446,6 @@ BAD_FILES: list[tuple[str, Callable[[bytes], bytes], str]] = [
      "config: batch 1099511627776 is beyond any sensible run"),
     ("a capacity beyond any GPU", rewrite(set_in("config.capacity_bytes", 2**51)),
      "config.capacity_bytes is 2251799813685248, more than the 1125899906842624 bytes (1 PiB)"),
-    ("a policy vmexplorer does not know", rewrite(set_in("config.policy", "lru")),
-     'config.policy is "lru", not a policy this vmexplorer knows '
-     '(device, uvm, autovm, belady, vdnn, tuned, checkpoint, joint, manual)'),
     ("an option the policy does not have", rewrite(set_in("config.options.speed", 11)),
      'config.options.speed: the autovm policy has no option "speed"'),
     ("an option of the wrong type", rewrite(set_in("config.options.prefetch_distance", "3")),
@@ -1063,3 +1070,15 @@ def test_a_file_whose_graph_is_not_its_workspaces_is_refused(session: Session) -
     doc["config"]["workspaces"] = True  # a graph without workspace tensors, said to have them
     with pytest.raises(SessionError, match="graph.tensors has"):
         session_from_bytes(gzip.compress(json.dumps(doc).encode()))
+
+
+def test_a_session_of_a_policy_this_vmexplorer_does_not_have_opens_as_a_manual_plan_of_the_same_moves(
+        session: Session, tmp_path: Path) -> None:
+    path = tmp_path / "newer.vms"
+    path.write_bytes(rewrite(lambda doc: doc["config"].update(policy="<i>lru</i>", options={"speed": 11}))(
+        session_to_bytes(session)))
+    loaded = load_session(path)
+    assert (loaded.plan.policy, dict(loaded.plan.options)) == ("manual", {})
+    assert loaded.plan.memops == session.plan.memops and loaded.plan.moves == session.plan.moves
+    assert loaded.notes[-1] == ("made by the policy <i>lru</i>, which this vmexplorer does not have: opened as a "
+                                "manual plan of the same moves")

@@ -47,9 +47,16 @@ def cmd_models(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_graph(args: argparse.Namespace) -> dict[str, Any]:
-    from ..graph import build_graph
+    return graph_doc(_graph(args))
 
-    return graph_doc(build_graph(args.model, args.batch, args.image_size))
+
+def _graph(args: argparse.Namespace) -> Graph:
+    """The graph of `--model` or of `--model-file` (an ONNX file) at `--batch` and `--image-size`."""
+    from ..graph import DEFAULT_IMAGE_SIZE, build_graph, import_onnx
+
+    if getattr(args, "model_file", None) is not None:
+        return import_onnx(args.model_file, args.batch, args.image_size)
+    return build_graph(args.model, args.batch, DEFAULT_IMAGE_SIZE if args.image_size is None else args.image_size)
 
 
 def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
@@ -277,9 +284,7 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError("--iterations must be at least 1, and --warmup and --counted at least 0")
     parts = _collector_parts(args.collectors)
     _refuse_existing(args.out, args.force)
-    from ..graph import build_graph
-
-    capacity_of(args.capacity, build_graph(args.model, args.batch, args.image_size))  # bad input before "no GPU"
+    capacity_of(args.capacity, _graph(args))  # bad input before "no GPU"
     cupy()  # says plainly when there is no GPU, before `tuned` searches for seconds or anything is allocated
     given = _cost_session(getattr(args, "cost_model", None))
     planned = _compile(args, given)
@@ -330,17 +335,16 @@ def _compile(args: argparse.Namespace, measured: Any = None) -> Planned:
     it is simulated with (`--cost-model`'s, or the default): a policy that searches in the simulator
     (`tuned`) searches with that same model, so the plan it keeps is the one the simulation shows best."""
     from ..config import Config, Mechanism
-    from ..graph import build_graph
     from ..session.planned import plan_for
     from ..units import format_bytes
 
     path = getattr(args, "cost_model", None)
     measured = measured or _cost_session(path)  # a bad file is refused before the work
-    graph = build_graph(args.model, args.batch, args.image_size)
+    graph = _graph(args)
     capacity = capacity_of(args.capacity, graph)
     moves, steps = _read_moves(graph, args.moves) if args.moves is not None else ([], [])
     config = Config(graph.model, graph.batch, graph.image_size, capacity, args.policy, _policy_options(args),
-                    Mechanism(args.mechanism))
+                    Mechanism(args.mechanism), definition=graph.definition)
     planned = plan_for(config, _cost_model(measured, graph, path), moves, graph=graph, recomputes=steps)
     if args.policy == "manual" and args.moves is None:
         _note("--policy manual without --moves has no moves to plan: the plan is what uvm gives (demand "

@@ -209,13 +209,20 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _graph_args(p: argparse.ArgumentParser) -> None:
+    from pathlib import Path
+
     from ..graph import DEFAULT_IMAGE_SIZE, MODELS
 
-    p.add_argument("--model", required=True, choices=list(MODELS), metavar="MODEL",
-                   help=f"one of: {', '.join(MODELS)}")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--model", choices=list(MODELS), metavar="MODEL", help=f"one of: {', '.join(MODELS)}")
+    which.add_argument("--model-file", type=Path, metavar="FILE",
+                       help="or a CNN of your own from an ONNX file (needs `pip install 'vmexplorer[onnx]'`; "
+                            "docs/cli.md lists the ONNX ops it takes); its sessions carry its graph, so they "
+                            "open where the file is not")
     p.add_argument("--batch", type=int, required=True, help="batch size")
-    p.add_argument("--image-size", type=int, default=DEFAULT_IMAGE_SIZE, metavar="S",
-                   help=f"square input images of S pixels (default {DEFAULT_IMAGE_SIZE})")
+    p.add_argument("--image-size", type=int, metavar="S",
+                   help=f"square input images of S pixels (default {DEFAULT_IMAGE_SIZE}; with --model-file, "
+                        "the file's)")
 
 
 def _plan_args(p: argparse.ArgumentParser) -> None:

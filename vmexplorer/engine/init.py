@@ -26,8 +26,8 @@ def initial_value(graph: Graph, tensor: int, seed: int = 0) -> np.ndarray | None
     if not t.persistent:
         return None
     if t.kind is Kind.INPUT:
-        if t.dtype == "int32":
-            return _rng(seed, t.name).integers(0, NUM_CLASSES, size=t.shape, dtype=np.int32)
+        if t.dtype == "int32":  # labels, among the classes of the logits the loss reads them with
+            return _rng(seed, t.name).integers(0, _classes(graph, tensor), size=t.shape, dtype=np.int32)
         return _rng(seed, t.name).standard_normal(t.shape, dtype=np.float32)
     if t.kind is Kind.WEIGHT:
         if len(t.shape) == 1:  # biases and batch-norm shifts start at zero, batch-norm scales at one
@@ -40,6 +40,13 @@ def initial_value(graph: Graph, tensor: int, seed: int = 0) -> np.ndarray | None
     if t.kind is Kind.BUFFER:
         return np.ones(t.shape, np.float32) if t.name.endswith("running_var") else np.zeros(t.shape, np.float32)
     return np.zeros(t.shape, np.dtype(t.dtype))  # optimizer state
+
+
+def _classes(graph: Graph, labels: int) -> int:
+    """How many classes the logits beside `labels` have: 1000 in the built-in models, a model's own where it
+    is not built in (an imported CNN of 10 classes)."""
+    loss = graph.ops[graph.tensors[labels].consumers[0]] if graph.tensors[labels].consumers else None
+    return graph.tensors[loss.reads[0]].shape[-1] if loss is not None else NUM_CLASSES
 
 
 def _is_bn_scale(graph: Graph, tensor: int) -> bool:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
+from typing import Any
 
 
 class GraphError(ValueError):
@@ -105,6 +106,10 @@ class Graph:
     # (None: this is it); a fitted graph's are its `full` graph's.
     recomputes: tuple[Recompute, ...] = field(default=(), compare=False, repr=False)
     plain: Graph | None = field(default=None, compare=False, repr=False)
+    # A model that is not built in (from a file): its forward layers, from which the rest is derived and
+    # which its sessions store (a `definition.Definition`, which builds graphs: typed loosely here, as this
+    # module cannot import it); None for a built-in model, which its name fixes.
+    definition: Any = field(default=None, compare=False, repr=False)
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -158,7 +163,8 @@ class Graph:
         tensors = tuple(t if t.kind is not Kind.WORKSPACE else
                         Tensor(t.name, t.kind, (size[t.producer],), t.dtype, size[t.producer], t.producer, t.consumers)
                         for t in self.tensors)
-        return Graph(self.model, self.batch, self.image_size, tensors, self.ops, True, capacity, self)
+        return Graph(self.model, self.batch, self.image_size, tensors, self.ops, True, capacity, self,
+                     definition=self.definition)
 
     def with_workspaces(self, nbytes: Mapping[int, int]) -> Graph:
         """This graph with the workspace tensors in `nbytes` (tensor -> bytes) that large: what a run
@@ -167,7 +173,8 @@ class Graph:
                                                          t.consumers)
                         for i, t in enumerate(self.tensors))
         return Graph(self.model, self.batch, self.image_size, tensors, self.ops, self.workspaces,
-                     self.capacity if self.capacity is not None else self.footprint, self.full or self)
+                     self.capacity if self.capacity is not None else self.footprint, self.full or self,
+                     definition=self.definition)
 
     def without_workspaces(self) -> Graph:
         """This graph as vmexplorer built it before workspaces were graph tensors: the same tensors and
@@ -182,7 +189,8 @@ class Graph:
         ops = tuple(Op(o.name, o.kind, o.phase, o.layer, o.reads, tuple(t for t in o.writes if t < n), o.flops,
                        o.bytes_touched, tuple(a for a in o.attrs if a[0] not in ("workspace", "scratch")))
                     for o in full.ops)
-        return Graph(self.model, self.batch, self.image_size, full.tensors[:n], ops, workspaces=False)
+        return Graph(self.model, self.batch, self.image_size, full.tensors[:n], ops, workspaces=False,
+                     definition=self.definition)
 
     @cached_property
     def uses(self) -> tuple[tuple[int, ...], ...]:

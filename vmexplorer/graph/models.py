@@ -6,6 +6,7 @@ from collections.abc import Callable
 from functools import partial
 
 from .builder import GraphBuilder
+from .definition import Definition
 from .graph import Graph, GraphError
 from .ops.adaptive_avg_pool2d import adaptive_avg_pool2d
 from .ops.add import add
@@ -123,18 +124,23 @@ MODELS: dict[str, Callable[[int, int], Graph]] = {
 }
 
 
-def build_graph(model: str, batch: int, image_size: int = DEFAULT_IMAGE_SIZE, workspaces: bool = True) -> Graph:
+def build_graph(model: str, batch: int, image_size: int = DEFAULT_IMAGE_SIZE, workspaces: bool = True,
+                definition: Definition | None = None) -> Graph:
     """The graph of one training iteration; raises GraphError with a fix for any bad argument. Without
-    `workspaces`, the graph of sessions recorded before they were graph tensors (schema 10 and older)."""
-    if model not in MODELS:
+    `workspaces`, the graph of sessions recorded before they were graph tensors (schema 10 and older).
+    `definition`: the forward layers of `model` where it is not built in (a model from a file)."""
+    if definition is None and model not in MODELS:
         raise GraphError(f"unknown model {model!r}; choose one of: {', '.join(MODELS)}")
+    if definition is not None and (model != definition.name or model in MODELS):
+        raise GraphError(f"the model {model!r} is not the one its definition names ({definition.name!r}), or "
+                         "takes a built-in model's name")
     if not isinstance(batch, int) or batch <= 0:
         raise GraphError(f"batch must be a positive integer, not {batch!r}")
     if batch > MAX_BATCH:
         raise GraphError(f"batch {batch} is beyond any sensible run (at most {MAX_BATCH})")
     if not isinstance(image_size, int) or image_size <= 0:
         raise GraphError(f"image size must be a positive integer, not {image_size!r}")
-    graph = MODELS[model](batch, image_size)
+    graph = MODELS[model](batch, image_size) if definition is None else definition.graph(batch, image_size)
     if not workspaces:
         graph = graph.without_workspaces()
     if graph.footprint > MAX_FOOTPRINT:

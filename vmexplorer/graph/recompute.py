@@ -123,4 +123,4 @@ def _graph(full: Graph, tensors: list[Tensor], ops: list[Op], steps: tuple[Recom
     final = tuple(Tensor(t.name, t.kind, t.shape, t.dtype, t.nbytes, t.producer if t.persistent else producer[i],
                          tuple(readers[i])) for i, t in enumerate(tensors))
     return Graph(full.model, full.batch, full.image_size, final, tuple(ops), full.workspaces, recomputes=steps,
-                 plain=full)
+                 plain=full, definition=full.definition)

@@ -241,7 +241,8 @@ def remade_free(graph: Graph) -> Graph:
         kept = tuple(t for t in op.reads if t not in free or g.tensors[t].producer == k)
         ops.append(dataclasses.replace(op, reads=kept, writes=op.writes + tuple(copies)))
     tensors = [dataclasses.replace(t, consumers=()) if i in free else t for i, t in enumerate(tensors)]
-    return Graph(g.model, g.batch, g.image_size, tuple(tensors), tuple(ops), g.workspaces, g.capacity)
+    return Graph(g.model, g.batch, g.image_size, tuple(tensors), tuple(ops), g.workspaces, g.capacity,
+                 definition=g.definition)
 
 
 def _made(size: np.ndarray, born: np.ndarray, last: np.ndarray, n: int) -> np.ndarray:

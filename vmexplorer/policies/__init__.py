@@ -72,7 +72,7 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
     # the kernels' workspaces are fitted to the room a plan is made with (`Graph.fitted`), from the full graph
     full = graph.full or graph
     check_capacity(full.fitted(capacity), capacity)
-    config = Config(graph.model, graph.batch, graph.image_size, capacity, policy, opts, mech, graph.workspaces)
+    config = Config(*graph.key, capacity, policy, opts, mech, graph.workspaces, graph.definition)
 
     def plan_at(at: int, search: bool = True) -> Plan:  # the policy's plan with `at` bytes of room
         graph = _planned_on(spec, full, at, opts, recomputes, simulation if search else None, mech)

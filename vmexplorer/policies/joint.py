@@ -167,7 +167,7 @@ class _Judge:
     def __init__(self, graph: Graph, capacity: int, simulation: Simulation, mechanism: Mechanism) -> None:
         self.graph, self.capacity, self.simulation, self.mechanism = graph, capacity, simulation, mechanism
         self.config = Config(graph.model, graph.batch, graph.image_size, capacity, "joint", {}, mechanism,
-                             graph.workspaces)
+                             graph.workspaces, graph.definition)
         self.seen: dict[frozenset[int], float] = {}
 
     def time_ns(self, chosen: set[int] | frozenset[int]) -> float:

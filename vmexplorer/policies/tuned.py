@@ -132,7 +132,7 @@ class _Judge:
     def __init__(self, graph: Graph, capacity: int, simulation: Simulation, mechanism: Mechanism) -> None:
         self.graph, self.capacity, self.simulation, self.mechanism = graph, capacity, simulation, mechanism
         self.config = Config(graph.model, graph.batch, graph.image_size, capacity, "tuned", {}, mechanism,
-                             graph.workspaces)
+                             graph.workspaces, graph.definition)
         self.seen: dict[tuple[Move, ...], float] = {}
 
     def time_ns(self, moves: list[Move]) -> float:

@@ -23,6 +23,7 @@ import numpy as np
 from ..graph import PERSISTENT, Graph, GraphError, Kind, Op, Phase, Tensor, build_graph
 from ..graph.recompute import recomputed
 from ..plan import Plan
+from ..policies import POLICIES
 from ..records.collected import (
     MEMCPY_KINDS,
     UM_KINDS,
@@ -37,6 +38,7 @@ from ..records.spans import MAX_NS, Timeline
 from ..simulator.bound import SET_BY, Bound
 from ..simulator.costmodel import RATES, SWAP_RATES, CostModel
 from ..units import MAX_BYTES, quoted
+from .definition_format import definition_graph_error, encode_definition, read_definition
 from .plan_format import encode_plan, read_config, read_plan, read_recomputes, room_of
 from .reader import BOOL, INT, MAX_ROWS, NUM, STR, Reader, key_text, write_table
 from .session import Session
@@ -57,6 +59,7 @@ TOP_LEVEL_V2 = (*TOP_LEVEL_V1, "collected")  # schema 2 added the collectors' re
 TOP_LEVEL_V7 = (*TOP_LEVEL_V2, "bound")  # schema 7 the bound
 TOP_LEVEL = (*TOP_LEVEL_V7, "device_memory")  # schema 10 what a measured run took of the GPU's memory
 DEVICE_MEMORY_FIELDS = tuple(f.name for f in dataclass_fields(DeviceMemory))  # sizes in bytes, then `managed`
+MADE_BY = "made by the policy "  # how the note of a session of a policy this vmexplorer lacks begins
 BOUND_FIELDS = ("min_bytes_to_host", "min_bytes_to_device", "lower_bound_ns", "set_by")
 
 
@@ -69,7 +72,7 @@ def encode(s: Session) -> dict[str, Any]:
         "environment": dict(s.environment),
         "notes": list(s.notes),
         "config": p.config.as_json(),
-        "graph": {"tensors": _tensors(g), "ops": _ops(g)},
+        "graph": {"tensors": _tensors(g), "ops": _ops(g), "definition": encode_definition(g.definition)},
         "plan": encode_plan(p),
         "timeline": {
             "source": tl.source,
@@ -153,14 +156,18 @@ def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
     for key, value in env.items():
         r.scalar(value, f"environment.{key_text(key)}", STR)
     notes = r.column(doc["notes"], "notes", STR, None)
-    config = read_config(r, doc["config"], version)
+    stored = r.fields(doc["graph"], "graph", ("tensors", "ops") + (("definition",) if version >= 15 else ()))
+    definition = read_definition(r, stored.get("definition"))  # (schema 15) a model not built in: its layers
+    known, made_by = _known_policy(doc["config"])
+    config = read_config(r, known, version, definition)
     try:
-        plain = build_graph(*config.key, workspaces=config.workspaces).fitted(room_of(doc["plan"]) or config.capacity)
+        model = build_graph(*config.key, workspaces=config.workspaces, definition=definition)
     except GraphError as e:
-        r.fail(f"config: {e}")
+        r.fail(f"config: {e}" if definition is None else definition_graph_error(e))
+    plain = model.fitted(room_of(doc["plan"]) or config.capacity)
     recomputes = read_recomputes(r, doc["plan"], plain, version)
     expected = recomputed(plain, recomputes)  # what the plan runs, and what the file holds (Plan.graph_of)
-    _same_graph(r, _graph(r, r.fields(doc["graph"], "graph", ("tensors", "ops")), *config.key), expected)
+    _same_graph(r, _graph(r, stored, *config.key), expected)
     graph = expected  # equal, and it carries what the engine needs beyond the file (op attributes)
     plan = read_plan(r, doc["plan"], graph, config, recomputes, version)
     timeline = _timeline(r, doc["timeline"], graph, plan, version)
@@ -172,7 +179,20 @@ def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
         r.fail("device_memory is what a measured run took; this session is simulated")
     memory = None if doc.get("device_memory") is None else _read_device_memory(r, doc["device_memory"])
     return dict(graph=graph, plan=plan, timeline=timeline, cost_model=cost, environment=dict(env),
-                notes=tuple(notes), created=created, collected=collected, bound=bound, device_memory=memory)
+                notes=(*notes, *made_by), created=created, collected=collected, bound=bound, device_memory=memory)
+
+
+def _known_policy(config: Any) -> tuple[Any, tuple[str, ...]]:
+    """A session made by a policy this vmexplorer does not have (a newer one's) opens as a `manual` plan of the
+    same moves, its options (that policy's own) left out, with a note naming the policy: (the config as read,
+    the note)."""
+    policy = config.get("policy") if isinstance(config, dict) else None
+    if not isinstance(policy, str) or policy in POLICIES:
+        return config, ()
+    name = "".join(c if c.isprintable() else "?" for c in policy[:200])  # text as it came, safe in a terminal
+    return {**config, "policy": "manual", "options": {}}, (
+        f"{MADE_BY}{name}, which this vmexplorer does not have: opened as a manual plan "
+        "of the same moves",)
 
 
 def _read_device_memory(r: Reader, value: Any) -> DeviceMemory:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..config import Config, Mechanism
-from ..graph import MODELS, Graph, GraphError
+from ..graph import MODELS, Definition, Graph, GraphError
 from ..graph.recompute import Recompute, recomputed
 from ..plan import Direction, MemOp, Mode, Origin, Plan, PlanError
 from ..plan.mechanisms import MECHANISMS
@@ -54,9 +54,9 @@ def encode_plan(p: Plan) -> dict[str, Any]:
 
 # --- reading --------------------------------------------------------------------------------------
 
-def read_config(r: Reader, value: Any, version: int) -> Config:
-    """(schema 8 added `mechanism`, 11 `workspaces`.) A model vmexplorer builds, a policy it has with its
-    own options, a mechanism the policy takes."""
+def read_config(r: Reader, value: Any, version: int, definition: Definition | None = None) -> Config:
+    """(schema 8 added `mechanism`, 11 `workspaces`.) A model vmexplorer builds (or the one `definition`, the
+    file's `graph.definition`, defines), a policy it has with its own options, a mechanism the policy takes."""
     config = r.fields(value, "config", ("model", "batch", "image_size", "policy", "capacity_bytes", "options")
                       + (("mechanism",) if version >= 8 else ()) + (("workspaces",) if version >= 11 else ()))
     # (schema 11 made the kernels' workspaces graph tensors; an older run's lay outside its capacity)
@@ -68,9 +68,12 @@ def read_config(r: Reader, value: Any, version: int) -> Config:
         r.fail(f"config.capacity_bytes is {capacity}, more than the {MAX_BYTES} bytes (1 PiB) any capacity may be")
     options = _options(r, policy, r.fields(config["options"], "config.options", None))
     mechanism = _mechanism(r, policy, config.get("mechanism", Mechanism.UVM.value))
-    if model not in MODELS:
-        r.fail(f"config.model is {quoted(model)}, not a model this vmexplorer knows ({', '.join(MODELS)})")
-    return Config(model, batch, size, capacity, policy, dict(options), mechanism, workspaces)
+    if definition is not None and model != definition.name:
+        r.fail(f"config.model is {quoted(model)}, but graph.definition defines {quoted(definition.name)}")
+    if definition is None and model not in MODELS:
+        r.fail(f"config.model is {quoted(model)}, not a model this vmexplorer knows ({', '.join(MODELS)}), and "
+               "graph.definition does not define it")
+    return Config(model, batch, size, capacity, policy, dict(options), mechanism, workspaces, definition)
 
 
 def room_of(plan: Any) -> int:

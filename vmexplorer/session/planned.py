@@ -33,7 +33,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from ..config import Config, Mechanism
-from ..graph import Graph, Recompute, build_graph
+from ..graph import Definition, Graph, Recompute, build_graph
 from ..plan import Move, Plan, PlanError
 from ..policies import POLICIES, Simulation, check_mechanism, compile_plan
 from ..records.breakdown import TimeSplit, time_split
@@ -144,14 +144,18 @@ def plan_for(config: Config, cost_model: CostModel, edits: Sequence[Move] = (),
     graph with them (`Plan.graph_of`), as a plan's own are. `graph` is `config`'s graph
     where the caller has it (built from the config otherwise). PlanError (or GraphError) says what
     cannot be planned and why."""
-    graph = graph if graph is not None else build_graph(*config.key, workspaces=config.workspaces)
+    graph = graph if graph is not None else _graph(config)
+    if config.definition is None:  # a model from a file, configured by name beside its graph
+        config = dataclasses.replace(config, definition=graph.definition)
     if graph.key != config.key:
         raise PlanError(f"the graph is {graph.key} but the configuration is for {config.key}")
+    if graph.definition != config.definition:
+        raise PlanError(f"the graph and the configuration are of two different models named {config.model}")
     graph = graph.full or graph  # planned from full workspaces, each plan's fitted to the room it is made with
     spec = POLICIES.get(config.policy)
     if spec is not None and spec.searches:
         config = dataclasses.replace(config, mechanism=check_mechanism(spec, config.mechanism))
-        plan, reports = _searched(_json(config), _json(cost_model))
+        plan, reports = _searched(_json(config), _json(cost_model), config.definition)
         return Planned(graph.fitted(plan.planned_with), plan, cost_model, reports)
     said: list[str] = []
     plan = compile_plan(graph, config.capacity, config.policy, config.options, edits,
@@ -163,7 +167,12 @@ def plan_for(config: Config, cost_model: CostModel, edits: Sequence[Move] = (),
 def graph_of(config: Config, room: int = 0) -> Graph:
     """The graph a config trains: its model, with the kernels' workspaces fitted to the room its plan was
     made with (`Plan.planned_with`; 0: the capacity)."""
-    return build_graph(*config.key, workspaces=config.workspaces).fitted(room or config.capacity)
+    return _graph(config).fitted(room or config.capacity)
+
+
+def _graph(config: Config) -> Graph:
+    """`config`'s model, built in or from the definition it carries (a model from a file)."""
+    return build_graph(*config.key, workspaces=config.workspaces, definition=config.definition)
 
 
 def bound_at(graph: Graph, capacity: int, cost_model: CostModel, mechanism: str, recompute: bool = False
@@ -171,20 +180,23 @@ def bound_at(graph: Graph, capacity: int, cost_model: CostModel, mechanism: str,
     """The bound at a capacity through a mechanism under a cost model (`simulator.bound.lower_bound`;
     `recompute`: the joint bound, for a plan that recomputes), or None below the least capacity the graph
     runs in."""
-    return _bound(graph.key, graph.workspaces, capacity, _json(cost_model), str(mechanism), recompute)
+    return _bound(graph.key, graph.definition, graph.workspaces, capacity, _json(cost_model), str(mechanism),
+                  recompute)
 
 
 def simulated_split(config: Config, cost_model: CostModel) -> TimeSplit | None:
     """Where the typical iteration of `config`'s plan, simulated with `cost_model`, spends its time; None
     where the configuration cannot be planned (a capacity below what the policy needs)."""
-    return _split(_json(config), _json(cost_model))
+    return _split(_json(config), _json(cost_model), config.definition)
 
 
+# The memos below keep results by the configuration as JSON and, for a model that is not built in, its
+# definition too (equal and hashed by its digest): two models of one name are two entries.
 @memo(maxsize=1024)  # a paging cliff holds dozens; each is five numbers
-def _split(config_json: str, cost_json: str) -> TimeSplit | None:
+def _split(config_json: str, cost_json: str, definition: Definition | None) -> TimeSplit | None:
     c = json.loads(config_json)
     config = Config(c["model"], c["batch"], c["image_size"], c["capacity_bytes"], c["policy"], c["options"],
-                    Mechanism(c["mechanism"]), c["workspaces"])
+                    Mechanism(c["mechanism"]), c["workspaces"], definition)
     cost = CostModel(**json.loads(cost_json))
     try:
         planned = plan_for(config, cost)
@@ -203,19 +215,23 @@ def _json(value: Config | CostModel) -> str:
 
 
 @memo(maxsize=64)
-def _bound(key: tuple[str, int, int], workspaces: bool, capacity: int, cost_json: str, mechanism: str,
-           recompute: bool) -> Bound | None:
+def _bound(key: tuple[str, int, int], definition: Definition | None, workspaces: bool, capacity: int,
+           cost_json: str, mechanism: str, recompute: bool) -> Bound | None:
+    return _lower_bound(build_graph(*key, workspaces=workspaces, definition=definition), capacity,
+                        CostModel(**json.loads(cost_json)), mechanism, recompute)
+
+
+def _lower_bound(graph: Graph, capacity: int, cost: CostModel, mechanism: str, recompute: bool) -> Bound | None:
     try:
-        return lower_bound(build_graph(*key, workspaces=workspaces), capacity, CostModel(**json.loads(cost_json)),
-                           mechanism, recompute=recompute)
+        return lower_bound(graph, capacity, cost, mechanism, recompute=recompute)
     except PlanError:
         return None
 
 
 @memo(maxsize=32)  # one per configuration a server's pages searched; each plan is small
-def _searched(config_json: str, cost_json: str) -> tuple[Plan, tuple[str, ...]]:
+def _searched(config_json: str, cost_json: str, definition: Definition | None) -> tuple[Plan, tuple[str, ...]]:
     c, cost = json.loads(config_json), CostModel(**json.loads(cost_json))
-    graph = build_graph(c["model"], c["batch"], c["image_size"], workspaces=c["workspaces"])
+    graph = build_graph(c["model"], c["batch"], c["image_size"], workspaces=c["workspaces"], definition=definition)
     said: list[str] = []
     plan = compile_plan(graph, c["capacity_bytes"], c["policy"], c["options"],
                         simulation=Simulation(simulate, lower_bound, cost, said.append), mechanism=c["mechanism"])

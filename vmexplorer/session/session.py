@@ -28,8 +28,9 @@ FORMAT = "vmexplorer-session"
 # "config.workspaces" (the kernels' workspaces as graph tensors inside the capacity; older files load
 # with none), 12 the cost model's "workspace_ns" (convolutions timed by their workspace), 13 its
 # "evict_fastest_bytes_per_ns" (the bound's eviction rate), 14 "plan.recomputes" (the activations the plan
-# makes again, its graph holding their re-runs as ops; older files load with none); older files still load
-SCHEMA_VERSION = 14
+# makes again, its graph holding their re-runs as ops; older files load with none), 15 "graph.definition"
+# (the forward layers of a model that is not built in; null for a built-in); older files still load
+SCHEMA_VERSION = 15
 
 class SessionError(ValueError):
     """A session that cannot be saved or loaded; the message names the file and the problem."""

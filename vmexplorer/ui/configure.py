@@ -11,8 +11,9 @@ import panel as pn
 import param
 
 from ..config import Mechanism, capacity_text, share_of_footprint
-from ..graph import MODELS, Graph, GraphError, build_graph
+from ..graph import MODELS, Graph, GraphError
 from ..policies import POLICIES, OptionSpec
+from ..session.format import MADE_BY
 from ..units import format_bytes
 from .state import AppState, store_param
 from .widgets import Text, tip, widget
@@ -59,10 +60,14 @@ class Configure(pn.viewable.Viewer):
         if s is None:
             return
         p = s.plan
+        # a model from a file is one more choice while its session is shown (its session carries its graph)
+        self.model.options = list(MODELS) + ([p.model] if p.model not in MODELS else [])
         self.model.value, self.batch.value, self.policy.value = p.model, p.batch, p.policy
         self.mechanism.value = str(p.mechanism)
         self.capacity.value = capacity_text(p.capacity, s.graph.footprint)
         self.draw_knobs(p.options)
+        made_by = [note for note in s.notes if note.startswith(MADE_BY)]  # a policy this vmexplorer lacks
+        self.policy_help.object = " ".join([POLICIES[p.policy].summary, *made_by[-1:]])
         self._show_capacity_help(s.graph)  # the shown graph: a drag must not build it again
 
     def _draw_knobs_of(self, policy: str) -> None:
@@ -80,7 +85,7 @@ class Configure(pn.viewable.Viewer):
 
     def _draw_capacity_help(self, model: str, batch: int | None) -> None:
         try:
-            g = build_graph(model, int(batch or 0))
+            g = self.state.model_graph(model, int(batch or 0))
         except (GraphError, ValueError, TypeError) as e:
             self.capacity_help.object = f"({e})"
             return

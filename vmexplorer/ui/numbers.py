@@ -91,7 +91,7 @@ def baseline(state: AppState, policy: str) -> Baseline | None:
     g = s.graph
     capacity = max(s.plan.capacity, g.footprint) if policy == "device" else s.plan.capacity
     split = simulated_split(Config(g.model, g.batch, g.image_size, capacity, policy, {}, mechanism,
-                                          g.workspaces), cost_of(state))
+                                          g.workspaces, g.definition), cost_of(state))
     return None if split is None else Baseline(policy, split, "simulated")
 
 
@@ -245,7 +245,7 @@ def sweep(state: AppState, points: int = SWEEP_POINTS) -> dict[str, Any]:
         line: dict[str, Any] = {"policy": policy, "capacity_pct": [], "iteration_ms": []}
         for c in capacities if policy != "device" else capacities[-1:]:
             split = simulated_split(Config(g.model, g.batch, g.image_size, c, policy, {}, Mechanism.UVM,
-                                                  g.workspaces), cost)
+                                                  g.workspaces, g.definition), cost)
             if split is not None:
                 line["capacity_pct"].append(share_of_footprint(c, g.footprint))
                 line["iteration_ms"].append(split.iteration_ns / 1e6)

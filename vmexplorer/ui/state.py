@@ -22,7 +22,7 @@ from typing import Any
 import param
 
 from ..config import Config, Mechanism
-from ..graph import Graph, GraphError, Recompute, build_graph
+from ..graph import MODELS, Graph, GraphError, Recompute, build_graph
 from ..plan import Move, PlanError
 from ..plan.moves import format_edits, parse_edits
 from ..policies import POLICIES
@@ -49,8 +49,10 @@ class Source:
 
     @property
     def reproducible(self) -> bool:
-        """Whether a link can open it again: a sample, or a configuration simulated with a sample's model."""
-        return self.kind == "sample" or (self.kind == "config" and self.cost != "upload")
+        """Whether a link can open it again: a sample, or a configuration of a built-in model simulated with a
+        sample's cost model (a model from a file is in the session only)."""
+        return self.kind == "sample" or (self.kind == "config" and self.cost != "upload" and
+                                         (self.config is None or self.config.definition is None))
 
 
 @dataclass(frozen=True)
@@ -139,10 +141,10 @@ class AppState(param.Parameterized):
         model when it ran this graph (a model's op times are by name, for its batch), else the
         uncalibrated default; `cost` names another, by the sample it came from (a link's)."""
         try:
-            graph = build_graph(model, int(batch))
+            graph = self.model_graph(model, int(batch))
             capacity = parse_bytes(capacity_text, graph.footprint)
             config = Config(model, int(batch), graph.image_size, capacity, policy, dict(options or {}),
-                            _mechanism(mechanism))
+                            _mechanism(mechanism), definition=graph.definition)
             named, model_cost = cost or self._cost_for_graph(graph)
             spec = POLICIES.get(policy)  # a policy that plans a person's moves plans the ones shown
             moves, steps = self._edits_for(graph) if spec is not None and spec.takes_moves else ([], [])
@@ -156,11 +158,20 @@ class AppState(param.Parameterized):
                    f"simulated {policy} with {model_cost.name}")
         return True
 
+    def model_graph(self, model: str, batch: int) -> Graph:
+        """The graph of `model` at `batch`: a built-in one's, or that of the model from a file whose session is
+        shown or loaded (its session carries its definition), at that session's image size."""
+        if model not in MODELS:
+            for s in (self.session, self.loaded):
+                if s is not None and s.graph.definition is not None and s.graph.model == model:
+                    return build_graph(model, batch, s.graph.image_size, definition=s.graph.definition)
+        return build_graph(model, batch)
+
     def _cost_for_graph(self, graph: Graph) -> tuple[str, CostModel]:
         """The cost model a new configuration of `graph` is simulated with, and where it came from as a
         link names it (`Source.cost`): the shown session's when it ran this graph, else the default."""
         loaded, cost, source = self.loaded, self.cost_model, self.source
-        if loaded is None or cost is None or source is None or loaded.graph.key != graph.key:
+        if loaded is None or cost is None or source is None or not _same_model(loaded.graph, graph):
             return "", H100_DEFAULT
         return {"sample": source.name, "config": source.cost}.get(source.kind, "upload"), cost
 
@@ -174,7 +185,7 @@ class AppState(param.Parameterized):
         if near:
             return self.open_sample(near[0])
         try:  # simulated today: workspaces inside the capacity, the share of the footprint they make
-            g = build_graph(g.model, g.batch, g.image_size)
+            g = build_graph(g.model, g.batch, g.image_size, definition=g.definition)
         except GraphError as e:
             return self.fail(str(e))
         capacity = max(int(g.footprint * capacity_pct / 100), g.min_capacity[0])
@@ -398,7 +409,7 @@ class AppState(param.Parameterized):
         return graph
 
     def _edits_for(self, graph: Graph) -> tuple[list[Move], list[Recompute]]:
-        if self.session is None or self.session.graph.key != graph.key:
+        if self.session is None or not _same_model(self.session.graph, graph):
             return [], []
         return list(self.moves), list(self.recomputes)
 
@@ -442,6 +453,12 @@ def _near_samples(graph: Graph, capacity_pct: float, policy: str, gpu: str | Non
             if (x.source, x.key, x.policy, x.defaults, x.mechanism) == ("measured", graph.key, policy, True,
                                                                         Mechanism.UVM)
             and gpu in (None, x.gpu) and abs(share_of_footprint(x.capacity, graph.footprint) - capacity_pct) < 0.5]
+
+
+def _same_model(a: Graph, b: Graph) -> bool:
+    """Whether two graphs train one model at one batch and image size: by key, and by definition for models
+    from files (two of one file name are two models)."""
+    return a.key == b.key and a.definition == b.definition
 
 
 def _mechanism(text: str | Mechanism) -> Mechanism:

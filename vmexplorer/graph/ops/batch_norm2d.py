@@ -25,8 +25,9 @@ Array = Any
 AXES = (0, 2, 3)
 
 
-def batch_norm2d(b: Recorder, x: int, layer: str) -> int:
-    """Record a batch normalisation of tensor `x` with new gamma, beta and running statistics; returns y."""
+def batch_norm2d(b: Recorder, x: int, layer: str, eps: float = 1e-5, momentum: float = 0.1) -> int:
+    """Record a batch normalisation of tensor `x` with new gamma, beta and running statistics; returns y.
+    `momentum` is PyTorch's: the weight of the batch's statistics in the running ones."""
     n, c, h, w = b.shape(x)
     gamma = b.param(layer, "weight", (c,))
     beta = b.param(layer, "bias", (c,))
@@ -36,7 +37,7 @@ def batch_norm2d(b: Recorder, x: int, layer: str) -> int:
     y, _ = b.forward("batch_norm2d", layer, (x,), (gamma, beta), (n, c, h, w), 8 * numel,
                      keeps=(x, gamma, -2, -3), backward_flops=12 * numel, input_grad_flops=8 * numel,
                      saved=(("saved_mean", (c,), "float32"), ("saved_invstd", (c,), "float32")),
-                     reads=running, updates=running, attrs=(("eps", 1e-5), ("momentum", 0.1)))
+                     reads=running, updates=running, attrs=(("eps", eps), ("momentum", momentum)))
     return y
 
 

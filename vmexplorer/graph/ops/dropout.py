@@ -29,12 +29,12 @@ _GAMMA = 0x9E3779B97F4A7C15  # splitmix64's increment
 _BITS = 24  # uniform integers in [0, 2^24): exact thresholds for any p a float32 would resolve
 
 
-def dropout(b: Recorder, x: int, layer: str) -> int:
-    """Record a dropout of tensor `x` with p = 0.5 (torchvision's); returns y."""
+def dropout(b: Recorder, x: int, layer: str, p: float = 0.5) -> int:
+    """Record a dropout of tensor `x` with drop probability `p` (torchvision's 0.5); returns y."""
     numel = math.prod(b.shape(x))
     y, _ = b.forward("dropout", layer, (x,), (), b.shape(x), 2 * numel, keeps=(-2,),  # -2: the mask
                      backward_flops=numel, input_grad_flops=numel,
-                     saved=(("mask", b.shape(x), "uint8"),), attrs=(("p", 0.5),))
+                     saved=(("mask", b.shape(x), "uint8"),), attrs=(("p", p),))
     return y
 
 

@@ -1,9 +1,9 @@
 """Fully connected layer: y = x W^T + b, with x flattened to (N, -1) as a view (torchvision's flatten).
 
-reads (x, W, b) writes (y); backward reads (x, W, dy) writes ([dx], dW, db).
+reads (x, W[, b]) writes (y); backward reads (x, W, dy) writes ([dx], dW[, db]).
 Backward keeps: x (for dW) and W (for dx); y is not needed.
-attrs: bias (always true in the models); backward also input_grad; allow_tf32, deterministic and
-autotune from the run, as for convolutions.
+attrs: bias (true in the built-in models; false for an imported Gemm or MatMul without one); backward also
+input_grad; allow_tf32, deterministic and autotune from the run, as for convolutions.
 """
 
 from __future__ import annotations
@@ -18,16 +18,17 @@ from .recorder import Recorder
 Array = Any
 
 
-def linear(b: Recorder, x: int, layer: str, out_features: int) -> int:
-    """Record a fully connected layer over tensor `x` with new weights and bias; returns y."""
+def linear(b: Recorder, x: int, layer: str, out_features: int, bias: bool = True) -> int:
+    """Record a fully connected layer over tensor `x` with new weights (and bias); returns y."""
     n = b.shape(x)[0]
     in_features = math.prod(b.shape(x)) // n  # flatten is a view: no op, no copy
     weight = b.param(layer, "weight", (out_features, in_features))
-    bias = b.param(layer, "bias", (out_features,))
+    params = (weight, b.param(layer, "bias", (out_features,))) if bias else (weight,)
     macs = n * in_features * out_features
-    y, _ = b.forward("linear", layer, (x,), (weight, bias), (n, out_features), 2 * macs + n * out_features,
-                     keeps=(x, weight), backward_flops=4 * macs + n * out_features,
-                     input_grad_flops=2 * macs, attrs=(("bias", True),))
+    bias_flops = n * out_features if bias else 0
+    y, _ = b.forward("linear", layer, (x,), params, (n, out_features), 2 * macs + bias_flops,
+                     keeps=(x, weight), backward_flops=4 * macs + bias_flops,
+                     input_grad_flops=2 * macs, attrs=(("bias", bias),))
     return y
 
 
