@@ -29,7 +29,7 @@ STAGES = (
     ("plots",),
     ("worker", "pool"),
     ("ui",),
-    ("app", "cli", "__main__"),
+    ("app", "cli", "__main__", "api"),
 )
 
 

@@ -132,11 +132,11 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
     from pathlib import Path
 
     _plan_args(p)
-    p.add_argument("--cost-model", type=Path, metavar="FILE",
-                   help="--policy tuned searches with the cost model calibrated on a measured session FILE (the "
-                        "GPU's own rates) instead of the uncalibrated H100 default; the run itself is measured, and "
-                        "judged (its bound) by FILE's model where FILE ran this graph on this GPU, else by the "
-                        "samples' model of this GPU, else (device) by its own calibration")
+    models, default = _cost_model_texts()
+    p.add_argument("--cost-model", metavar="NAME|FILE",
+                   help=f"--policy tuned searches with {models} instead of the default ({default}); the "
+                        "run itself is measured, and judged (its bound) by that model where it ran this graph on "
+                        "this GPU, else by the samples' model of this GPU, else (device) by its own calibration")
     p.add_argument("--iterations", type=int, default=5, metavar="N", help="iterations timed (default 5)")
     p.add_argument("--warmup", type=int, default=1, metavar="N", help="iterations run first, not recorded")
     p.add_argument("--counted", type=int, default=1, metavar="N",
@@ -231,9 +231,17 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
 
 
 def _cost_model_arg(p: argparse.ArgumentParser) -> None:
-    from pathlib import Path
+    models, default = _cost_model_texts()
+    p.add_argument("--cost-model", metavar="NAME|FILE",
+                   help=f"simulate with {models} instead of the default, the cost model of {default}; --policy "
+                        "tuned searches with it too")
 
-    p.add_argument("--cost-model", type=Path, metavar="FILE",
-                   help="simulate with the cost model calibrated on a measured session FILE (that GPU's rates; "
-                        "`calibrate` stores one) instead of the uncalibrated H100 default; --policy tuned searches "
-                        "with it too")
+
+def _cost_model_texts() -> tuple[str, str]:
+    from ..simulator.named import DEFAULT_GPU, GPUS
+
+    names = " or ".join(GPUS)
+    return (f"the calibrated cost model of a GPU the samples were recorded on ({names}: its samples' model of "
+            "the graph where they ran it, else its rates) or of a measured session FILE (`calibrate` stores one; "
+            "a file named like one of them is given as ./NAME)", DEFAULT_GPU.replace("%", "%%"))
+

@@ -131,7 +131,7 @@ def table_plan(doc: dict[str, Any]) -> str:
     memops = ((m["tensor"], m["nbytes"], m["direction"], m["mode"], m["origin"],
                f"{m['issue_after_op'] or 'start'} ({m['issue_after']})",
                f"{m['complete_before_op'] or 'end'} ({m['complete_before']})") for m in p["memops"])
-    head = (f"{_config_line(doc['config'])}; cost model {_safe(doc['cost_model'])}\n"
+    head = (f"{_config_line(doc['config'])}; cost model {_safe(doc['cost_model'])}{_gpu_of(doc)}\n"
             f"{len(p['memops'])} memory operations, {len(p['moves'])} planned round trips, "
             f"{len(p['resident_at_start'])} tensors resident at start, "
             f"peak resident {format_bytes(p['peak_resident_bytes'])}\n"
@@ -148,11 +148,18 @@ def table_simulate(doc: dict[str, Any]) -> str:
     s = doc["summary"]
     text = (f"wrote {_safe(doc['path'])}: {_config_line(doc['config'])}; "
             f"iteration {format_ns(s.get('iteration_ns', 0))} ({_safe(s.get('source', '?'))})")
+    if doc.get("cost_model"):
+        text += f"\ncost model {_safe(repr(doc['cost_model']))}{_gpu_of(doc)}"
     if s.get("recompute_ns"):  # the time a plan pays for not keeping what it recomputes
         text += f", {format_ns(s['recompute_ns'])} of it recomputing"
     if doc.get("bound") is not None:
         text += f"\n{_bound_line(doc['bound'], s.get('iteration_ns'), s.get('source', 'simulated'))}"
     return text + "".join(f"\n{_safe(n)}" for n in doc.get("notes", ()))
+
+
+def _gpu_of(doc: dict[str, Any]) -> str:
+    """" (GPU)" after a cost model's name, where the document says which GPU it describes."""
+    return f" ({_safe(doc['cost_model_gpu'])})" if doc.get("cost_model_gpu") else ""
 
 
 def _bound_line(bound: dict[str, Any], iteration_ns: float | None, source: str = "simulated") -> str:

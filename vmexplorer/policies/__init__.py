@@ -59,13 +59,19 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
     mechanism, a capacity no plan fits, moves the policy cannot take, or swap for a uvm-only policy.
     `moves` and `recomputes` are a person's plan, for a policy that takes one (`manual`): the recomputes
     numbered in the graph without re-runs, the moves in the graph with them.
-    `simulation` (the simulator and the cost model the plan will be simulated with) is for a policy
-    that searches in it (`tuned`) and, under swap, picks the order the copy streams take their copies in
-    (`order_copies`); without one a swap plan keeps the executor's order."""
+    `simulation` (the simulator and the cost model the plan will be simulated with) is what a policy that
+    searches (`tuned`, `joint`) searches in: PlanError without one, never a plan of another policy. Under
+    swap it also picks the order the copy streams take their copies in (`order_copies`); without one a swap
+    plan keeps the executor's order."""
     spec = POLICIES.get(policy)
     if spec is None:
         raise PlanError(f"unknown policy {policy!r}; choose one of: {', '.join(POLICIES)}")
     mech = check_mechanism(spec, mechanism)
+    if spec.searches and simulation is None:
+        raise PlanError(f"the {policy} policy searches its plan in the simulator: pass the simulation it searches "
+                        "in, simulation=Simulation(simulator.simulate, simulator.bound.lower_bound, cost_model) "
+                        "(`vmexplorer.api.simulation()` makes one with the default or a named cost model), or plan "
+                        "with `vmexplorer.api.plan(...)`, which passes one")
     opts = _check_options(spec, options or {})
     # the kernels' workspaces are fitted to the room a plan is made with (`Graph.fitted`), from the full graph
     full = graph.full or graph
