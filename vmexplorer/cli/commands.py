@@ -279,19 +279,34 @@ def _not_fitted(plan: Plan, cost: Any, base: Any) -> list[str]:
     return kept + ([] if any(m.mode is Mode.ASYNC for m in plan.memops) else ["host_block"])
 
 
+MAX_COMPARED = 26  # sessions: A to Z
+
+
 def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
+    """Any number of sessions (two or more) against the first: `sessions`, each summary key's `values` and
+    `ratios` (each later session's over the first's), and the rows' `ns` and `deltas_ns`; `a`, `b`, a key's
+    `a`, `b` and `ratio` and a row's `a_ns`, `b_ns` and `delta_ns` are the first two's, as two-session
+    scripts read them."""
     if args.top < 0:
         raise UsageError(f"--top takes how many rows to show, 0 for all, not {args.top}")
-    a, b = _load(args.a), _load(args.b)
-    sa, sb = summary_of(a), summary_of(b)
-    summary = {k: {"a": sa.get(k), "b": sb.get(k), "ratio": _ratio(sa.get(k), sb.get(k))}
-               for k in sorted(set(sa) | set(sb))}
-    from ..session.compare import align_op_times
+    files = list(args.files)
+    if not 2 <= len(files) <= MAX_COMPARED:
+        raise UsageError(f"compare takes 2 to {MAX_COMPARED} session files, not {len(files)}")
+    sessions = [_load(path) for path in files]  # the first bad file ends it, named in its one-line error
+    summaries = [summary_of(s) for s in sessions]
+    keys = sorted(set().union(*summaries))
+    summary = {}
+    for k in keys:
+        values = [s.get(k) for s in summaries]
+        ratios = [_ratio(values[0], v) for v in values[1:]]
+        summary[k] = {"a": values[0], "b": values[1], "ratio": ratios[0], "values": values, "ratios": ratios}
+    from ..session.compare import align_many
 
-    aligned_by, aligned = align_op_times(a, b)
-    rows = [{k: v for k, v in row.items() if k != "op"} for row in aligned]  # the documented JSON shape
-    return {"a": {"path": str(args.a), "config": _config(a.plan)},
-            "b": {"path": str(args.b), "config": _config(b.plan)},
+    aligned_by, aligned = align_many(sessions)
+    rows = [{"name": r["name"], "a_ns": r["ns"][0], "b_ns": r["ns"][1], "delta_ns": r["deltas_ns"][0],
+             "ns": r["ns"], "deltas_ns": r["deltas_ns"]} for r in aligned]  # the documented JSON shape
+    described = [{"path": str(path), "config": _config(s.plan)} for path, s in zip(files, sessions)]
+    return {"a": described[0], "b": described[1], "sessions": described,
             "summary": summary, "aligned_by": aligned_by, "rows": rows}
 
 

@@ -113,9 +113,11 @@ def _session_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
                         "convolution by the workspace it runs in")
     p.add_argument("--force", action="store_true", help="replace OUT if it exists (OUT may be FILE itself)")
 
-    p = _command(sub, "compare", cmd_compare, table_compare, "compare two session files side by side (B/A)")
-    p.add_argument("a", type=Path, metavar="A")
-    p.add_argument("b", type=Path, metavar="B")
+    p = _command(sub, "compare", cmd_compare, table_compare,
+                 "compare session files side by side, each against the first (B/A, C/A, ...)")
+    p.add_argument("files", type=Path, nargs="+", metavar="FILE",
+                   help="two session files or more (at most 26: A to Z); the first is the one the others are held "
+                        "against")
     p.add_argument("--top", type=int, default=20, metavar="N",
                    help="table: show the N largest per-op changes (0: all; json has all)")
 

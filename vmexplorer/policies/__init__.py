@@ -58,20 +58,14 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
     is forced to add; PlanError naming the problem and the fix for an unknown policy, option or
     mechanism, a capacity no plan fits, moves the policy cannot take, or swap for a uvm-only policy.
     `moves` and `recomputes` are a person's plan, for a policy that takes one (`manual`): the recomputes
-    numbered in the graph without re-runs, the moves in the graph with them.
-    `simulation` (the simulator and the cost model the plan will be simulated with) is what a policy that
-    searches (`tuned`, `joint`) searches in: PlanError without one, never a plan of another policy. Under
-    swap it also picks the order the copy streams take their copies in (`order_copies`); without one a swap
-    plan keeps the executor's order."""
+    numbered in the graph without re-runs, the moves in the graph with them. `simulation` (the simulator
+    and the plan's cost model) is what `tuned` and `joint` search in, PlanError without one; under swap it
+    picks the order the copy streams take their copies in (`order_copies`), without one the executor's."""
     spec = POLICIES.get(policy)
     if spec is None:
         raise PlanError(f"unknown policy {policy!r}; choose one of: {', '.join(POLICIES)}")
     mech = check_mechanism(spec, mechanism)
-    if spec.searches and simulation is None:
-        raise PlanError(f"the {policy} policy searches its plan in the simulator: pass the simulation it searches "
-                        "in, simulation=Simulation(simulator.simulate, simulator.bound.lower_bound, cost_model) "
-                        "(`vmexplorer.api.simulation()` makes one with the default or a named cost model), or plan "
-                        "with `vmexplorer.api.plan(...)`, which passes one")
+    _check_simulation(spec, simulation)
     opts = _check_options(spec, options or {})
     # the kernels' workspaces are fitted to the room a plan is made with (`Graph.fitted`), from the full graph
     full = graph.full or graph
@@ -117,6 +111,16 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
             f"{format_bytes(plan.planned_with)} of room ({plan.planned_with / capacity:.1%} of the capacity) so "
             f"that the pool fits within {format_bytes(capacity)}")
     return order_copies(full, plan, simulation) if simulation is not None else plan
+
+
+def _check_simulation(spec: PolicySpec, simulation: Simulation | None) -> None:
+    """PlanError for a policy that searches and is given no simulation to search in: planned another way, its
+    figures would be another policy's under its name."""
+    if spec.searches and simulation is None:
+        raise PlanError(f"the {spec.name} policy searches its plan in the simulator: pass the simulation it searches "
+                        "in, simulation=Simulation(simulator.simulate, simulator.bound.lower_bound, cost_model) "
+                        "(`vmexplorer.api.simulation()` makes one with the default or a named cost model), or plan "
+                        "with `vmexplorer.api.plan(...)`, which passes one")
 
 
 def _planned_on(spec: PolicySpec, full: Graph, at: int, options: dict[str, Any], recomputes: Sequence[Recompute],
