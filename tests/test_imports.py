@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "vmexplorer"
 # top-level modules and packages may import each other: each may import only those before it. The app's
 # panels (ui/) sit on top of everything but the entry points.
 STAGES = (
-    ("units", "fileio", "config"),
+    ("units", "fileio", "config", "plugins"),
     ("graph",),
     ("plan",),
     ("policies",),

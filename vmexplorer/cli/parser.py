@@ -189,7 +189,6 @@ def _graph_args(p: argparse.ArgumentParser) -> None:
 
 
 def _plan_args(p: argparse.ArgumentParser) -> None:
-    import argparse
     from pathlib import Path
 
     from ..config import Mechanism
@@ -221,15 +220,28 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
             if name in seen:  # shared by several policies: one flag, checked against --policy later
                 continue
             seen.add(name)
-            choices = f"one of {', '.join(map(str, opt.choices))}; " if opt.choices else ""
-            text = f"[{policy}] {opt.help} ({choices}default {opt.default})".replace("%", "%%")
-            if opt.type is bool:
-                group.add_argument(_flag(name), dest=_OPTION_DEST + name, default=argparse.SUPPRESS,
-                                   action=argparse.BooleanOptionalAction, help=text)
-            else:  # with choices, argparse's metavar is {needed,all}: the usage line lists them too
-                group.add_argument(_flag(name), dest=_OPTION_DEST + name, default=argparse.SUPPRESS,
-                                   type=opt.type, choices=opt.choices or None,
-                                   metavar=None if opt.choices else opt.type.__name__.upper(), help=text)
+            _option_flag(group, policy, name, opt)
+
+
+def _option_flag(group: argparse._ArgumentGroup, policy: str, name: str, opt: Any) -> None:
+    """A policy option's flag; a plugin's option whose flag is one of the command's own is left without one
+    (its default holds), with a warning, as the command line must not fail for it."""
+    import argparse
+
+    from ..plugins import warn
+
+    choices = f"one of {', '.join(map(str, opt.choices))}; " if opt.choices else ""
+    text = f"[{policy}] {opt.help} ({choices}default {opt.default})".replace("%", "%%")
+    try:
+        if opt.type is bool:
+            group.add_argument(_flag(name), dest=_OPTION_DEST + name, default=argparse.SUPPRESS,
+                               action=argparse.BooleanOptionalAction, help=text)
+        else:  # with choices, argparse's metavar is {needed,all}: the usage line lists them too
+            group.add_argument(_flag(name), dest=_OPTION_DEST + name, default=argparse.SUPPRESS,
+                               type=opt.type, choices=opt.choices or None,
+                               metavar=None if opt.choices else opt.type.__name__.upper(), help=text)
+    except (argparse.ArgumentError, TypeError, ValueError) as e:
+        warn(f"the {policy} policy's option {name!r} has no flag: {e}")
 
 
 def _cost_model_arg(p: argparse.ArgumentParser) -> None:

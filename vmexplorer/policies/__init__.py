@@ -15,13 +15,15 @@ synchronous copies in and out the executor is forced into where `uvm` has faults
 policy that plans moves takes either; `device` and `uvm` declare themselves `uvm_only`.
 
 `POLICIES` below is the registry, one line per policy: the CLI's `--policy` choices and option flags,
-the app's policy picker and knobs, and the session loader's check of a file's policy and options are
-all read from it. docs/policies.md says how to add a policy.
+the app's policy picker and knobs, `sweep`, and the session loader's check of a file's policy and options
+are all read from it. Policies of other packages join it through the entry point group
+`vmexplorer.policies` (`vmexplorer.plugins`), on first use. docs/policies.md says how to add a policy.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -33,12 +35,42 @@ from ..plan import Move, Plan, PlanError
 from ..plan.mechanisms import mechanism_of
 from ..plan.pool import SwapPool, executed_graph, kept_tensors, plan_pool, pool_limit
 from ..plan.residency import repair, transfers_for_moves
+from ..plugins import POLICY_GROUP, Registry, warn
 from ..units import format_bytes
 from . import autovm, belady, checkpoint, device, joint, manual, tuned, uvm, vdnn
 from .common import check_capacity, order_copies
 from .spec import OptionSpec, PlanMoves, PolicySpec, SearchMoves, SearchRecomputes, Simulation
 
-POLICIES: dict[str, PolicySpec] = {spec.name: spec for spec in (
+
+def _plugin(name: str, where: str, value: Any) -> tuple[str, PolicySpec] | None:
+    """A policy from another package (entry point group `vmexplorer.policies`): a PolicySpec, or an object
+    holding one as `SPEC`; None, with a warning naming it, for anything else."""
+    spec = value if isinstance(value, PolicySpec) else getattr(value, "SPEC", value)
+    problem = _spec_problem(spec)
+    if problem:
+        warn(f"the vmexplorer.policies plugin {name!r} ({where}) is skipped: {problem}")
+        return None
+    assert isinstance(spec, PolicySpec)
+    return spec.name, spec
+
+
+def _spec_problem(spec: Any) -> str:
+    """What is wrong with a plugin's declaration, or "" (the shipped ones: tests/policies/test_registry.py)."""
+    if not isinstance(spec, PolicySpec):
+        return f"it gives a {type(spec).__name__}, not a PolicySpec (or an object with one as .SPEC)"
+    if not re.fullmatch(r"[a-z][a-z0-9_]{0,39}", spec.name):
+        return f"its name {spec.name!r} should be 1 to 40 lowercase letters, digits or _, a letter first"
+    if not spec.summary or "\n" in spec.summary or not callable(spec.plan_moves):
+        return "it needs a one-line summary and a callable plan_moves"
+    for option, opt in spec.options.items():
+        if not (isinstance(opt, OptionSpec) and re.fullmatch(r"[a-z][a-z0-9_]*", option) and opt.help
+                and isinstance(opt.default, opt.type)):
+            return f"its option {option!r} should be an OptionSpec named in lowercase, with a help line and a " \
+                   "default of its type"
+    return ""
+
+
+POLICIES: Registry[PolicySpec] = Registry({spec.name: spec for spec in (
     device.SPEC,
     uvm.SPEC,
     autovm.SPEC,
@@ -48,7 +80,7 @@ POLICIES: dict[str, PolicySpec] = {spec.name: spec for spec in (
     checkpoint.SPEC,
     joint.SPEC,
     manual.SPEC,
-)}
+)}, POLICY_GROUP, _plugin)
 
 
 def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str, Any] | None = None,
