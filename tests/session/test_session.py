@@ -436,9 +436,6 @@ BAD_FILES: list[tuple[str, Callable[[bytes], bytes], str]] = [
      "config: batch 1099511627776 is beyond any sensible run"),
     ("a capacity beyond any GPU", rewrite(set_in("config.capacity_bytes", 2**51)),
      "config.capacity_bytes is 2251799813685248, more than the 1125899906842624 bytes (1 PiB)"),
-    ("a policy vmexplorer does not know", rewrite(set_in("config.policy", "lru")),
-     'config.policy is "lru", not a policy this vmexplorer knows '
-     '(device, uvm, autovm, belady, vdnn, tuned, checkpoint, joint, manual)'),
     ("an option the policy does not have", rewrite(set_in("config.options.speed", 11)),
      'config.options.speed: the autovm policy has no option "speed"'),
     ("an option of the wrong type", rewrite(set_in("config.options.prefetch_distance", "3")),

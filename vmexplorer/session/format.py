@@ -37,7 +37,7 @@ from ..records.spans import MAX_NS, Timeline
 from ..simulator.bound import SET_BY, Bound
 from ..simulator.costmodel import RATES, SWAP_RATES, CostModel
 from ..units import MAX_BYTES, quoted
-from .plan_format import encode_plan, read_config, read_plan, read_recomputes, room_of
+from .plan_format import encode_plan, foreign_policy, read_config, read_plan, read_recomputes, room_of
 from .reader import BOOL, INT, MAX_ROWS, NUM, STR, Reader, key_text, write_table
 from .session import Session
 
@@ -153,6 +153,7 @@ def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
     for key, value in env.items():
         r.scalar(value, f"environment.{key_text(key)}", STR)
     notes = r.column(doc["notes"], "notes", STR, None)
+    foreign = foreign_policy(doc["config"])  # read as manual: the note says which policy made it
     config = read_config(r, doc["config"], version)
     try:
         plain = build_graph(*config.key, workspaces=config.workspaces).fitted(room_of(doc["plan"]) or config.capacity)
@@ -172,7 +173,8 @@ def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
         r.fail("device_memory is what a measured run took; this session is simulated")
     memory = None if doc.get("device_memory") is None else _read_device_memory(r, doc["device_memory"])
     return dict(graph=graph, plan=plan, timeline=timeline, cost_model=cost, environment=dict(env),
-                notes=tuple(notes), created=created, collected=collected, bound=bound, device_memory=memory)
+                notes=tuple(notes) + ((foreign,) if foreign else ()), created=created, collected=collected,
+                bound=bound, device_memory=memory)
 
 
 def _read_device_memory(r: Reader, value: Any) -> DeviceMemory:
