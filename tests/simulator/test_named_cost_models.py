@@ -87,3 +87,18 @@ def test_an_unknown_name_is_a_file_that_is_not_there(capsys: pytest.CaptureFixtu
                  "--cost-model", "h300"])
     _, err = capsys.readouterr()
     assert code == 2 and err.count("\n") == 1 and "h300" in err
+
+
+def test_without_the_samples_a_run_is_judged_by_the_model_written_from_them(monkeypatch: pytest.MonkeyPatch,
+                                                                            tmp_path: Path) -> None:
+    from vmexplorer.session import samples
+
+    sample = load_session(SAMPLES / "h200-vgg19-b64-device.measured.vms")
+    graph = build_graph("vgg19", 64)
+    monkeypatch.setattr(samples, "SAMPLES", tmp_path / "none")  # an installed package: no sample_sessions/
+    samples._index.cache_clear()
+    try:
+        assert samples.gpu_cost_model(graph, "NVIDIA H200") == sample.cost_model
+        assert samples.gpu_cost_model(graph, "NVIDIA B200") is None
+    finally:
+        samples._index.cache_clear()

@@ -55,6 +55,18 @@ def named_cost_model(name: str, graph: Graph | None = None) -> CostModel:
                                "default compute rates)", op_ns={}, op_gap_ns={}, workspace_ns={})
 
 
+def samples_model(graph: Graph, gpu: str) -> CostModel | None:
+    """The model the samples of `graph` (the same kind: with workspaces or not) measured on `gpu` carry, as
+    they carry it (its name too), or None: what `session.samples.gpu_cost_model` gives where the samples
+    themselves are not beside the package."""
+    for name, named_gpu in GPUS.items():
+        if named_gpu == gpu:
+            for m in _load(name)["graphs"]:
+                if (tuple(m["key"]), m["workspaces"]) == (graph.key, graph.workspaces):
+                    return _cost(m["cost_model"])
+    return None
+
+
 def calibrated_graphs(name: str) -> list[tuple[str, int, int]]:
     """The graphs (model, batch, image size) GPU `name`'s samples ran: its op times are theirs."""
     return list(dict.fromkeys(tuple(m["key"]) for m in _load(name)["graphs"]))
