@@ -97,8 +97,8 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
     if spec is None:
         raise PlanError(f"unknown policy {policy!r}; choose one of: {', '.join(POLICIES)}")
     mech = check_mechanism(spec, mechanism)
-    _check_simulation(spec, simulation)
     opts = _check_options(spec, options or {})
+    _check_simulation(spec, simulation)
     # the kernels' workspaces are fitted to the room a plan is made with (`Graph.fitted`), from the full graph
     full = graph.full or graph
     check_capacity(full.fitted(capacity), capacity)
