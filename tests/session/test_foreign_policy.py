@@ -37,7 +37,7 @@ def test_it_opens_as_a_manual_plan_of_the_same_moves_with_a_note(tmp_path: Path,
     assert (s.plan.policy, s.plan.options, s.plan.mechanism) == ("manual", {}, original.plan.mechanism)
     assert s.plan.memops == original.plan.memops and s.plan.moves == original.plan.moves
     assert s.notes[:-1] == ("a note",)
-    assert s.notes[-1].startswith('made by the policy "lru" (options: speed "11", mode "fast"), which this '
+    assert s.notes[-1].startswith("made by the policy 'lru' (options: speed \"11\", mode \"fast\"), which this "
                                   "vmexplorer does not have")
     assert "opened as a manual plan of the same moves" in s.notes[-1]
     # saved again it is a manual plan, and says once who made it
@@ -50,7 +50,7 @@ def test_info_shows_it_and_names_the_policy(tmp_path: Path, capsys: pytest.Captu
     path = relabelled(made(), tmp_path / "future.vms", "belady_v2", {})
     assert main(["info", str(path), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["config"]["policy"] == "manual" and 'the policy "belady_v2" (options: none)' in doc["notes"][-1]
+    assert doc["config"]["policy"] == "manual" and "the policy 'belady_v2' (options: none)" in doc["notes"][-1]
 
 
 @pytest.mark.parametrize("policy, options, says", [

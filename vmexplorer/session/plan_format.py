@@ -22,7 +22,7 @@ from ..plan import Direction, MemOp, Mode, Origin, Plan, PlanError
 from ..plan.mechanisms import MECHANISMS
 from ..plan.validate import validate_plan
 from ..policies import POLICIES, check_mechanism
-from ..units import MAX_BYTES, quoted
+from ..units import MAX_BYTES, quoted, typed
 from .reader import BOOL, INT, NUM, STR, Reader, key_text, write_table
 
 # memory operations in one plan: the policies plan at most some 6,400 (uvm at ResNet-152's least capacity);
@@ -78,6 +78,9 @@ def read_config(r: Reader, value: Any, version: int) -> Config:
     return Config(model, batch, size, capacity, policy, dict(options), mechanism, workspaces)
 
 
+FOREIGN_POLICY = "made by the policy "  # how the note `foreign_policy` makes begins
+
+
 def foreign_policy(value: Any) -> str | None:
     """The note a session made by a policy this vmexplorer does not have opens with (`read_config` reads it
     as `manual`, the same moves as a person's plan), or None: read ahead of the config, whose reader
@@ -88,7 +91,7 @@ def foreign_policy(value: Any) -> str | None:
         return None
     given = ", ".join(f"{key_text(k)} {quoted(str(v)[:40])}" for k, v in list(options.items())[:8]) \
         if isinstance(options, dict) and options else "none"
-    return (f"made by the policy {quoted(policy[:80])} (options: {given}), which this vmexplorer does not have "
+    return (f"{FOREIGN_POLICY}{typed(policy, 200)} (options: {given}), which this vmexplorer does not have "
             f"(its policies: {', '.join(POLICIES)}; a newer vmexplorer, or the package that adds it, may): opened "
             "as a manual plan of the same moves, which editing and simulating re-plan as manual")
 
