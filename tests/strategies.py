@@ -12,7 +12,7 @@ from vmexplorer.graph import Graph, build_graph
 from vmexplorer.plan import Move, Plan, PlanError
 from vmexplorer.policies import compile_plan
 
-MOVERS = ["autovm", "belady", "vdnn", "tuned", "manual"]  # the policies that plan moves: swap takes them
+MOVERS = ["autovm", "belady", "vdnn", "manual"]  # the policies that plan moves without a search: swap takes them
 
 
 @cache
@@ -46,7 +46,7 @@ AUTOVM_OPTIONS = st.fixed_dictionaries({
 @st.composite
 def swap_cases(draw: st.DrawFn, models: Sequence[tuple[str, int]], max_batch: int
                ) -> tuple[Graph, int, str, dict, list]:
-    """A moving policy (tuned without a simulator plans as belady) on one of `models` (name, image size) at
+    """A moving policy that does not search (a search needs a simulator) on one of `models` (name, image size) at
     a batch up to `max_batch`, at any capacity from the least a plan needs to a little over the footprint:
     (graph, capacity, policy, options, moves)."""
     model, size = draw(st.sampled_from(models))

@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "vmexplorer"
 # top-level modules and packages may import each other: each may import only those before it. The app's
 # panels (ui/) sit on top of everything but the entry points.
 STAGES = (
-    ("units", "fileio", "config"),
+    ("units", "fileio", "config", "plugins"),
     ("graph",),
     ("plan",),
     ("policies",),
@@ -29,7 +29,7 @@ STAGES = (
     ("plots",),
     ("worker", "pool"),
     ("ui",),
-    ("app", "cli", "__main__"),
+    ("app", "cli", "__main__", "api"),
 )
 
 

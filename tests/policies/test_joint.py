@@ -1,7 +1,7 @@
 """`joint`: which activations to recompute, searched in the simulator from the best of none and
 checkpoint_sequential, belady's trips for the rest. It is never slower than where it started, one
-configuration gives one plan, each re-run reads the copies made with it, and without a simulator it
-recomputes as checkpoint_sequential in 4 segments."""
+configuration gives one plan, each re-run reads the copies made with it, and without a simulator it is
+refused (what it would recompute without a search is checkpoint_sequential in 4 segments)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import pytest
 
 from vmexplorer.config import Mechanism
 from vmexplorer.graph import Graph, Phase, build_graph
+from vmexplorer.plan import PlanError
 from vmexplorer.plan.bound import recomputable
 from vmexplorer.plan.validate import validate_plan
-from vmexplorer.policies import Simulation, compile_plan
+from vmexplorer.policies import POLICIES, Simulation, compile_plan
 from vmexplorer.policies.checkpoint import checkpoint_sequential
 from vmexplorer.policies.joint import _steps, _units, search
 from vmexplorer.simulator import H100_DEFAULT, simulate
@@ -52,10 +53,19 @@ def test_one_configuration_gives_one_plan_and_says_how_the_search_went() -> None
     assert any(s.startswith("joint: from ") and "changes kept" in s for s in said)
 
 
-def test_without_a_simulator_it_recomputes_as_checkpoint_sequential_in_four_segments() -> None:
+def test_without_a_simulator_it_is_refused() -> None:
     g = graph()
-    plan = compile_plan(g, int(g.footprint * 0.5), "joint")
-    assert plan.recomputes == tuple(checkpoint_sequential(g, 4))
+    with pytest.raises(PlanError, match="the joint policy searches its plan in the simulator"):
+        compile_plan(g, int(g.footprint * 0.5), "joint")
+
+
+def test_what_it_recomputes_without_a_search_is_checkpoint_sequential_in_four_segments() -> None:
+    g = graph()
+    spec = POLICIES["joint"]
+    assert spec.plan_recomputes is not None
+    defaults = {name: opt.default for name, opt in spec.options.items()}
+    steps = spec.plan_recomputes(g.fitted(int(g.footprint * 0.5)), int(g.footprint * 0.5), defaults, ())
+    assert tuple(steps) == tuple(checkpoint_sequential(g, 4))
 
 
 def test_a_unit_holds_the_chain_no_backward_op_reads_and_a_re_run_reads_the_copies_made_with_it() -> None:

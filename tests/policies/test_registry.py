@@ -46,6 +46,14 @@ THROWAWAY = PolicySpec("offload_weights", "the largest weights leave between the
                                                               minimum=0)})
 
 
+def _simulation() -> Any:
+    from vmexplorer.policies import Simulation
+    from vmexplorer.simulator import H100_DEFAULT, simulate
+    from vmexplorer.simulator.bound import lower_bound
+
+    return Simulation(simulate, lower_bound, H100_DEFAULT)
+
+
 @pytest.fixture
 def registered(monkeypatch: pytest.MonkeyPatch) -> Iterator[PolicySpec]:
     monkeypatch.setitem(POLICIES, THROWAWAY.name, THROWAWAY)
@@ -142,7 +150,7 @@ def test_every_registered_policy_module_declares_what_the_registry_reads(name: s
         assert not opt.choices or opt.default in opt.choices, option
         assert isinstance(opt.default, opt.type), option
     g = build_graph("resnet18", 8, 64)
-    plan = compile_plan(g, g.footprint, name)
+    plan = compile_plan(g, g.footprint, name, simulation=_simulation() if spec.searches else None)
     validate_plan(g, plan)
     assert plan.options == {option: opt.default for option, opt in spec.options.items()}
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from vmexplorer.graph import Graph, build_graph
-from vmexplorer.plan import Plan
+from vmexplorer.plan import Plan, PlanError
 from vmexplorer.plan.moves import check_moves
 from vmexplorer.plan.validate import validate_plan
 from vmexplorer.policies import POLICIES, Simulation, compile_plan, non_default_options
@@ -117,9 +117,12 @@ def test_the_report_says_where_the_search_started_and_how_far_it_ends_from_the_b
     assert "of 40 changes kept" in notes[0]
 
 
-def test_without_a_simulation_tuned_plans_as_belady() -> None:
+def test_without_a_simulation_tuned_is_refused_saying_what_to_pass() -> None:
+    # it once planned as belady without a word: a script's "tuned" figures were belady's
     g, capacity = setup("vgg11", 8, 64, 0.6)
-    assert compile_plan(g, capacity, "tuned").memops == compile_plan(g, capacity, "belady").memops
+    with pytest.raises(PlanError, match=r"the tuned policy searches its plan in the simulator: pass .*"
+                                        r"simulation=Simulation\(simulator.simulate"):
+        compile_plan(g, capacity, "tuned")
 
 
 @pytest.mark.parametrize("policy", [p for p, spec in POLICIES.items() if not spec.searches and p != "manual"])

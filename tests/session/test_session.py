@@ -1070,15 +1070,3 @@ def test_a_file_whose_graph_is_not_its_workspaces_is_refused(session: Session) -
     doc["config"]["workspaces"] = True  # a graph without workspace tensors, said to have them
     with pytest.raises(SessionError, match="graph.tensors has"):
         session_from_bytes(gzip.compress(json.dumps(doc).encode()))
-
-
-def test_a_session_of_a_policy_this_vmexplorer_does_not_have_opens_as_a_manual_plan_of_the_same_moves(
-        session: Session, tmp_path: Path) -> None:
-    path = tmp_path / "newer.vms"
-    path.write_bytes(rewrite(lambda doc: doc["config"].update(policy="<i>lru</i>", options={"speed": 11}))(
-        session_to_bytes(session)))
-    loaded = load_session(path)
-    assert (loaded.plan.policy, dict(loaded.plan.options)) == ("manual", {})
-    assert loaded.plan.memops == session.plan.memops and loaded.plan.moves == session.plan.moves
-    assert loaded.notes[-1] == ("made by the policy <i>lru</i>, which this vmexplorer does not have: opened as a "
-                                "manual plan of the same moves")

@@ -65,7 +65,8 @@ def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
     # the session's graph is the one the plan runs: a recomputing plan's memory operations are numbered
     # among its re-runs, and named from it
     doc = plan_doc(session.graph, session.plan, summary_of(session), planned.cost_model.name)
-    return {**doc, "bound": _bound_json(planned), "notes": list(planned.reports)}
+    return {**doc, "cost_model_gpu": cost_model_gpu(planned.cost_model), "bound": _bound_json(planned),
+            "notes": list(planned.reports)}
 
 
 def summary_of(session: Session) -> dict[str, Any]:
@@ -86,7 +87,8 @@ def cmd_simulate(args: argparse.Namespace) -> dict[str, Any]:
     session = planned.simulated(notes=args.note)
     save_session(session, args.out, force=args.force)
     return {"path": str(args.out), "config": _config(session.plan), "cost_model": planned.cost_model.name,
-            "summary": summary_of(session), "bound": _bound_json(planned), "notes": list(planned.reports)}
+            "cost_model_gpu": cost_model_gpu(planned.cost_model), "summary": summary_of(session),
+            "bound": _bound_json(planned), "notes": list(planned.reports)}
 
 
 def _bound_json(planned: Any) -> dict[str, Any]:
@@ -97,35 +99,75 @@ def _bound_json(planned: Any) -> dict[str, Any]:
     return result
 
 
-def _cost_session(path: Path | None) -> Any:
-    """The measured session `--cost-model FILE` names, with its calibrated model, or None without one."""
-    if path is None:
+def _cost_session(value: str | Path | None) -> Any:
+    """What `--cost-model` names: a named model's name (`h200`, a str), the measured session FILE names with
+    its calibrated model, or None without one."""
+    from pathlib import Path
+
+    from ..simulator.named import GPUS
+
+    if value is None:
         return None
+    if isinstance(value, str) and value in GPUS:
+        return value
+    path = Path(value)
     session = _load(path)
     if session.timeline.source != "measured" or session.cost_model is None:
         what = "a measured session with no cost model" if session.cost_model is None else "a simulated session"
         raise UsageError(f"--cost-model {path}: {what}; it takes a measured session with a calibrated cost model "
-                         f"(`vmexplorer calibrate MEASURED --device DEVICE --out FILE` stores one)")
+                         f"(`vmexplorer calibrate MEASURED --device DEVICE --out FILE` stores one), or the name "
+                         f"of one shipped with vmexplorer ({', '.join(GPUS)})")
     return session
 
 
-def _cost_model(session: Any, graph: Graph, path: Path | None) -> CostModel:
-    """The uncalibrated default, or the model calibrated on a measured session (`--cost-model FILE`):
-    that GPU's rates, and its op times where FILE ran this graph (an op time of another model or batch
-    would be another op's, so for another graph they are left out, with a note)."""
+def _cost_model(given: Any, graph: Graph, path: Any) -> CostModel:
+    """The uncalibrated default, a named model (`--cost-model h200`: its samples' model of this graph, else
+    its rates), or the model calibrated on a measured session (`--cost-model FILE`): that GPU's rates, and
+    its op times where FILE ran this graph (an op time of another model or batch would be another op's, so
+    for another graph they are left out, with a note)."""
     import dataclasses
 
     from ..simulator import H100_DEFAULT
+    from ..simulator.named import calibrated_graphs, named_cost_model
 
-    if session is None:
+    if given is None:
         return H100_DEFAULT
-    cost: CostModel = session.cost_model
-    if session.graph.key == graph.key:
+    if isinstance(given, str):
+        if graph.key not in calibrated_graphs(given):
+            ran = ", ".join(f"{m} batch {b}" for m, b, _ in calibrated_graphs(given))
+            _note(f"--cost-model {given}: its samples ran {ran}, not this graph: its transfer rates are used, and "
+                  "this graph's op times come from the default compute rates")
+        return named_cost_model(given, graph)
+    cost: CostModel = given.cost_model
+    if given.graph.key == graph.key:
         return cost
-    _note(f"--cost-model {path} was calibrated on {session.graph.model} batch {session.graph.batch} at "
-          f"{session.graph.image_size}px: its transfer rates are used, and this graph's op times come from the "
+    _note(f"--cost-model {path} was calibrated on {given.graph.model} batch {given.graph.batch} at "
+          f"{given.graph.image_size}px: its transfer rates are used, and this graph's op times come from the "
           "default compute rates")
     return dataclasses.replace(cost, name=f"{cost.name}, its rates only", op_ns={}, op_gap_ns={}, workspace_ns={})
+
+
+def _judging_model(given: Any, graph: Graph, gpu: Any) -> CostModel | None:
+    """The `--cost-model` that judges a run of `graph` on `gpu`: one of this GPU and graph (another GPU's or
+    graph's planned it, no more), else None."""
+    from ..simulator.named import calibrated_graphs, gpu_of_name, named_cost_model
+
+    if isinstance(given, str):
+        ran = graph.key in calibrated_graphs(given) and gpu_of_name(given) == gpu
+        return named_cost_model(given, graph) if ran else None
+    same = given is not None and given.graph.key == graph.key and given.environment.get("gpu") == gpu
+    return given.cost_model if same else None
+
+
+def cost_model_gpu(cost: CostModel) -> str:
+    """The GPU a cost model describes, in words: the default says it is an uncalibrated H100's."""
+    from ..simulator import H100_DEFAULT
+    from ..simulator.named import DEFAULT_GPU, GPUS
+
+    if cost.name == H100_DEFAULT.name:
+        return DEFAULT_GPU
+    name = cost.name.split(":", 1)[0]
+    return f"the {GPUS[name]}, calibrated on its samples" if name in GPUS else "calibrated on a measured session"
 
 
 def cmd_info(args: argparse.Namespace) -> dict[str, Any]:
@@ -244,19 +286,34 @@ def _not_fitted(plan: Plan, cost: Any, base: Any) -> list[str]:
     return kept + ([] if any(m.mode is Mode.ASYNC for m in plan.memops) else ["host_block"])
 
 
+MAX_COMPARED = 26  # sessions: A to Z
+
+
 def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
+    """Any number of sessions (two or more) against the first: `sessions`, each summary key's `values` and
+    `ratios` (each later session's over the first's), and the rows' `ns` and `deltas_ns`; `a`, `b`, a key's
+    `a`, `b` and `ratio` and a row's `a_ns`, `b_ns` and `delta_ns` are the first two's, as two-session
+    scripts read them."""
     if args.top < 0:
         raise UsageError(f"--top takes how many rows to show, 0 for all, not {args.top}")
-    a, b = _load(args.a), _load(args.b)
-    sa, sb = summary_of(a), summary_of(b)
-    summary = {k: {"a": sa.get(k), "b": sb.get(k), "ratio": _ratio(sa.get(k), sb.get(k))}
-               for k in sorted(set(sa) | set(sb))}
-    from ..session.compare import align_op_times
+    files = list(args.files)
+    if not 2 <= len(files) <= MAX_COMPARED:
+        raise UsageError(f"compare takes 2 to {MAX_COMPARED} session files, not {len(files)}")
+    sessions = [_load(path) for path in files]  # the first bad file ends it, named in its one-line error
+    summaries = [summary_of(s) for s in sessions]
+    keys = sorted(set().union(*summaries))
+    summary = {}
+    for k in keys:
+        values = [s.get(k) for s in summaries]
+        ratios = [_ratio(values[0], v) for v in values[1:]]
+        summary[k] = {"a": values[0], "b": values[1], "ratio": ratios[0], "values": values, "ratios": ratios}
+    from ..session.compare import align_many
 
-    aligned_by, aligned = align_op_times(a, b)
-    rows = [{k: v for k, v in row.items() if k != "op"} for row in aligned]  # the documented JSON shape
-    return {"a": {"path": str(args.a), "config": _config(a.plan)},
-            "b": {"path": str(args.b), "config": _config(b.plan)},
+    aligned_by, aligned = align_many(sessions)
+    rows = [{"name": r["name"], "a_ns": r["ns"][0], "b_ns": r["ns"][1], "delta_ns": r["deltas_ns"][0],
+             "ns": r["ns"], "deltas_ns": r["deltas_ns"]} for r in aligned]  # the documented JSON shape
+    described = [{"path": str(path), "config": _config(s.plan)} for path, s in zip(files, sessions)]
+    return {"a": described[0], "b": described[1], "sessions": described,
             "summary": summary, "aligned_by": aligned_by, "rows": rows}
 
 
@@ -304,9 +361,7 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
         raise
     except Exception as e:  # a CUDA or cuDNN failure is the run's, reported in one line
         raise RunFailed(f"the GPU run failed: {type(e).__name__}: {e}") from None
-    # a --cost-model of this GPU and graph judges the run; another GPU's or graph's planned it, no more
-    own = given.cost_model if given is not None and given.graph.key == graph.key and \
-        given.environment.get("gpu") == result.environment.get("gpu") else None
+    own = _judging_model(given, graph, result.environment.get("gpu"))
     session = measured_session(graph, plan, result, cost_model=own, notes=(
         "fault bytes per op are the plan's; measured faults come with the CUPTI collector", *reports, *args.note))
     save_session(session, args.out, force=args.force)

@@ -116,9 +116,11 @@ def _session_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
                         "convolution by the workspace it runs in")
     p.add_argument("--force", action="store_true", help="replace OUT if it exists (OUT may be FILE itself)")
 
-    p = _command(sub, "compare", cmd_compare, table_compare, "compare two session files side by side (B/A)")
-    p.add_argument("a", type=Path, metavar="A")
-    p.add_argument("b", type=Path, metavar="B")
+    p = _command(sub, "compare", cmd_compare, table_compare,
+                 "compare session files side by side, each against the first (B/A, C/A, ...)")
+    p.add_argument("files", type=Path, nargs="+", metavar="FILE",
+                   help="two session files or more (at most 26: A to Z); the first is the one the others are held "
+                        "against")
     p.add_argument("--top", type=int, default=20, metavar="N",
                    help="table: show the N largest per-op changes (0: all; json has all)")
 
@@ -135,11 +137,11 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
     from pathlib import Path
 
     _plan_args(p)
-    p.add_argument("--cost-model", type=Path, metavar="FILE",
-                   help="--policy tuned searches with the cost model calibrated on a measured session FILE (the "
-                        "GPU's own rates) instead of the uncalibrated H100 default; the run itself is measured, and "
-                        "judged (its bound) by FILE's model where FILE ran this graph on this GPU, else by the "
-                        "samples' model of this GPU, else (device) by its own calibration")
+    models, default = _cost_model_texts()
+    p.add_argument("--cost-model", metavar="NAME|FILE",
+                   help=f"--policy tuned searches with {models} instead of the default ({default}); the "
+                        "run itself is measured, and judged (its bound) by that model where it ran this graph on "
+                        "this GPU, else by the samples' model of this GPU, else (device) by its own calibration")
     p.add_argument("--iterations", type=int, default=5, metavar="N", help="iterations timed (default 5)")
     p.add_argument("--warmup", type=int, default=1, metavar="N", help="iterations run first, not recorded")
     p.add_argument("--counted", type=int, default=1, metavar="N",
@@ -226,7 +228,6 @@ def _graph_args(p: argparse.ArgumentParser) -> None:
 
 
 def _plan_args(p: argparse.ArgumentParser) -> None:
-    import argparse
     from pathlib import Path
 
     from ..config import Mechanism
@@ -258,21 +259,42 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
             if name in seen:  # shared by several policies: one flag, checked against --policy later
                 continue
             seen.add(name)
-            choices = f"one of {', '.join(map(str, opt.choices))}; " if opt.choices else ""
-            text = f"[{policy}] {opt.help} ({choices}default {opt.default})".replace("%", "%%")
-            if opt.type is bool:
-                group.add_argument(_flag(name), dest=_OPTION_DEST + name, default=argparse.SUPPRESS,
-                                   action=argparse.BooleanOptionalAction, help=text)
-            else:  # with choices, argparse's metavar is {needed,all}: the usage line lists them too
-                group.add_argument(_flag(name), dest=_OPTION_DEST + name, default=argparse.SUPPRESS,
-                                   type=opt.type, choices=opt.choices or None,
-                                   metavar=None if opt.choices else opt.type.__name__.upper(), help=text)
+            _option_flag(group, policy, name, opt)
+
+
+def _option_flag(group: argparse._ArgumentGroup, policy: str, name: str, opt: Any) -> None:
+    """A policy option's flag; a plugin's option whose flag is one of the command's own is left without one
+    (its default holds), with a warning, as the command line must not fail for it."""
+    import argparse
+
+    from ..plugins import warn
+
+    choices = f"one of {', '.join(map(str, opt.choices))}; " if opt.choices else ""
+    text = f"[{policy}] {opt.help} ({choices}default {opt.default})".replace("%", "%%")
+    try:
+        if opt.type is bool:
+            group.add_argument(_flag(name), dest=_OPTION_DEST + name, default=argparse.SUPPRESS,
+                               action=argparse.BooleanOptionalAction, help=text)
+        else:  # with choices, argparse's metavar is {needed,all}: the usage line lists them too
+            group.add_argument(_flag(name), dest=_OPTION_DEST + name, default=argparse.SUPPRESS,
+                               type=opt.type, choices=opt.choices or None,
+                               metavar=None if opt.choices else opt.type.__name__.upper(), help=text)
+    except (argparse.ArgumentError, TypeError, ValueError) as e:
+        warn(f"the {policy} policy's option {name!r} has no flag: {e}")
 
 
 def _cost_model_arg(p: argparse.ArgumentParser) -> None:
-    from pathlib import Path
+    models, default = _cost_model_texts()
+    p.add_argument("--cost-model", metavar="NAME|FILE",
+                   help=f"simulate with {models} instead of the default, the cost model of {default}; --policy "
+                        "tuned searches with it too")
 
-    p.add_argument("--cost-model", type=Path, metavar="FILE",
-                   help="simulate with the cost model calibrated on a measured session FILE (that GPU's rates; "
-                        "`calibrate` stores one) instead of the uncalibrated H100 default; --policy tuned searches "
-                        "with it too")
+
+def _cost_model_texts() -> tuple[str, str]:
+    from ..simulator.named import DEFAULT_GPU, GPUS
+
+    names = " or ".join(GPUS)
+    return (f"the calibrated cost model of a GPU the samples were recorded on ({names}: its samples' model of "
+            "the graph where they ran it, else its rates) or of a measured session FILE (`calibrate` stores one; "
+            "a file named like one of them is given as ./NAME)", DEFAULT_GPU.replace("%", "%%"))
+

@@ -131,7 +131,7 @@ def table_plan(doc: dict[str, Any]) -> str:
     memops = ((m["tensor"], m["nbytes"], m["direction"], m["mode"], m["origin"],
                f"{m['issue_after_op'] or 'start'} ({m['issue_after']})",
                f"{m['complete_before_op'] or 'end'} ({m['complete_before']})") for m in p["memops"])
-    head = (f"{_config_line(doc['config'])}; cost model {_safe(doc['cost_model'])}\n"
+    head = (f"{_config_line(doc['config'])}; cost model {_safe(doc['cost_model'])}{_gpu_of(doc)}\n"
             f"{len(p['memops'])} memory operations, {len(p['moves'])} planned round trips, "
             f"{len(p['resident_at_start'])} tensors resident at start, "
             f"peak resident {format_bytes(p['peak_resident_bytes'])}\n"
@@ -148,11 +148,18 @@ def table_simulate(doc: dict[str, Any]) -> str:
     s = doc["summary"]
     text = (f"wrote {_safe(doc['path'])}: {_config_line(doc['config'])}; "
             f"iteration {format_ns(s.get('iteration_ns', 0))} ({_safe(s.get('source', '?'))})")
+    if doc.get("cost_model"):
+        text += f"\ncost model {_safe(repr(doc['cost_model']))}{_gpu_of(doc)}"
     if s.get("recompute_ns"):  # the time a plan pays for not keeping what it recomputes
         text += f", {format_ns(s['recompute_ns'])} of it recomputing"
     if doc.get("bound") is not None:
         text += f"\n{_bound_line(doc['bound'], s.get('iteration_ns'), s.get('source', 'simulated'))}"
     return text + "".join(f"\n{_safe(n)}" for n in doc.get("notes", ()))
+
+
+def _gpu_of(doc: dict[str, Any]) -> str:
+    """" (GPU)" after a cost model's name, where the document says which GPU it describes."""
+    return f" ({_safe(doc['cost_model_gpu'])})" if doc.get("cost_model_gpu") else ""
 
 
 def _bound_line(bound: dict[str, Any], iteration_ns: float | None, source: str = "simulated") -> str:
@@ -226,21 +233,30 @@ def table_info(doc: dict[str, Any]) -> str:
 
 
 def table_compare(doc: dict[str, Any], top: int) -> str:
-    summary = ((k, _cell(k, v["a"]), _cell(k, v["b"]), "-" if v["ratio"] is None else f"{v['ratio']:.3f}")
+    described = doc.get("sessions") or [doc["a"], doc["b"]]
+    n = len(described)
+    names = [chr(ord("A") + k) for k in range(n)]
+    summary = ((k, *(_cell(k, x) for x in v.get("values", [v["a"], v["b"]])),
+                *("-" if r is None else f"{r:.3f}" for r in v.get("ratios", [v["ratio"]])))
                for k, v in doc["summary"].items())
-    rows = [r for r in doc["rows"] if r["delta_ns"] is not None]
-    rows.sort(key=lambda r: -abs(r["delta_ns"]))
+
+    def deltas(r: dict[str, Any]) -> list[Any]:
+        return list(r.get("deltas_ns", [r["delta_ns"]]))
+
+    rows = [r for r in doc["rows"] if any(d is not None for d in deltas(r))]
+    rows.sort(key=lambda r: -max(abs(d) for d in deltas(r) if d is not None))
     shown = rows if top <= 0 else rows[:top]
-    missing = [r["name"] for r in doc["rows"] if r["delta_ns"] is None]
-    out = [f"A: {_safe(doc['a']['path'])}: {_config_line(doc['a']['config'])}",
-           f"B: {_safe(doc['b']['path'])}: {_config_line(doc['b']['config'])}",
-           _title("summary"), _table(("key", "A", "B", "B/A"), summary),
-           _title(f"largest per-iteration time changes by {doc['aligned_by']} "
-                  f"({len(shown)} of {len(rows)})"),
-           _table((doc["aligned_by"], "a_ns", "b_ns", "delta_ns"),
-                  ((r["name"], r["a_ns"], r["b_ns"], r["delta_ns"]) for r in shown))]
+    missing = [r["name"] for r in doc["rows"] if any(d is None for d in deltas(r))]
+    lower = [x.lower() for x in names]
+    delta_heads = ["delta_ns"] if n == 2 else [f"{x}-a_ns" for x in lower[1:]]
+    out = [f"{x}: {_safe(d['path'])}: {_config_line(d['config'])}" for x, d in zip(names, described)]
+    out += [_title("summary"), _table(("key", *names, *(f"{x}/A" for x in names[1:])), summary),
+            _title(f"largest per-iteration time changes by {doc['aligned_by']} "
+                   f"({len(shown)} of {len(rows)})"),
+            _table((doc["aligned_by"], *(f"{x}_ns" for x in lower), *delta_heads),
+                   ((r["name"], *r.get("ns", [r["a_ns"], r["b_ns"]]), *deltas(r)) for r in shown))]
     if missing:
-        out.append(f"\nin only one of them: {', '.join(map(_safe, missing))}")
+        out.append(f"\nin only {'one' if n == 2 else 'some'} of them: {', '.join(map(_safe, missing))}")
     return "\n".join(out)
 
 

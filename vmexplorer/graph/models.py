@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
+from ..plugins import MODEL_GROUP, Registry, warn
 from .builder import GraphBuilder
 from .definition import Definition
 from .graph import Graph, GraphError
@@ -117,11 +120,24 @@ def resnet(name: str, batch: int, image_size: int = DEFAULT_IMAGE_SIZE) -> Graph
     return b.build(linear(b, x, "fc", NUM_CLASSES), labels)
 
 
-MODELS: dict[str, Callable[[int, int], Graph]] = {
+
+
+def _plugin(name: str, where: str, value: Any) -> tuple[str, Callable[[int, int], Graph]] | None:
+    """A model from another package (entry point group `vmexplorer.models`): a builder (batch, image_size) ->
+    Graph under a name like the built-in ones'; None, with a warning naming it, for anything else."""
+    if not callable(value) or not re.fullmatch(r"[a-z][a-z0-9_.-]{0,39}", name):
+        warn(f"the vmexplorer.models plugin {name!r} ({where}) is skipped: it should be a builder (batch, image_size) "
+             "-> Graph, named in 1 to 40 lowercase letters, digits, '_', '.' or '-'")
+        return None
+    return name, value
+
+
+# the built-in models, then those of other packages (`vmexplorer.plugins`), on first use
+MODELS: Registry[Callable[[int, int], Graph]] = Registry({
     "alexnet": alexnet,
     **{name: partial(vgg, name) for name in _VGG},
     **{name: partial(resnet, name) for name in _RESNET},
-}
+}, MODEL_GROUP, _plugin)
 
 
 def build_graph(model: str, batch: int, image_size: int = DEFAULT_IMAGE_SIZE, workspaces: bool = True,
@@ -140,10 +156,27 @@ def build_graph(model: str, batch: int, image_size: int = DEFAULT_IMAGE_SIZE, wo
         raise GraphError(f"batch {batch} is beyond any sensible run (at most {MAX_BATCH})")
     if not isinstance(image_size, int) or image_size <= 0:
         raise GraphError(f"image size must be a positive integer, not {image_size!r}")
-    graph = MODELS[model](batch, image_size) if definition is None else definition.graph(batch, image_size)
+    graph = _built(model, batch, image_size) if definition is None else definition.graph(batch, image_size)
     if not workspaces:
         graph = graph.without_workspaces()
     if graph.footprint > MAX_FOOTPRINT:
         raise GraphError(f"{model} at batch {batch} needs {graph.footprint / 2**40:.1f} TiB, beyond any "
                          f"sensible host memory (at most {MAX_FOOTPRINT >> 40} TiB); use a smaller batch")
+    return graph
+
+
+def _built(model: str, batch: int, image_size: int) -> Graph:
+    """The model's graph; a plugin's failure is a GraphError naming it, not a traceback."""
+    if model not in MODELS.plugins:
+        return MODELS[model](batch, image_size)
+    try:
+        graph = MODELS[model](batch, image_size)
+    except GraphError:
+        raise
+    except Exception as e:
+        raise GraphError(f"the model {model!r} (a plugin) failed to build at batch {batch} with {image_size}px "
+                         f"images: {type(e).__name__}: {e}") from None
+    if not isinstance(graph, Graph) or graph.key != (model, batch, image_size):
+        raise GraphError(f"the model {model!r} (a plugin) gave {type(graph).__name__} "
+                         f"{getattr(graph, 'key', '')}, not the Graph of {(model, batch, image_size)}")
     return graph

@@ -16,13 +16,15 @@ synchronous copies in and out the executor is forced into where `uvm` has faults
 policy that plans moves takes either; `device` and `uvm` declare themselves `uvm_only`.
 
 `POLICIES` below is the registry, one line per policy: the CLI's `--policy` choices and option flags,
-the app's policy picker and knobs, and the session loader's check of a file's policy and options are
-all read from it. docs/policies.md says how to add a policy.
+the app's policy picker and knobs, `sweep`, and the session loader's check of a file's policy and options
+are all read from it. Policies of other packages join it through the entry point group
+`vmexplorer.policies` (`vmexplorer.plugins`), on first use. docs/policies.md says how to add a policy.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -34,12 +36,42 @@ from ..plan import Move, Plan, PlanError
 from ..plan.mechanisms import mechanism_of
 from ..plan.pool import SwapPool, executed_graph, kept_tensors, plan_pool, pool_limit
 from ..plan.residency import repair, transfers_for_moves
+from ..plugins import POLICY_GROUP, Registry, warn
 from ..units import format_bytes
 from . import autovm, belady, checkpoint, device, exact, joint, manual, tuned, uvm, vdnn
 from .common import check_capacity, order_copies
 from .spec import OptionSpec, PlanMoves, PolicySpec, SearchMoves, SearchRecomputes, Simulation
 
-POLICIES: dict[str, PolicySpec] = {spec.name: spec for spec in (
+
+def _plugin(name: str, where: str, value: Any) -> tuple[str, PolicySpec] | None:
+    """A policy from another package (entry point group `vmexplorer.policies`): a PolicySpec, or an object
+    holding one as `SPEC`; None, with a warning naming it, for anything else."""
+    spec = value if isinstance(value, PolicySpec) else getattr(value, "SPEC", value)
+    problem = _spec_problem(spec)
+    if problem:
+        warn(f"the vmexplorer.policies plugin {name!r} ({where}) is skipped: {problem}")
+        return None
+    assert isinstance(spec, PolicySpec)
+    return spec.name, spec
+
+
+def _spec_problem(spec: Any) -> str:
+    """What is wrong with a plugin's declaration, or "" (the shipped ones: tests/policies/test_registry.py)."""
+    if not isinstance(spec, PolicySpec):
+        return f"it gives a {type(spec).__name__}, not a PolicySpec (or an object with one as .SPEC)"
+    if not re.fullmatch(r"[a-z][a-z0-9_]{0,39}", spec.name):
+        return f"its name {spec.name!r} should be 1 to 40 lowercase letters, digits or _, a letter first"
+    if not spec.summary or "\n" in spec.summary or not callable(spec.plan_moves):
+        return "it needs a one-line summary and a callable plan_moves"
+    for option, opt in spec.options.items():
+        if not (isinstance(opt, OptionSpec) and re.fullmatch(r"[a-z][a-z0-9_]*", option) and opt.help
+                and isinstance(opt.default, opt.type)):
+            return f"its option {option!r} should be an OptionSpec named in lowercase, with a help line and a " \
+                   "default of its type"
+    return ""
+
+
+POLICIES: Registry[PolicySpec] = Registry({spec.name: spec for spec in (
     device.SPEC,
     uvm.SPEC,
     autovm.SPEC,
@@ -50,7 +82,7 @@ POLICIES: dict[str, PolicySpec] = {spec.name: spec for spec in (
     joint.SPEC,
     exact.SPEC,
     manual.SPEC,
-)}
+)}, POLICY_GROUP, _plugin)
 
 
 def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str, Any] | None = None,
@@ -60,15 +92,15 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
     is forced to add; PlanError naming the problem and the fix for an unknown policy, option or
     mechanism, a capacity no plan fits, moves the policy cannot take, or swap for a uvm-only policy.
     `moves` and `recomputes` are a person's plan, for a policy that takes one (`manual`): the recomputes
-    numbered in the graph without re-runs, the moves in the graph with them.
-    `simulation` (the simulator and the cost model the plan will be simulated with) is for a policy
-    that searches in it (`tuned`) and, under swap, picks the order the copy streams take their copies in
-    (`order_copies`); without one a swap plan keeps the executor's order."""
+    numbered in the graph without re-runs, the moves in the graph with them. `simulation` (the simulator
+    and the plan's cost model) is what `tuned` and `joint` search in, PlanError without one; under swap it
+    picks the order the copy streams take their copies in (`order_copies`), without one the executor's."""
     spec = POLICIES.get(policy)
     if spec is None:
         raise PlanError(f"unknown policy {policy!r}; choose one of: {', '.join(POLICIES)}")
     mech = check_mechanism(spec, mechanism)
     opts = _check_options(spec, options or {})
+    _check_simulation(spec, simulation)
     # the kernels' workspaces are fitted to the room a plan is made with (`Graph.fitted`), from the full graph
     full = graph.full or graph
     check_capacity(full.fitted(capacity), capacity)
@@ -113,6 +145,16 @@ def compile_plan(graph: Graph, capacity: int, policy: str, options: Mapping[str,
             f"{format_bytes(plan.planned_with)} of room ({plan.planned_with / capacity:.1%} of the capacity) so "
             f"that the pool fits within {format_bytes(capacity)}")
     return order_copies(full, plan, simulation) if simulation is not None else plan
+
+
+def _check_simulation(spec: PolicySpec, simulation: Simulation | None) -> None:
+    """PlanError for a policy that searches and is given no simulation to search in: planned another way, its
+    figures would be another policy's under its name."""
+    if spec.searches and simulation is None:
+        raise PlanError(f"the {spec.name} policy searches its plan in the simulator: pass the simulation it searches "
+                        "in, simulation=Simulation(simulator.simulate, simulator.bound.lower_bound, cost_model) "
+                        "(`vmexplorer.api.simulation()` makes one with the default or a named cost model), or plan "
+                        "with `vmexplorer.api.plan(...)`, which passes one")
 
 
 def _planned_on(spec: PolicySpec, full: Graph, at: int, options: dict[str, Any], recomputes: Sequence[Recompute],

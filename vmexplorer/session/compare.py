@@ -1,7 +1,9 @@
-"""Two sessions op by op: what `vmexplorer compare` prints and the app's delta table shows."""
+"""Sessions op by op: what `vmexplorer compare` prints (any number, against the first) and the app's delta
+table shows (two)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -21,14 +23,30 @@ def per_op_ns(session: Session) -> np.ndarray:
 def align_op_times(a: Session, b: Session) -> tuple[str, list[dict[str, Any]]]:
     """B against A per op when both ran the same graph ("op"), else summed per layer ("layer"), so
     vgg16 and vgg19 still line up. Rows: op (index, or None by layer), name, a_ns, b_ns, delta_ns."""
-    ta, tb = np.rint(per_op_ns(a)).astype(np.int64), np.rint(per_op_ns(b)).astype(np.int64)
-    if [op.name for op in a.graph.ops] == [op.name for op in b.graph.ops]:
-        return "op", [{"op": i, "name": op.name, "a_ns": int(ta[i]), "b_ns": int(tb[i]),
-                       "delta_ns": int(tb[i] - ta[i])} for i, op in enumerate(a.graph.ops)]
-    la, lb = _by_layer(a, ta), _by_layer(b, tb)
-    return "layer", [{"op": None, "name": layer, "a_ns": la.get(layer), "b_ns": lb.get(layer),
-                      "delta_ns": None if layer not in la or layer not in lb else lb[layer] - la[layer]}
-                     for layer in list(la) + [x for x in lb if x not in la]]
+    by, rows = align_many([a, b])
+    return by, [{"op": r["op"], "name": r["name"], "a_ns": r["ns"][0], "b_ns": r["ns"][1],
+                 "delta_ns": r["deltas_ns"][0]} for r in rows]
+
+
+def align_many(sessions: Sequence[Session]) -> tuple[str, list[dict[str, Any]]]:
+    """Every session's time per op against the first's: per op when all ran the same graph ("op"), else
+    summed per layer ("layer"), the first's layers in its order, then each other's new ones. Rows: op
+    (index, or None by layer), name, ns (each session's; None for a layer it lacks) and deltas_ns (each
+    session after the first, minus the first; None where either lacks the layer)."""
+    times = [np.rint(per_op_ns(s)).astype(np.int64) for s in sessions]
+    first = sessions[0]
+    names = [op.name for op in first.graph.ops]
+    if all([op.name for op in s.graph.ops] == names for s in sessions[1:]):
+        return "op", [{"op": i, "name": name, "ns": [int(t[i]) for t in times],
+                       "deltas_ns": [int(t[i] - times[0][i]) for t in times[1:]]} for i, name in enumerate(names)]
+    layers = [_by_layer(s, t) for s, t in zip(sessions, times)]
+    order = list(dict.fromkeys(layer for by in layers for layer in by))
+    rows = []
+    for layer in order:
+        ns = [by.get(layer) for by in layers]
+        rows.append({"op": None, "name": layer, "ns": ns,
+                     "deltas_ns": [None if x is None or ns[0] is None else x - ns[0] for x in ns[1:]]})
+    return "layer", rows
 
 
 def _by_layer(session: Session, per_op: np.ndarray) -> dict[str, int]:

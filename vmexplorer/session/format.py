@@ -23,7 +23,6 @@ import numpy as np
 from ..graph import PERSISTENT, Graph, GraphError, Kind, Op, Phase, Tensor, build_graph
 from ..graph.recompute import recomputed
 from ..plan import Plan
-from ..policies import POLICIES
 from ..records.collected import (
     MEMCPY_KINDS,
     UM_KINDS,
@@ -39,7 +38,7 @@ from ..simulator.bound import SET_BY, Bound
 from ..simulator.costmodel import RATES, SWAP_RATES, CostModel
 from ..units import MAX_BYTES, quoted
 from .definition_format import definition_graph_error, encode_definition, read_definition
-from .plan_format import encode_plan, read_config, read_plan, read_recomputes, room_of
+from .plan_format import encode_plan, foreign_policy, read_config, read_plan, read_recomputes, room_of
 from .reader import BOOL, INT, MAX_ROWS, NUM, STR, Reader, key_text, write_table
 from .session import Session
 
@@ -59,7 +58,6 @@ TOP_LEVEL_V2 = (*TOP_LEVEL_V1, "collected")  # schema 2 added the collectors' re
 TOP_LEVEL_V7 = (*TOP_LEVEL_V2, "bound")  # schema 7 the bound
 TOP_LEVEL = (*TOP_LEVEL_V7, "device_memory")  # schema 10 what a measured run took of the GPU's memory
 DEVICE_MEMORY_FIELDS = tuple(f.name for f in dataclass_fields(DeviceMemory))  # sizes in bytes, then `managed`
-MADE_BY = "made by the policy "  # how the note of a session of a policy this vmexplorer lacks begins
 BOUND_FIELDS = ("min_bytes_to_host", "min_bytes_to_device", "lower_bound_ns", "set_by")
 
 
@@ -158,8 +156,8 @@ def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
     notes = r.column(doc["notes"], "notes", STR, None)
     stored = r.fields(doc["graph"], "graph", ("tensors", "ops") + (("definition",) if version >= 15 else ()))
     definition = read_definition(r, stored.get("definition"))  # (schema 15) a model not built in: its layers
-    known, made_by = _known_policy(doc["config"])
-    config = read_config(r, known, version, definition)
+    foreign = foreign_policy(doc["config"])  # read as manual: the note says which policy made it
+    config = read_config(r, doc["config"], version, definition)
     try:
         model = build_graph(*config.key, workspaces=config.workspaces, definition=definition)
     except GraphError as e:
@@ -179,20 +177,8 @@ def decode(doc: dict[str, Any], r: Reader, version: int) -> dict[str, Any]:
         r.fail("device_memory is what a measured run took; this session is simulated")
     memory = None if doc.get("device_memory") is None else _read_device_memory(r, doc["device_memory"])
     return dict(graph=graph, plan=plan, timeline=timeline, cost_model=cost, environment=dict(env),
-                notes=(*notes, *made_by), created=created, collected=collected, bound=bound, device_memory=memory)
-
-
-def _known_policy(config: Any) -> tuple[Any, tuple[str, ...]]:
-    """A session made by a policy this vmexplorer does not have (a newer one's) opens as a `manual` plan of the
-    same moves, its options (that policy's own) left out, with a note naming the policy: (the config as read,
-    the note)."""
-    policy = config.get("policy") if isinstance(config, dict) else None
-    if not isinstance(policy, str) or policy in POLICIES:
-        return config, ()
-    name = "".join(c if c.isprintable() else "?" for c in policy[:200])  # text as it came, safe in a terminal
-    return {**config, "policy": "manual", "options": {}}, (
-        f"{MADE_BY}{name}, which this vmexplorer does not have: opened as a manual plan "
-        "of the same moves",)
+                notes=tuple(notes) + ((foreign,) if foreign else ()), created=created, collected=collected,
+                bound=bound, device_memory=memory)
 
 
 def _read_device_memory(r: Reader, value: Any) -> DeviceMemory:

@@ -22,7 +22,7 @@ from ..plan import Direction, MemOp, Mode, Origin, Plan, PlanError
 from ..plan.mechanisms import MECHANISMS
 from ..plan.validate import validate_plan
 from ..policies import POLICIES, check_mechanism
-from ..units import MAX_BYTES, quoted
+from ..units import MAX_BYTES, quoted, typed
 from .reader import BOOL, INT, NUM, STR, Reader, key_text, write_table
 
 # memory operations in one plan: the policies plan at most some 6,400 (uvm at ResNet-152's least capacity);
@@ -56,7 +56,8 @@ def encode_plan(p: Plan) -> dict[str, Any]:
 
 def read_config(r: Reader, value: Any, version: int, definition: Definition | None = None) -> Config:
     """(schema 8 added `mechanism`, 11 `workspaces`.) A model vmexplorer builds (or the one `definition`, the
-    file's `graph.definition`, defines), a policy it has with its own options, a mechanism the policy takes."""
+    file's `graph.definition`, defines), a policy it has with its own options (a policy it does not have is
+    read as `manual`, its options dropped: `foreign_policy` says so), a mechanism the policy takes."""
     config = r.fields(value, "config", ("model", "batch", "image_size", "policy", "capacity_bytes", "options")
                       + (("mechanism",) if version >= 8 else ()) + (("workspaces",) if version >= 11 else ()))
     # (schema 11 made the kernels' workspaces graph tensors; an older run's lay outside its capacity)
@@ -66,7 +67,11 @@ def read_config(r: Reader, value: Any, version: int, definition: Definition | No
                              for k in ("batch", "image_size", "capacity_bytes"))
     if capacity > MAX_BYTES:
         r.fail(f"config.capacity_bytes is {capacity}, more than the {MAX_BYTES} bytes (1 PiB) any capacity may be")
-    options = _options(r, policy, r.fields(config["options"], "config.options", None))
+    options = r.fields(config["options"], "config.options", None)
+    if policy in POLICIES:
+        options = _options(r, policy, options)
+    else:  # a policy of a newer vmexplorer, or of a plugin not installed here: its moves, as a person's plan
+        policy, options = "manual", {}
     mechanism = _mechanism(r, policy, config.get("mechanism", Mechanism.UVM.value))
     if definition is not None and model != definition.name:
         r.fail(f"config.model is {quoted(model)}, but graph.definition defines {quoted(definition.name)}")
@@ -74,6 +79,24 @@ def read_config(r: Reader, value: Any, version: int, definition: Definition | No
         r.fail(f"config.model is {quoted(model)}, not a model this vmexplorer knows ({', '.join(MODELS)}), and "
                "graph.definition does not define it")
     return Config(model, batch, size, capacity, policy, dict(options), mechanism, workspaces, definition)
+
+
+FOREIGN_POLICY = "made by the policy "  # how the note `foreign_policy` makes begins
+
+
+def foreign_policy(value: Any) -> str | None:
+    """The note a session made by a policy this vmexplorer does not have opens with (`read_config` reads it
+    as `manual`, the same moves as a person's plan), or None: read ahead of the config, whose reader
+    checks what this takes on trust."""
+    config = value if isinstance(value, dict) else {}
+    policy, options = config.get("policy"), config.get("options")
+    if not isinstance(policy, str) or policy in POLICIES:
+        return None
+    given = ", ".join(f"{key_text(k)} {quoted(str(v)[:40])}" for k, v in list(options.items())[:8]) \
+        if isinstance(options, dict) and options else "none"
+    return (f"{FOREIGN_POLICY}{typed(policy, 200)} (options: {given}), which this vmexplorer does not have "
+            f"(its policies: {', '.join(POLICIES)}; a newer vmexplorer, or the package that adds it, may): opened "
+            "as a manual plan of the same moves, which editing and simulating re-plan as manual")
 
 
 def room_of(plan: Any) -> int:

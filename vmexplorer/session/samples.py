@@ -17,6 +17,7 @@ from ..config import Mechanism, share_of_footprint
 from ..graph import Graph
 from ..policies import non_default_options
 from ..simulator import CostModel
+from ..simulator.named import samples_model
 from .files import load_session
 from .session import Session, SessionError
 
@@ -157,8 +158,10 @@ def gpu_cost_model(graph: Graph, gpu: str) -> CostModel | None:
     Samples whose convolutions ran outside the capacity (schema 10 and older) ran other kernels than a
     graph with workspaces runs (cuDNN chose within no limit): they do not judge it.
 
-    A fresh run asks this once as it is saved, so the samples named for its model and batch are read first,
-    `device` first (every sample of one GPU and graph carries the same model), before the whole index."""
+    Where the samples are not beside the package (an installed one), the models the package carries, written
+    from them (`simulator.named`), give the same. A fresh run asks this once as it is saved, so the samples
+    named for its model and batch are read first, `device` first (every sample of one GPU and graph carries
+    the same model), before the whole index."""
     def judges(s: Session) -> bool:
         return (s.timeline.source, s.graph.key, gpu_of(s), s.graph.workspaces) == \
             ("measured", graph.key, gpu, graph.workspaces) and s.cost_model is not None
@@ -180,7 +183,7 @@ def gpu_cost_model(graph: Graph, gpu: str) -> CostModel | None:
                 continue
             if cost is not None:
                 return cost
-    return None
+    return samples_model(graph, gpu)  # an install without the samples: the models written from them
 
 
 def sweep_samples(shown: Session) -> list[SampleInfo]:

@@ -13,7 +13,7 @@ import param
 from ..config import Mechanism, capacity_text, share_of_footprint
 from ..graph import MODELS, Graph, GraphError
 from ..policies import POLICIES, OptionSpec
-from ..session.format import MADE_BY
+from ..session.plan_format import FOREIGN_POLICY
 from ..units import format_bytes
 from .state import AppState, store_param
 from .widgets import Text, tip, widget
@@ -66,8 +66,10 @@ class Configure(pn.viewable.Viewer):
         self.mechanism.value = str(p.mechanism)
         self.capacity.value = capacity_text(p.capacity, s.graph.footprint)
         self.draw_knobs(p.options)
-        made_by = [note for note in s.notes if note.startswith(MADE_BY)]  # a policy this vmexplorer lacks
-        self.policy_help.object = " ".join([POLICIES[p.policy].summary, *made_by[-1:]])
+        foreign = next((n for n in s.notes if n.startswith(FOREIGN_POLICY)), None) if p.policy == "manual" else None
+        # a policy this install lacks made it: said where the policy is chosen
+        summary = POLICIES[p.policy].summary
+        self.policy_help.object = summary if foreign is None else f"{summary}. This session was {foreign}"
         self._show_capacity_help(s.graph)  # the shown graph: a drag must not build it again
 
     def _draw_knobs_of(self, policy: str) -> None:
