@@ -121,7 +121,7 @@ def test_without_scipy_it_refuses_saying_how_to_install_it(monkeypatch: pytest.M
     monkeypatch.setattr(exact, "_SOLVED", OrderedDict())
     g = toy()
     with pytest.raises(PlanError, match=r"pip install 'vmexplorer\[exact\]'"):
-        compile_plan(g, int(g.footprint * 0.7), "exact")
+        compile_plan(g, int(g.footprint * 0.7), "exact", simulation=Simulation(simulate, lower_bound, H100_DEFAULT))
 
 
 @pytest.mark.parametrize("options,refused", [
@@ -162,3 +162,24 @@ def test_given_a_simulator_its_plan_is_never_slower_than_checkpoint_sequential_s
     plan = compile_plan(g, capacity, "exact", simulation=simulation)
     starts = [compile_plan(g, capacity, "checkpoint", {"segments": k, "then": "belady"}) for k in (1, 2, 4, 8)]
     assert timed(plan) <= min(timed(s) for s in starts) * (1 + 1e-9)
+
+
+def test_what_the_solver_prints_never_reaches_standard_output(monkeypatch: pytest.MonkeyPatch,
+                                                              capfd: pytest.CaptureFixture[str]) -> None:
+    # HiGHS writes a debug line of its own to the process's standard output now and then, whatever `disp`
+    # says: `vmexplorer plan --json` writes its JSON there, so while it solves that goes to standard error
+    import os
+
+    solve = exact._run
+
+    def chatty(*args: object) -> object:
+        os.write(1, b"HighsMipSolverData::transformNewIntegerFeasibleSolution\n")
+        return solve(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(exact, "_run", chatty)
+    exact._SOLVED.clear()
+    g = toy()
+    exact.solve(g, int(g.footprint * 0.85), OPTIONS, NO_COPIES, Mechanism.UVM)
+    print("after")
+    out, err = capfd.readouterr()
+    assert "HighsMipSolverData" not in out and "HighsMipSolverData" in err and out.endswith("after\n")

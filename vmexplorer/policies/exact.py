@@ -46,9 +46,13 @@ Deterministic: one graph, capacity and options give one plan, unless the time li
 
 from __future__ import annotations
 
+import ctypes
+import os
+import sys
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,12 +177,36 @@ def solve(graph: Graph, capacity: int, options: Mapping[str, Any], cost: Any, me
                                             graph.ops[k].bytes_touched, ws[k]))
     into, out = _rates(cost, mechanism)
     prog = program(graph, capacity, op_ns, out, into, options["choose"] != "recompute")
-    result = _run(milp, prog, options["time_limit_seconds"])
+    with _solver_output_to_stderr():
+        result = _run(milp, prog, options["time_limit_seconds"])
     found = _solution(graph, prog, result, time.perf_counter() - began, options["choose"])
     _SOLVED[key] = (graph, cost, found)
     while len(_SOLVED) > 16:
         _SOLVED.popitem(last=False)
     return found
+
+
+@contextmanager
+def _solver_output_to_stderr() -> Iterator[None]:
+    """HiGHS writes a line of its own to the process's standard output now and then whatever `disp` says
+    (its MIP solver's `transformNewIntegerFeasibleSolution`), where `vmexplorer plan --json` writes its JSON:
+    while it solves, what goes to standard output goes to standard error."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no standard output to guard
+        yield
+        return
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        try:  # the C library's buffer, written through the redirected descriptor before it is put back
+            ctypes.CDLL(None).fflush(None)
+        except (OSError, AttributeError):
+            pass
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _milp() -> Any:
