@@ -21,7 +21,7 @@ from vmexplorer.graph import MODELS, build_graph
 from vmexplorer.policies import POLICIES
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "vmexplorer_example_plugin"
-SHIPPED = ("device", "uvm", "autovm", "belady", "vdnn", "tuned", "checkpoint", "joint", "manual")
+SHIPPED = ("device", "uvm", "autovm", "belady", "vdnn", "tuned", "checkpoint", "joint", "exact", "manual")
 
 
 def install(site: Path, name: str, entry_points: dict[str, dict[str, str]]) -> None:
