@@ -94,6 +94,17 @@ def test_a_plugin_policy_plans_a_plugin_model_and_its_session_loads_back(
     assert json.loads(capsys.readouterr().out)["config"] == doc["config"]
 
 
+def test_a_sweep_takes_a_plugin_policy_and_a_plugin_model_as_it_takes_the_built_in_ones(
+        example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["sweep", "--model", "tinynet:8", "--image-size", "32", "--policy", "largest_first,belady",
+                 "--mechanism", "uvm", "--capacity", "60%,80%", "--jobs", "1", "--format", "json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    rows = json.loads(captured.out)["rows"]
+    assert [(r["model"], r["policy"]) for r in rows] == [("tinynet", "largest_first")] * 2 + [("tinynet", "belady")] * 2
+    assert all(r["iteration_ns"] > 0 and not r["note"] for r in rows)
+
+
 @pytest.mark.parametrize("entry, says", [
     ("vmx_broken_missing:SPEC", "could not be loaded, so it is skipped: ModuleNotFoundError"),
     ("json:dumps", "is skipped: it gives a function, not a PolicySpec"),
