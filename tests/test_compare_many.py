@@ -99,3 +99,19 @@ def test_a_bad_file_or_count_is_one_line_and_exit_2(three: list[Path], tmp_path:
     argv = [f.format(*three, tmp=tmp_path) for f in files]
     code, out, err = compare(capsys, *argv)
     assert (code, out) == (2, "") and err.count("\n") == 1 and says in err, err
+
+
+def test_a_page_draws_every_session_s_typical_iteration_on_one_time_scale(
+        three: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    page = tmp_path / "three.html"
+    code, out, err = compare(capsys, *map(str, three[:3]), "--html", str(page), "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["html"] == str(page)
+    html = page.read_text()
+    policies = [load_session(p).plan.policy for p in three[:3]]
+    for label, policy in zip("ABC", policies):
+        assert f"{label}: {policy} on resnet18, simulated, its typical iteration" in html
+    assert "<script src=" not in html  # Bokeh inline: it opens from a file, offline
+    # an existing page is kept unless --force says to replace it
+    code, _, err = compare(capsys, *map(str, three[:2]), "--html", str(page))
+    assert code == 2 and "exists" in err and page.read_text() == html

@@ -299,6 +299,9 @@ def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
     files = list(args.files)
     if not 2 <= len(files) <= MAX_COMPARED:
         raise UsageError(f"compare takes 2 to {MAX_COMPARED} session files, not {len(files)}")
+    html = getattr(args, "html", None)
+    if html is not None:
+        _refuse_existing(html, args.force)
     sessions = [_load(path) for path in files]  # the first bad file ends it, named in its one-line error
     summaries = [summary_of(s) for s in sessions]
     keys = sorted(set().union(*summaries))
@@ -313,8 +316,13 @@ def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
     rows = [{"name": r["name"], "a_ns": r["ns"][0], "b_ns": r["ns"][1], "delta_ns": r["deltas_ns"][0],
              "ns": r["ns"], "deltas_ns": r["deltas_ns"]} for r in aligned]  # the documented JSON shape
     described = [{"path": str(path), "config": _config(s.plan)} for path, s in zip(files, sessions)]
+    if html is not None:
+        from ..plots.export import compare_html  # Bokeh: a second of imports the table has no use for
+
+        compare_html(sessions, [chr(ord("A") + i) for i in range(len(sessions))], html, force=args.force)
     return {"a": described[0], "b": described[1], "sessions": described,
-            "summary": summary, "aligned_by": aligned_by, "rows": rows}
+            "summary": summary, "aligned_by": aligned_by, "rows": rows,
+            **({"html": str(html)} if html is not None else {})}
 
 
 def cmd_export(args: argparse.Namespace) -> dict[str, Any]:

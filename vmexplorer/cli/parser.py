@@ -123,6 +123,10 @@ def _session_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
                         "against")
     p.add_argument("--top", type=int, default=20, metavar="N",
                    help="table: show the N largest per-op changes (0: all; json has all)")
+    p.add_argument("--html", type=Path, metavar="OUT",
+                   help="also write a page (no server needed) of their summaries and their typical iterations one "
+                        "above the other on one time scale")
+    p.add_argument("--force", action="store_true", help="replace OUT if it exists")
 
     p = _command(sub, "export", cmd_export, table_export,
                  "export a session as a standalone HTML page or a Chrome trace", formats=False)

@@ -22,7 +22,7 @@ from ..fileio import atomic_write
 from ..session import Session
 from ..session.iterations import typical_iteration
 from .summary import summary_table
-from .timeline import timeline_figure
+from .timeline import aligned_timelines, timeline_figure
 
 
 def export_html(session: Session, path: str | os.PathLike[str], force: bool = False) -> None:
@@ -47,6 +47,25 @@ def standalone_html(session: Session, story: Sequence[Any] = ()) -> bytes:
     with patch_curdoc(page):
         html: str = file_html(layout, _PageResources(frozenset(type(m) for m in models)), title)
     return html.encode()
+
+
+def compare_html(sessions: Sequence[Session], titles: Sequence[str], path: str | os.PathLike[str],
+                 force: bool = False) -> None:
+    """Write one page of `sessions` (`vmexplorer compare --html`): each one's summary, then their typical
+    iterations one above the other on one time scale, panned and zoomed together."""
+    from bokeh.document import Document
+    from bokeh.embed import file_html
+    from bokeh.io.doc import patch_curdoc
+
+    layout = column(*(summary_table(s) for s in sessions), aligned_timelines(sessions, titles),
+                    sizing_mode="stretch_width")
+    models = layout.references()
+    _texts_as_unicode(models)
+    page = Document()
+    with patch_curdoc(page):
+        html: str = file_html(layout, _PageResources(frozenset(type(m) for m in models)),
+                              f"vmexplorer: {len(sessions)} sessions compared")
+    atomic_write(path, html.encode(), force=force)
 
 
 def _texts_as_unicode(models: Any) -> None:

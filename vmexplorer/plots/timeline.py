@@ -14,6 +14,7 @@ throughput), and a note naming any collector that did not run; they are hidden f
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -348,7 +349,13 @@ def issue_after_at(session: Session, x: float, x_axis: str, iteration: int = 0) 
 def comparison_figure(a: Session, b: Session, titles: tuple[str, str] = ("A", "B")) -> Any:
     """Two sessions one above the other on one time scale: the typical iteration of each, from its
     start, so the longer one is visibly longer; panning or zooming one moves both."""
-    shown = [typical_iteration(s) for s in (a, b)]
+    return aligned_timelines([a, b], titles)
+
+
+def aligned_timelines(sessions: Sequence[Session], titles: Sequence[str]) -> Any:
+    """Sessions one above the other on one time scale, as `comparison_figure` draws two (`vmexplorer
+    compare --html` draws any number)."""
+    shown = [typical_iteration(s) for s in sessions]
     x_range = Range1d(start=0, end=1)
     figures = [timeline_figure(s, "time", x_range=x_range, title=_compared_title(s, label))
                for s, label in zip(shown, titles)]
