@@ -5,7 +5,6 @@ traceback."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -13,22 +12,9 @@ from typing import Any
 
 import pytest
 from onnx_models import Net, resnet18, small
-
-from vmexplorer.cli import main
+from test_cli import run, run_json
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
-    code, out, err = run(capsys, *argv, "--format", "json")
-    assert code == 0, err
-    return json.loads(out)
 
 
 @pytest.fixture(scope="module")

@@ -60,7 +60,7 @@ def crowded_ops(graph: Graph, capacity: int, count: int = CROWDED_OPS) -> list[C
     out = []
     for k in sorted(after, key=lambda k: (-over[k], k))[:count]:
         items = sorted(t for t in alive[k] if t in free)
-        by = _charged(g, k, items, alive[k])
+        by = _charged(g, k, items, alive[k], free)
         out.append(Crowded(k, over[k], tuple(g.tensors[t].nbytes for t in items), by))
     return out
 
@@ -82,11 +82,11 @@ def _alive_across(g: Graph) -> list[set[int]]:
     return out
 
 
-def _charged(g: Graph, k: int, items: list[int], alive: set[int]) -> tuple[tuple[tuple[int, float], ...], ...]:
+def _charged(g: Graph, k: int, items: list[int], alive: set[int], free: set[int]
+             ) -> tuple[tuple[tuple[int, float], ...], ...]:
     """Each item's re-run ops with their shares: its whole chain where that is sound (the module's
-    docstring), else its maker alone."""
+    docstring), else its maker alone. `free`: the graph's recomputable activations."""
     touched = set(g.ops[k].touches)
-    free = set(recomputable(g))
     chains = {t: _chain(g, t, free, alive | touched) for t in items}
     count: dict[int, int] = {}
     for ops in chains.values():

@@ -9,11 +9,9 @@ pools (`engine.memory` for `device` and managed memory) and the swap pool (`plan
 
 from __future__ import annotations
 
+import functools
 import operator
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -184,8 +182,6 @@ def _searched(sizes: Sequence[int], spans: Sequence[Span], n: int, always: list[
 
 
 FITS_KEPT = 64  # placements `fit_stretches` remembers: a swap plan's pool is asked for again and again
-_fits: OrderedDict[tuple[Any, ...], tuple[tuple[int, ...], tuple[int, ...]]] = OrderedDict()
-_fits_lock = threading.Lock()
 
 
 def fit_stretches(sizes: Sequence[int], spans: Sequence[Span], n: int, always: list[int], fitting: Sequence[int],
@@ -194,18 +190,15 @@ def fit_stretches(sizes: Sequence[int], spans: Sequence[Span], n: int, always: l
     """`place_stretches`, remembered for the last `FITS_KEPT` inputs: it is a pure function of them, and
     the same plan's pool is placed several times over (fitting the room, ordering the copies, timing a
     plan by its workspaces, a run's or a sweep's pool), each placement taking up to a second."""
-    key = (tuple(sizes), tuple(spans), n, tuple(always), tuple(fitting), target, floor, align, improve, period, anew)
-    with _fits_lock:
-        found = _fits.get(key)
-        if found is not None:
-            _fits.move_to_end(key)
-            return found
-    found = place_stretches(sizes, spans, n, always, fitting, target, floor, align, improve, period, anew)
-    with _fits_lock:
-        _fits[key] = found
-        while len(_fits) > FITS_KEPT:
-            _fits.popitem(last=False)
-    return found
+    return _fitted(tuple(sizes), tuple(spans), n, tuple(always), tuple(fitting), target, floor, align, improve,
+                   period, anew)
+
+
+@functools.lru_cache(maxsize=FITS_KEPT)
+def _fitted(sizes: tuple[int, ...], spans: tuple[Span, ...], n: int, always: tuple[int, ...],
+            fitting: tuple[int, ...], target: int, floor: int, align: int, improve: int, period: int | None,
+            anew: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    return place_stretches(sizes, spans, n, list(always), fitting, target, floor, align, improve, period, anew)
 
 
 def place_stretches(sizes: Sequence[int], spans: Sequence[Span], n: int, always: list[int], fitting: Sequence[int],

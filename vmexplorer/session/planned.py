@@ -217,13 +217,9 @@ def _json(value: Config | CostModel) -> str:
 @memo(maxsize=64)
 def _bound(key: tuple[str, int, int], definition: Definition | None, workspaces: bool, capacity: int,
            cost_json: str, mechanism: str, recompute: bool) -> Bound | None:
-    return _lower_bound(build_graph(*key, workspaces=workspaces, definition=definition), capacity,
-                        CostModel(**json.loads(cost_json)), mechanism, recompute)
-
-
-def _lower_bound(graph: Graph, capacity: int, cost: CostModel, mechanism: str, recompute: bool) -> Bound | None:
     try:
-        return lower_bound(graph, capacity, cost, mechanism, recompute=recompute)
+        return lower_bound(build_graph(*key, workspaces=workspaces, definition=definition), capacity,
+                           CostModel(**json.loads(cost_json)), mechanism, recompute=recompute)
     except PlanError:
         return None
 
